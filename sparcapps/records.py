@@ -1,0 +1,148 @@
+"""Result records: one JSON object per line, appended atomically, with the environment captured.
+
+Schema (every app and ``sparc-bench`` writes the same top-level keys):
+
+``schema`` (int, currently 1), ``app`` (str), ``status`` ("ok" or "failed"), ``time`` (ISO 8601
+UTC), ``algorithm`` (str or None), ``P`` (ranks), ``nodes``, ``ranks_per_node``, ``N``
+(dimension, or None), ``density`` (float or None), ``timings`` (dict of name -> {"median",
+"min", "max", "q25", "q75", "n"} in seconds), ``metrics`` (dict), ``bytes`` (dict), ``config``
+(the full configuration, JSON-able), ``environment`` (see :func:`capture_environment`),
+``error`` (str, only when ``status == "failed"``).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+__all__ = ["SCHEMA_VERSION", "summarize", "make_record", "append_record", "capture_environment"]
+
+SCHEMA_VERSION = 1
+
+_PACKAGES = ("sparcml", "numpy", "numba", "mpi4py", "mpich", "scipy", "h5py", "scikit-learn",
+             "torch")
+
+
+def summarize(samples: Iterable[float]) -> dict[str, float]:
+    """Median and spread of repeated measurements (seconds)."""
+    arr = np.asarray(list(samples), dtype=np.float64)
+    if arr.size == 0:
+        raise ValueError("summarize: no samples")
+    q25, med, q75 = np.percentile(arr, [25, 50, 75])
+    return {"median": float(med), "min": float(arr.min()), "max": float(arr.max()),
+            "q25": float(q25), "q75": float(q75), "n": int(arr.size)}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5, cwd=Path(__file__).resolve().parent)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def capture_environment(comm=None) -> dict[str, Any]:
+    """Package versions, MPI library, hosts, CPU model, git commit, Slurm job id, command line.
+
+    Collective when ``comm`` is given (every rank must call; host names are gathered).
+    """
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    env: dict[str, Any] = {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpus": os.cpu_count(),
+        "packages": versions,
+        "git_commit": _git_commit(),
+        "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+        "slurm": {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST",
+                                             "SLURM_NNODES", "SLURM_NTASKS", "SLURM_CLUSTER_NAME")
+                  if k in os.environ},
+    }
+    host = socket.gethostname()
+    if comm is not None:
+        from mpi4py import MPI
+
+        env["mpi_library"] = MPI.Get_library_version().strip()
+        env["mpi_vendor"] = list(map(str, MPI.get_vendor()))
+        env["hosts"] = comm.allgather(host)
+    else:
+        env["hosts"] = [host]
+    return env
+
+
+def make_record(app: str, *, config: dict, environment: dict, algorithm: str | None = None,
+                P: int = 1, N: int | None = None, density: float | None = None,
+                timings: dict | None = None, metrics: dict | None = None,
+                bytes: dict | None = None, status: str = "ok", error: str | None = None
+                ) -> dict[str, Any]:
+    """Build one record of the common schema (see module docstring)."""
+    hosts = environment.get("hosts") or []
+    nodes = len(set(hosts)) or 1
+    rec: dict[str, Any] = {
+        "schema": SCHEMA_VERSION,
+        "app": app,
+        "status": status,
+        "time": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "algorithm": algorithm,
+        "P": int(P),
+        "nodes": nodes,
+        "ranks_per_node": int(P) // nodes if P % nodes == 0 else None,
+        "N": None if N is None else int(N),
+        "density": None if density is None else float(density),
+        "timings": timings or {},
+        "metrics": metrics or {},
+        "bytes": bytes or {},
+        "config": config,
+        "environment": environment,
+    }
+    if error is not None:
+        rec["error"] = error
+    return rec
+
+
+def append_record(path: str | os.PathLike, record: dict) -> None:
+    """Append ``record`` as one JSON line with a single ``write`` on an ``O_APPEND`` descriptor.
+
+    One write of one complete line: concurrent writers (several jobs, one file) never interleave
+    partial lines, and a crash leaves either the whole line or nothing.
+    """
+    line = (json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode()
+    path = Path(path)
+    if path.parent != Path(""):
+        path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        written = os.write(fd, line)
+        if written != len(line):  # pragma: no cover - only on a full disk
+            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
