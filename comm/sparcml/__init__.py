@@ -1,0 +1,29 @@
+"""SparCML sparse collectives on mpi4py with Numba kernels.
+
+Importing ``sparcml`` never imports torch (the adapter lives in ``sparcml.torch``).
+"""
+
+from .abort import abort_on_error
+from .allreduce import ALGORITHMS, allreduce, block_bounds
+from .context import TrafficStats
+from .errors import (InvalidVectorError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
+                     UnsupportedDtypeError)
+from .vector import SparseVector, index_dtype_for, should_be_dense
+
+__all__ = [
+    "ALGORITHMS",
+    "SparseVector",
+    "TrafficStats",
+    "allreduce",
+    "abort_on_error",
+    "block_bounds",
+    "index_dtype_for",
+    "should_be_dense",
+    "SparcmlError",
+    "InvalidVectorError",
+    "RankMismatchError",
+    "UnknownAlgorithmError",
+    "UnsupportedDtypeError",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,372 @@
+"""Sparse allreduce: the three SparCML algorithms and the two baselines, behind one entry point.
+
+Every algorithm returns, on every rank, the same :class:`SparseVector`: the sum of the inputs,
+sparse or dense-backed by the switch rule (``dsar_split_allgather`` and ``dense`` always return
+a dense-backed result: that is what they compute). The split algorithms and ``allgather`` add
+in rank order (bitwise the sum ``((x0 + x1) + x2) + ...``); ``ssar_recursive_double`` adds in
+the order of its butterfly, so its result may differ from theirs in the last bits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+from .agreement import agree
+from .context import TrafficStats, context_for
+from .errors import SparcmlError, UnknownAlgorithmError, UnsupportedDtypeError
+from .vector import SparseVector, should_be_dense
+from .wire import Part, decode, encode
+
+__all__ = ["allreduce", "ALGORITHMS"]
+
+ALGORITHMS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",
+              "dense", "allgather")
+
+_TAG_FOLD = 11      # non-power-of-two: an extra rank hands its input to its partner
+_TAG_ROUND = 12     # recursive doubling rounds
+_TAG_UNFOLD = 13    # non-power-of-two: the result goes back to the extra rank
+_TAG_SPLIT = 21     # split algorithms, phase 1
+
+
+# -- point-to-point helpers -----------------------------------------------------------------
+
+def _recv_bytes(comm, source, tag, status=None) -> tuple[np.ndarray, int]:
+    status = MPI.Status() if status is None else status
+    msg = comm.Mprobe(source, tag, status)
+    buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+    msg.Recv([buf, MPI.BYTE])
+    return buf, status.Get_source()
+
+
+def _encode_vector(vec: SparseVector) -> tuple[np.ndarray, bool]:
+    # vectors inside the algorithms are normalized, so a dense-backed one crosses the rule
+    return encode(Part(0, vec.dim, vec.indices, vec.values), vec.index_dtype,
+                  known_dense=vec.is_dense)
+
+
+def _as_vector(part: Part, dim: int) -> SparseVector:
+    if part.is_dense:
+        return SparseVector._trusted(dim, None, part.values)
+    return SparseVector._trusted(dim, part.indices, part.values)
+
+
+def _send_vector(comm, vec, dest, tag, stats):
+    buf, dense = _encode_vector(vec)
+    comm.Send([buf, MPI.BYTE], dest, tag)
+    stats.add_message(buf.nbytes, dense)
+
+
+def _recv_vector(comm, source, tag, dim) -> SparseVector:
+    buf, _ = _recv_bytes(comm, source, tag)
+    return _as_vector(decode(buf), dim)
+
+
+def _exchange_vector(comm, vec, peer, tag, stats) -> SparseVector:
+    buf, dense = _encode_vector(vec)
+    req = comm.Isend([buf, MPI.BYTE], peer, tag)
+    try:
+        rbuf, _ = _recv_bytes(comm, peer, tag)
+    finally:
+        req.Wait()
+    stats.add_message(buf.nbytes, dense)
+    return _as_vector(decode(rbuf), vec.dim)
+
+
+# -- local arithmetic -----------------------------------------------------------------------
+
+def _normalize(vec: SparseVector) -> SparseVector:
+    """The representation the switch rule asks for (dense-backed iff the rule fires)."""
+    if vec.is_dense:
+        if should_be_dense(vec.count_nonzero(), vec.dim, vec.index_dtype, vec.dtype):
+            return vec
+        return vec.to_sparse()
+    if should_be_dense(vec.nnz, vec.dim, vec.index_dtype, vec.dtype):
+        return SparseVector._trusted(vec.dim, None, vec.to_dense())
+    return vec
+
+
+def _add(a: SparseVector, b: SparseVector) -> SparseVector:
+    """``a + b`` in the representation of the rule; bitwise equal to ``b + a``."""
+    if a.is_dense and b.is_dense:
+        return SparseVector._trusted(a.dim, None, a.values + b.values)
+    if a.is_dense or b.is_dense:
+        dense, sparse = (a, b) if a.is_dense else (b, a)
+        out = dense.values.copy()
+        kernels.scatter_add(out, sparse.indices, sparse.values, 0)
+        return SparseVector._trusted(a.dim, None, out)
+    idx, val = kernels.merge_add(a.indices, a.values, b.indices, b.values)
+    if should_be_dense(idx.shape[0], a.dim, a.index_dtype, a.dtype):
+        out = np.zeros(a.dim, a.dtype)
+        kernels.scatter_add(out, idx, val, 0)
+        return SparseVector._trusted(a.dim, None, out)
+    return SparseVector._trusted(a.dim, idx, val)
+
+
+def _fold_parts(parts: list[Part], offset: int, length: int, value_dtype, index_dtype,
+                force_dense: bool = False) -> Part:
+    """Sum parts of one index range in list order; dense when any part is, or when forced."""
+    if force_dense or any(p.is_dense for p in parts):
+        acc = np.zeros(length, value_dtype)
+        for p in parts:
+            if p.is_dense:
+                acc += p.values
+            else:
+                kernels.scatter_add(acc, p.indices, p.values, offset)
+        return Part(offset, length, None, acc)
+    counts = np.array([0] + [p.nnz for p in parts], np.int64)
+    offsets = np.cumsum(counts)
+    if offsets[-1] == 0:
+        return Part(offset, length, np.empty(0, index_dtype), np.empty(0, value_dtype))
+    idx, val = kernels.merge_many(offsets, np.concatenate([p.indices for p in parts]),
+                                  np.concatenate([p.values for p in parts]))
+    if should_be_dense(idx.shape[0], length, index_dtype, value_dtype):
+        acc = np.zeros(length, value_dtype)
+        kernels.scatter_add(acc, idx, val, offset)
+        return Part(offset, length, None, acc)
+    return Part(offset, length, idx, val)
+
+
+def _allgather_bytes(comm, buf, stats) -> list[np.ndarray]:
+    """Allgatherv of byte buffers of different sizes; returns the P buffers in rank order."""
+    sizes = np.empty(comm.Get_size(), np.int64)
+    comm.Allgather(np.array([buf.nbytes], np.int64), sizes)
+    displs = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], out=displs[1:])
+    recv = np.empty(int(sizes.sum()), np.uint8)
+    comm.Allgatherv([buf, MPI.BYTE], [recv, sizes, displs, MPI.BYTE])
+    stats.bytes_sent += int(sizes.sum()) - buf.nbytes
+    stats.messages += 1
+    return [recv[d:d + s] for d, s in zip(displs, sizes)]
+
+
+# -- the algorithms -------------------------------------------------------------------------
+
+def _ssar_recursive_double(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    cur = vec
+    pof2 = 1 << (size.bit_length() - 1)
+    rem = size - pof2
+    # Non-power-of-two (the MPICH scheme): among ranks < 2*rem, even ranks hand their input to
+    # rank + 1 and sit out the butterfly; they get the result back at the end.
+    if rank < 2 * rem:
+        if rank % 2 == 0:
+            _send_vector(comm, cur, rank + 1, _TAG_FOLD, stats)
+            newrank = -1
+        else:
+            cur = _add(_recv_vector(comm, rank - 1, _TAG_FOLD, vec.dim), cur)
+            newrank = rank // 2
+    else:
+        newrank = rank - rem
+    if newrank >= 0:
+        mask = 1
+        while mask < pof2:
+            newpeer = newrank ^ mask
+            peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
+            other = _exchange_vector(comm, cur, peer, _TAG_ROUND, stats)
+            cur = _add(cur, other) if newrank < newpeer else _add(other, cur)
+            mask <<= 1
+    if rank < 2 * rem:
+        if rank % 2 == 1:
+            _send_vector(comm, cur, rank - 1, _TAG_UNFOLD, stats)
+        else:
+            cur = _recv_vector(comm, rank + 1, _TAG_UNFOLD, vec.dim)
+    return cur
+
+
+def block_bounds(dim: int, size: int) -> np.ndarray:
+    """Start of each rank's block of ``[0, dim)`` and ``dim`` at the end (``size + 1`` values)."""
+    return (np.arange(size + 1, dtype=np.int64) * dim) // size
+
+
+def _split_reduce(comm, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray) -> list[Part]:
+    """Phase 1 of the split algorithms: block j of every input goes to rank j.
+
+    Returns the P parts of this rank's block, in source-rank order.
+    """
+    rank, size = comm.Get_rank(), comm.Get_size()
+    index_dtype = vec.index_dtype
+    if vec.is_dense:
+        mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]), None,
+                     vec.values[bounds[j]:bounds[j + 1]]) for j in range(size)]
+    else:
+        pos = kernels.split_positions(vec.indices, bounds.astype(index_dtype))
+        mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]),
+                     vec.indices[pos[j]:pos[j + 1]], vec.values[pos[j]:pos[j + 1]])
+                for j in range(size)]
+    requests = []
+    buffers = []
+    received: list[Part | None] = [None] * size
+    try:
+        for step in range(1, size):  # staggered so that no rank is everybody's first target
+            dest = (rank + step) % size
+            buf, dense = encode(mine[dest], index_dtype)
+            buffers.append(buf)
+            requests.append(comm.Isend([buf, MPI.BYTE], dest, _TAG_SPLIT))
+            stats.add_message(buf.nbytes, dense)
+        # my own block goes through the same encoding, so its representation (and hence the
+        # sum) is what every other rank would compute from it
+        own, _ = encode(mine[rank], index_dtype)
+        received[rank] = decode(own)
+        status = MPI.Status()
+        for _ in range(size - 1):
+            buf, source = _recv_bytes(comm, MPI.ANY_SOURCE, _TAG_SPLIT, status)
+            received[source] = decode(buf)
+    finally:
+        MPI.Request.Waitall(requests)
+    return received
+
+
+def _ssar_split_allgather(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    bounds = block_bounds(vec.dim, size)
+    parts = _split_reduce(comm, vec, stats, bounds)
+    block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
+                        vec.dtype, vec.index_dtype)
+    buf, _ = encode(block, vec.index_dtype, known_dense=block.is_dense)
+    blocks = [decode(b) for b in _allgather_bytes(comm, buf, stats)]
+    return _assemble(blocks, vec.dim, vec.dtype, vec.index_dtype)
+
+
+def _assemble(blocks: list[Part], dim: int, value_dtype, index_dtype) -> SparseVector:
+    """Concatenate disjoint blocks (in index order) into one vector, by the switch rule."""
+    support = sum(kernels.count_nonzero(b.values) if b.is_dense else b.nnz for b in blocks)
+    if should_be_dense(support, dim, index_dtype, value_dtype):
+        out = np.zeros(dim, value_dtype)
+        for b in blocks:
+            if b.is_dense:
+                out[b.offset:b.offset + b.length] = b.values
+            else:
+                out[b.indices] = b.values
+        return SparseVector._trusted(dim, None, out)
+    idx, val = [], []
+    for b in blocks:
+        if b.is_dense:
+            i, v = kernels.dense_to_sparse(b.values, b.offset, np.empty(0, index_dtype))
+        else:
+            i, v = b.indices, b.values
+        idx.append(i)
+        val.append(v)
+    return SparseVector._trusted(dim, np.concatenate(idx).astype(index_dtype, copy=False),
+                                 np.concatenate(val))
+
+
+def _dsar_split_allgather(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    rank, size = comm.Get_rank(), comm.Get_size()
+    bounds = block_bounds(vec.dim, size)
+    parts = _split_reduce(comm, vec, stats, bounds)
+    block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
+                        vec.dtype, vec.index_dtype, force_dense=True)
+    out = np.empty(vec.dim, vec.dtype)
+    counts = np.diff(bounds)
+    mpi_type = MPI._typedict[vec.dtype.char]
+    comm.Allgatherv([block.values, mpi_type], [out, counts, bounds[:-1], mpi_type])
+    stats.bytes_sent += (vec.dim - block.length) * vec.dtype.itemsize
+    stats.messages += 1
+    return SparseVector._trusted(vec.dim, None, out)
+
+
+def _dense(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    out = vec.to_dense()
+    comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
+    size = comm.Get_size()
+    stats.bytes_sent += 2 * (size - 1) * out.nbytes // size
+    stats.messages += 1
+    stats.dense_messages += 1
+    return SparseVector._trusted(vec.dim, None, out)
+
+
+def _allgather(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    buf, _ = _encode_vector(vec)
+    parts = [decode(b) for b in _allgather_bytes(comm, buf, stats)]
+    total = _fold_parts(parts, 0, vec.dim, vec.dtype, vec.index_dtype)
+    return _as_vector(total, vec.dim)
+
+
+_IMPLEMENTATIONS = {
+    "ssar_recursive_double": _ssar_recursive_double,
+    "ssar_split_allgather": _ssar_split_allgather,
+    "dsar_split_allgather": _dsar_split_allgather,
+    "dense": _dense,
+    "allgather": _allgather,
+}
+
+
+# -- entry point ----------------------------------------------------------------------------
+
+def _coerce(vec) -> SparseVector:
+    if isinstance(vec, SparseVector):
+        return vec
+    if isinstance(vec, np.ndarray):
+        return SparseVector.from_dense(vec)
+    if isinstance(vec, tuple) and len(vec) == 3:
+        return SparseVector(*vec)
+    raise UnsupportedDtypeError(
+        f"allreduce expects a SparseVector, a 1-d NumPy array or a (dim, indices, values) "
+        f"tuple, got {type(vec).__name__}")
+
+
+def _algorithm_code(algorithm) -> int:
+    try:
+        return ALGORITHMS.index(algorithm)
+    except ValueError:
+        raise UnknownAlgorithmError(
+            f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}") from None
+
+
+_DESCRIBE = {"algorithm": dict(enumerate(ALGORITHMS)),
+             "value dtype": {4: "float32", 8: "float64"}}
+
+
+def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",
+              stats: TrafficStats | None = None, check: bool = True) -> SparseVector:
+    """Sum one sparse vector per rank; every rank gets the same result.
+
+    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) must call, in the same order
+    as its other sparcml calls on ``comm``, with the same ``dim``, value dtype and ``algorithm``.
+
+    Parameters
+    ----------
+    vec : SparseVector, 1-d float ndarray (made sparse by :meth:`SparseVector.from_dense`),
+        or ``(dim, indices, values)`` (validated here, so that bad input on one rank raises the
+        same exception on every rank instead of leaving the others waiting).
+    algorithm : one of :data:`ALGORITHMS`.
+    stats : a :class:`TrafficStats` to add this call's traffic to.
+    check : with ``True`` (default), one small extra ``Allreduce`` checks that the ranks agree
+        on ``dim``, dtype and ``algorithm`` and that no rank's input was invalid, and raises
+        the same :class:`SparcmlError` on every rank otherwise. ``False`` skips it (one latency
+        less, but a mismatch is then undefined behaviour).
+
+    Returns
+    -------
+    SparseVector of the same dim and value dtype, newly allocated (never aliasing ``vec``).
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    ctx = context_for(comm)
+    stats = TrafficStats() if stats is None else stats
+    local_error = None
+    fields = {"dim": -1, "value dtype": -1, "algorithm": -1}
+    try:
+        fields["algorithm"] = _algorithm_code(algorithm)
+        vec = _coerce(vec)
+        fields["dim"] = vec.dim
+        fields["value dtype"] = vec.dtype.itemsize
+    except SparcmlError as exc:
+        local_error = exc
+    if check:
+        agree(ctx.comm, fields, local_error, _DESCRIBE)
+    elif local_error is not None:
+        raise local_error
+    stats.calls += 1
+    if ctx.size == 1:
+        if algorithm in ("dense", "dsar_split_allgather"):
+            return SparseVector._trusted(vec.dim, None, vec.to_dense())
+        out = _normalize(vec)
+        if out is vec:
+            out = SparseVector._trusted(vec.dim, None if vec.is_dense else vec.indices.copy(),
+                                        vec.values.copy())
+        return out
+    if algorithm in ("dense", "dsar_split_allgather"):
+        return _IMPLEMENTATIONS[algorithm](ctx.comm, vec, stats)
+    return _IMPLEMENTATIONS[algorithm](ctx.comm, _normalize(vec), stats)

@@ -1,0 +1,31 @@
+"""Exceptions of the comm layer. Every error derives from :class:`SparcmlError`."""
+
+from __future__ import annotations
+
+__all__ = [
+    "SparcmlError",
+    "InvalidVectorError",
+    "UnsupportedDtypeError",
+    "RankMismatchError",
+    "UnknownAlgorithmError",
+]
+
+
+class SparcmlError(Exception):
+    """Base class of every error raised by :mod:`sparcml`."""
+
+
+class InvalidVectorError(SparcmlError, ValueError):
+    """A sparse vector's indices or values break an invariant (order, range, length)."""
+
+
+class UnsupportedDtypeError(SparcmlError, TypeError):
+    """Values or indices of a dtype the layer does not handle."""
+
+
+class RankMismatchError(SparcmlError, ValueError):
+    """Ranks passed arguments that must agree (dim, dtype, algorithm) but do not."""
+
+
+class UnknownAlgorithmError(SparcmlError, ValueError):
+    """An algorithm name that the layer does not implement."""
