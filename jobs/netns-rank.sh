@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Rank wrapper for jobs/emulate.sh: run one MPI rank inside its emulated node's namespace.
+#
+# mpiexec (hydra, -launcher fork) starts this in the host namespace with PMI_RANK set; rank r
+# belongs to node r / SPARC_NETNS_PPN, namespace $SPARC_NETNS_NAME-n<node>. The PMI connection is
+# an inherited file descriptor, so it survives the move. FI_TCP_IFACE pins libfabric's tcp
+# provider to the node's shaped link.
+set -euo pipefail
+rank="${PMI_RANK:?netns-rank.sh: no PMI_RANK; start it through jobs/emulate.sh}"
+name="${SPARC_NETNS_NAME:?netns-rank.sh: SPARC_NETNS_NAME not set}"
+ppn="${SPARC_NETNS_PPN:?netns-rank.sh: SPARC_NETNS_PPN not set}"
+exec ip netns exec "$name-n$((rank / ppn))" env FI_TCP_IFACE=sparc0 "$@"
