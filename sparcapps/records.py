@@ -8,6 +8,22 @@ UTC), ``algorithm`` (str or None), ``P`` (ranks), ``nodes``, ``ranks_per_node``,
 "min", "max", "q25", "q75", "n"} in seconds), ``metrics`` (dict), ``bytes`` (dict), ``config``
 (the full configuration, JSON-able), ``environment`` (see :func:`capture_environment`),
 ``error`` (str, only when ``status == "failed"``).
+
+Conventions the report (:mod:`sparcapps.report`) understands, all optional:
+
+- ``config["pattern"]``: the microbenchmark's overlap pattern; ``config["dtype"]``.
+- ``metrics["speedup_over_dense"]``: dense median time / this record's median time.
+- ``metrics["model_seconds"]``: the cost model's prediction; ``metrics["floor_seconds"]`` and
+  ``metrics["rsag_seconds"]``: the two reference times of DESIGN 3.7 (lower bound; reduce-scatter +
+  allgather volume) at the calibrated bandwidth.
+- ``metrics["epochs"]``: the apps' per-epoch list of dicts with ``epoch``, ``wall_seconds``
+  (since the start of training) and any of ``loss``, ``train_accuracy``, ``test_accuracy``.
+
+A failed run leaves a record too: ``status == "failed"`` and ``error`` saying what went wrong
+(``sparc-jobs run`` writes one when the launched command exits non-zero or is killed).
+
+Reading: :func:`read_records` parses files of records, reporting every corrupt or partial line
+with its file and line number and skipping it, never averaging it in.
 """
 
 from __future__ import annotations
@@ -21,13 +37,32 @@ import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "summarize", "make_record", "append_record", "capture_environment"]
+__all__ = ["SCHEMA_VERSION", "STATUSES", "RecordError", "RecordProblem", "summarize",
+           "make_record", "append_record", "capture_environment", "read_records",
+           "iter_record_files"]
 
 SCHEMA_VERSION = 1
+STATUSES = ("ok", "failed")
+_REQUIRED = ("schema", "app", "status")
+
+
+class RecordError(ValueError):
+    """A record that does not follow the schema, or a records file that cannot be read."""
+
+
+class RecordProblem(NamedTuple):
+    """One line of a records file that was skipped: where it is and why."""
+
+    path: str
+    line: int
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.reason}"
 
 _PACKAGES = ("sparcml", "numpy", "numba", "mpi4py", "mpich", "scipy", "h5py", "scikit-learn",
              "torch")
@@ -103,7 +138,15 @@ def make_record(app: str, *, config: dict, environment: dict, algorithm: str | N
                 timings: dict | None = None, metrics: dict | None = None,
                 bytes: dict | None = None, status: str = "ok", error: str | None = None
                 ) -> dict[str, Any]:
-    """Build one record of the common schema (see module docstring)."""
+    """Build one record of the common schema (see module docstring).
+
+    ``status`` is ``"ok"`` or ``"failed"``; a failed record must say why (``error``), so a
+    failure can never be mistaken for a measurement. Raises :class:`RecordError` otherwise.
+    """
+    if status not in STATUSES:
+        raise RecordError(f"status must be one of {STATUSES}, got {status!r}")
+    if status == "failed" and not error:
+        raise RecordError("a failed record needs error=... saying what went wrong")
     hosts = environment.get("hosts") or []
     nodes = len(set(hosts)) or 1
     rec: dict[str, Any] = {
@@ -146,3 +189,77 @@ def append_record(path: str | os.PathLike, record: dict) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def iter_record_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
+    """Expand ``paths``: files as given, directories to their ``*.jsonl`` files (recursively,
+    sorted). Raises :class:`RecordError` naming a path that does not exist."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            out.extend(sorted(p.rglob("*.jsonl")))
+        elif p.exists():
+            out.append(p)
+        else:
+            raise RecordError(f"no such records file or directory: {p}")
+    return out
+
+
+def _check_record(obj: Any) -> str | None:
+    """Why ``obj`` is not a record of this schema, or None when it is."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {type(obj).__name__}"
+    missing = [k for k in _REQUIRED if k not in obj]
+    if missing:
+        return f"missing key(s) {', '.join(missing)}"
+    if obj["schema"] != SCHEMA_VERSION:
+        return f"schema version {obj['schema']!r}, this reader knows {SCHEMA_VERSION}"
+    if obj["status"] not in STATUSES:
+        return f"status {obj['status']!r} not in {STATUSES}"
+    if obj["status"] == "failed" and not obj.get("error"):
+        return "failed record without an error message"
+    timings = obj.get("timings", {})
+    if not isinstance(timings, dict) or any(
+            not isinstance(t, dict) or "median" not in t for t in timings.values()):
+        return "timings must map names to summaries with a median"
+    return None
+
+
+def read_records(paths: Iterable[str | os.PathLike], *, strict: bool = False
+                 ) -> tuple[list[dict[str, Any]], list[RecordProblem]]:
+    """Read every record of ``paths`` (files or directories of ``*.jsonl``).
+
+    Returns ``(records, problems)``: the records in file order (each gets ``"_source"``,
+    ``"path:line"``), and one :class:`RecordProblem` per skipped line -- not JSON, cut short (a
+    last line without its newline: the writer died), or not a record of this schema. Blank lines
+    are ignored. With ``strict`` the first problem raises :class:`RecordError` instead.
+    """
+    records: list[dict[str, Any]] = []
+    problems: list[RecordProblem] = []
+    for path in iter_record_files(paths):
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise RecordError(f"cannot read records file {path}: {exc}") from exc
+        lines = data.split(b"\n")
+        for lineno, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
+            partial = lineno == len(lines)  # text after the last newline
+            reason = None
+            try:
+                obj = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+                reason = (f"partial line (no newline at end of file; writer interrupted?): {exc}"
+                          if partial else f"not valid JSON: {exc}")
+            else:
+                reason = _check_record(obj)
+            if reason is not None:
+                problem = RecordProblem(str(path), lineno, reason)
+                if strict:
+                    raise RecordError(str(problem))
+                problems.append(problem)
+                continue
+            obj["_source"] = f"{path}:{lineno}"
+            records.append(obj)
+    return records, problems
