@@ -1,0 +1,306 @@
+"""``sparc-jobs``: submit scaling sweeps of the ``jobs/*.sbatch`` templates, and run one job step
+so that a failure leaves a record.
+
+Subcommands:
+
+``sparc-jobs sweep TEMPLATE --nodes 1 2 4 [--algorithms a,b ...] [-- APP ARGS...]``
+    One ``sbatch`` per (node count, algorithm group): ``--nodes`` is given to sbatch only (the
+    template reads ``SLURM_NNODES`` / ``SLURM_NTASKS``), each ``--algorithms`` value is one group
+    passed on as the app's ``--algorithms``. Prints ``JOBID<TAB>NODES<TAB>ALGORITHMS`` per job
+    (``--dry-run`` prints the shell-quoted commands instead); ``--wait`` then waits for them all.
+
+``sparc-jobs run --output FILE -- COMMAND...``
+    What a template executes: runs COMMAND (usually ``mpiexec ... sparc-bench ...``), passes its
+    output through, forwards SIGTERM/SIGINT/SIGUSR1 (Slurm's warning before the time limit), and
+    when COMMAND exits non-zero, is killed, cannot start, or exits 0 without appending a record to
+    FILE, appends a ``status: "failed"`` record with the error (the last lines of its stderr).
+    Exits with COMMAND's status.
+
+``sparc-jobs wait JOBID...``
+    Polls ``squeue`` until the jobs have left the queue (``sbatch --wait`` polls slowly), then
+    prints each job's final state from ``scontrol``; non-zero exit when one did not complete.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Sequence
+
+from sparcapps.records import append_record, capture_environment, make_record
+
+__all__ = ["SweepJob", "SlurmError", "plan_sweep", "submit", "wait_jobs", "job_states",
+           "run_recorded", "main"]
+
+_JOBID = re.compile(r"^(\d+)(?:;\S+)?$")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or answered something unexpected."""
+
+
+class SweepJob:
+    """One job of a sweep: the sbatch argument list, and what it varies."""
+
+    __slots__ = ("nodes", "algorithms", "argv", "job_id")
+
+    def __init__(self, nodes: int, algorithms: str | None, argv: list[str]):
+        self.nodes, self.algorithms, self.argv = nodes, algorithms, argv
+        self.job_id: str | None = None
+
+    def command(self) -> str:
+        """The job's submission as one shell-quoted line."""
+        return shlex.join(self.argv)
+
+    def __repr__(self) -> str:
+        return f"SweepJob(nodes={self.nodes}, algorithms={self.algorithms!r}, job_id={self.job_id})"
+
+
+def plan_sweep(template: str | os.PathLike, nodes: Sequence[int], *,
+               algorithms: Sequence[str] | None = None, app_args: Sequence[str] = (),
+               sbatch_args: Sequence[str] = (), results: str | os.PathLike | None = None,
+               algorithm_flag: str = "--algorithms", sbatch: str = "sbatch") -> list[SweepJob]:
+    """The ``sbatch`` command of each (node count, algorithm group) of the grid, not submitted.
+
+    ``app_args`` follow the template (for ``jobs/app.sbatch`` they start with the app's CLI); the
+    algorithm group comes last as ``algorithm_flag GROUP``. With ``results`` the job's Slurm log
+    goes to ``RESULTS/%x-%j.out``. Raises ValueError for an empty or non-positive grid.
+    """
+    template = Path(template)
+    if not template.is_file():
+        raise ValueError(f"no such sbatch template: {template}")
+    if not nodes or any(int(n) < 1 for n in nodes):
+        raise ValueError(f"--nodes needs positive node counts, got {list(nodes)}")
+    groups: list[str | None] = list(algorithms) if algorithms else [None]
+    stem = template.name.removesuffix(".sbatch")
+    jobs = []
+    for n in nodes:
+        for group in groups:
+            tag = f"n{int(n)}" + (f"-{re.sub(r'[^A-Za-z0-9_.-]+', '+', group)}" if group else "")
+            argv = [sbatch, "--parsable", f"--nodes={int(n)}", f"--job-name={stem}-{tag}"]
+            if results is not None:
+                argv.append(f"--output={Path(results) / '%x-%j.out'}")
+            argv += [*sbatch_args, str(template), *app_args]
+            if group:
+                argv += [algorithm_flag, group]
+            jobs.append(SweepJob(int(n), group, argv))
+    return jobs
+
+
+def submit(jobs: Sequence[SweepJob], *, env: dict | None = None) -> list[SweepJob]:
+    """Run each job's sbatch command; sets ``job_id``. Raises SlurmError with sbatch's message."""
+    for job in jobs:
+        proc = subprocess.run(job.argv, capture_output=True, text=True, env=env, timeout=60)
+        match = _JOBID.match(proc.stdout.strip())
+        if proc.returncode != 0 or not match:
+            raise SlurmError(f"sbatch failed (exit {proc.returncode}) for: {job.command()}\n"
+                             f"{proc.stderr.strip() or proc.stdout.strip()}")
+        job.job_id = match.group(1)
+    return list(jobs)
+
+
+def job_states(job_ids: Sequence[str]) -> dict[str, str]:
+    """Final (or current) state of each job, from ``scontrol show job`` (no accounting needed).
+
+    Jobs Slurm has forgotten (older than MinJobAge) map to ``"UNKNOWN"``.
+    """
+    states = {}
+    for jid in job_ids:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", str(jid)], capture_output=True,
+                              text=True, timeout=30)
+        m = re.search(r"\bJobState=(\S+)", proc.stdout)
+        states[str(jid)] = m.group(1) if m else "UNKNOWN"
+    return states
+
+
+def wait_jobs(job_ids: Sequence[str], *, timeout: float = 3600, poll: float = 0.5
+              ) -> dict[str, str]:
+    """Block until none of ``job_ids`` is pending or running; return :func:`job_states`.
+
+    Raises TimeoutError (naming the jobs still queued) after ``timeout`` seconds.
+    """
+    ids = [str(j) for j in job_ids]
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)],
+                              capture_output=True, text=True, timeout=30)
+        queued = set(proc.stdout.split()) & set(ids) if proc.returncode == 0 else set()
+        if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
+            raise SlurmError(f"squeue failed: {proc.stderr.strip()}")
+        if not queued:
+            return job_states(ids)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"jobs still queued after {timeout:.0f}s: {sorted(queued)}")
+        time.sleep(poll)
+
+
+def _ntasks_from(command: Sequence[str]) -> int:
+    """P for a failure record: SLURM_NTASKS, else mpiexec's ``-n``/``-np``, else 1."""
+    if os.environ.get("SLURM_NTASKS", "").isdigit():
+        return int(os.environ["SLURM_NTASKS"])
+    for flag, value in zip(command, command[1:]):
+        if flag in ("-n", "-np") and value.isdigit():
+            return int(value)
+    return 1
+
+
+def _app_from(command: Sequence[str]) -> str:
+    for word in command:
+        base = os.path.basename(word)
+        if base.startswith("sparc-"):
+            return base
+    return os.path.basename(command[0]) if command else "unknown"
+
+
+def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str | None = None,
+                 tail_lines: int = 30) -> int:
+    """Run ``command``; on failure append a ``status: "failed"`` record to ``output``.
+
+    Failure: a non-zero exit or a signal, a command that cannot be started (exit 127), or an exit
+    0 that added nothing to ``output``. The record's ``error`` names the command, the exit status
+    and the last ``tail_lines`` lines of its stderr; ``config`` holds the command line. Returns the
+    exit status to pass on (negative signal numbers become 128 + signal, as in a shell).
+    """
+    command = list(command)
+    if not command:
+        raise ValueError("sparc-jobs run: no command given after --")
+    output = Path(output)
+    size_before = output.stat().st_size if output.exists() else 0
+    tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+    signalled: list[int] = []
+    try:
+        proc = subprocess.Popen(command, stderr=subprocess.PIPE)
+    except OSError as exc:
+        rc, error = 127, f"cannot start {shlex.join(command)}: {exc}"
+    else:
+        def forward(signum, _frame):
+            signalled.append(signum)
+            proc.send_signal(signum)
+
+        old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT,
+                                                      signal.SIGUSR1)}
+
+        def pump():
+            for raw in proc.stderr:
+                sys.stderr.buffer.write(raw)
+                sys.stderr.buffer.flush()
+                tail.append(raw.decode(errors="replace").rstrip("\n"))
+
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            rc = proc.wait()
+        finally:
+            reader.join(timeout=10)
+            for s, handler in old.items():
+                signal.signal(s, handler)
+        if rc < 0:
+            rc = 128 - rc
+        if rc != 0:
+            how = f"exited with status {rc}"
+            if signalled:
+                how += f" after {signal.Signals(signalled[0]).name} (time limit or scancel?)"
+            error = f"{shlex.join(command)} {how}"
+        elif (output.stat().st_size if output.exists() else 0) == size_before:
+            rc, error = 1, f"{shlex.join(command)} exited 0 but appended no record to {output}"
+        else:
+            return 0
+    if tail:
+        error += "\n--- last lines of stderr\n" + "\n".join(tail)
+    record = make_record(app or _app_from(command), config={"command": command, "exit_code": rc},
+                         environment=capture_environment(None), P=_ntasks_from(command),
+                         status="failed", error=error)
+    append_record(output, record)
+    print(f"sparc-jobs run: failure recorded in {output}", file=sys.stderr)
+    return rc
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="sparc-jobs", description="Submit sweeps of the jobs/*.sbatch templates; run a job "
+        "step so that a failure leaves a record. Arguments after -- go to the template (sweep) "
+        "or are the command (run).")
+    sub = p.add_subparsers(dest="cmd", required=True)
+
+    s = sub.add_parser("sweep", help="submit a grid of node counts x algorithm groups",
+                       description="Submit TEMPLATE once per node count and algorithm group. "
+                                   "Arguments after -- go to the template (the app's options).")
+    s.add_argument("template", help="an sbatch template, e.g. jobs/bench-strong.sbatch")
+    s.add_argument("--nodes", type=int, nargs="+", required=True, metavar="N",
+                   help="node counts (each given to sbatch --nodes, nowhere else)")
+    s.add_argument("--algorithms", action="append", metavar="A[,B...]",
+                   help="one algorithm group per job; repeat for more groups (default: the "
+                        "app's own default, one job per node count)")
+    s.add_argument("--algorithm-flag", default="--algorithms",
+                   help="the app's option taking the group (default --algorithms)")
+    s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
+                   help="extra sbatch option, e.g. --sbatch-arg=--partition=debug (repeatable)")
+    s.add_argument("--results", default=None,
+                   help="results root, exported to the jobs as SPARC_RESULTS (default: the "
+                        "template's ./results); Slurm logs go there too")
+    s.add_argument("--dry-run", action="store_true", help="print the sbatch commands only")
+    s.add_argument("--wait", action="store_true", help="wait for the jobs and print their states")
+    s.add_argument("--timeout", type=float, default=24 * 3600, help="for --wait, seconds")
+
+    r = sub.add_parser("run", help="run a command; a failure appends a failed record")
+    r.add_argument("--output", required=True, help="the records file the command appends to")
+    r.add_argument("--app", default=None, help="app name for the failure record")
+
+    w = sub.add_parser("wait", help="wait for Slurm jobs to leave the queue")
+    w.add_argument("job_ids", nargs="+")
+    w.add_argument("--timeout", type=float, default=24 * 3600)
+    return p
+
+
+def _print_states(states: dict[str, str]) -> int:
+    for jid, state in states.items():
+        print(f"{jid}\t{state}")
+    return 0 if all(s == "COMPLETED" for s in states.values()) else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, rest = argv[:cut], argv[cut + 1:]
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd == "run":
+            return run_recorded(rest, args.output, app=args.app)
+        if args.cmd == "wait":
+            return _print_states(wait_jobs(args.job_ids, timeout=args.timeout))
+        jobs = plan_sweep(args.template, args.nodes, algorithms=args.algorithms,
+                          app_args=rest, sbatch_args=args.sbatch_arg,
+                          results=args.results, algorithm_flag=args.algorithm_flag)
+        env = dict(os.environ)
+        prefix = ""
+        if args.results is not None:
+            Path(args.results).mkdir(parents=True, exist_ok=True)
+            env["SPARC_RESULTS"] = str(args.results)
+            prefix = f"SPARC_RESULTS={shlex.quote(str(args.results))} "
+        if args.dry_run:
+            for job in jobs:
+                print(prefix + job.command())
+            return 0
+        for job in submit(jobs, env=env):
+            print(f"{job.job_id}\t{job.nodes}\t{job.algorithms or '-'}", flush=True)
+        if args.wait:
+            return _print_states(wait_jobs([j.job_id for j in jobs], timeout=args.timeout))
+        return 0
+    except (ValueError, SlurmError, TimeoutError) as exc:
+        print(f"sparc-jobs: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
