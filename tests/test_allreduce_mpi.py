@@ -1,0 +1,33 @@
+"""Multi-rank tests of sparcml.allreduce: one mpiexec job per process count, many cases each."""
+
+import sys
+
+import pytest
+
+from mpirun import REPO, run_mpi
+
+CASES = REPO / "tests" / "mpi_cases"
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 7, 8])
+def test_every_algorithm_equals_the_dense_sum(nprocs):
+    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
+                                 str(CASES / "allreduce_matrix.py")], timeout=300)
+    assert "CASES 864 OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("nprocs", [2, 3, 5])
+def test_bad_input_raises_the_same_error_on_every_rank(nprocs):
+    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "bad_input.py")],
+                   timeout=180)
+    assert "BAD-INPUT 45 OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("launcher", [["-m", "mpi4py"], []], ids=["python-m-mpi4py", "wrapper"])
+def test_an_uncaught_error_on_one_rank_ends_the_job(launcher):
+    script = str(CASES / "uncaught.py")
+    args = [sys.executable, *launcher, script] + ([] if launcher else ["wrapper"])
+    proc = run_mpi(3, args=args, timeout=60, check=False)
+    assert proc.returncode != 0
+    assert "UNREACHABLE" not in proc.stdout
+    assert "unsorted index 1 at position 1" in proc.stderr
