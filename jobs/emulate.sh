@@ -12,7 +12,8 @@
 # "host" (all on loopback), and each rank moves into its node's namespace, so ranks of different
 # nodes talk only over the shaped links; ranks of one node share memory, as on a real node.
 # The network is torn down when the command ends, fails or is interrupted. Exit status: the
-# command's. MPIEXEC overrides the launcher path (default: the mpiexec on PATH).
+# command's. The command sees SPARC_EMULATED_NET (e.g. 4x1gbit,ppn=1; result records carry it in
+# environment.emulated_network) and host names NAME-n<i>. MPIEXEC overrides the launcher path (default: the mpiexec on PATH).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -48,6 +49,7 @@ bash "$here/emulated-net.sh" up "$name" "$nodes" "$rate" >/dev/null
 hosts="$(seq -s, -f '127.0.0.%g' 1 "$nodes")"
 echo "emulate: $nodes nodes x $ppn ranks, links $rate, namespaces $name-n0..$((nodes - 1))" >&2
 set +e
+SPARC_EMULATED_NET="${nodes}x${rate},ppn=$ppn" \
 MPIR_CVAR_CH4_NETMOD=ofi FI_PROVIDER=tcp SPARC_NETNS_NAME="$name" SPARC_NETNS_PPN="$ppn" \
     "$mpiexec" -launcher fork -hosts "$hosts" -ppn "$ppn" -n $((nodes * ppn)) \
     bash "$here/netns-rank.sh" "$@"

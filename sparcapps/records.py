@@ -99,7 +99,8 @@ def _git_commit() -> str | None:
 
 
 def capture_environment(comm=None) -> dict[str, Any]:
-    """Package versions, MPI library, hosts, CPU model, git commit, Slurm job id, command line.
+    """Package versions, MPI library, hosts, CPU model, git commit, Slurm job id, command line,
+    and the emulated network (``jobs/emulate.sh``) when there is one.
 
     Collective when ``comm`` is given (every rank must call; host names are gathered).
     """
@@ -121,6 +122,8 @@ def capture_environment(comm=None) -> dict[str, Any]:
                                              "SLURM_NNODES", "SLURM_NTASKS", "SLURM_CLUSTER_NAME")
                   if k in os.environ},
     }
+    if os.environ.get("SPARC_EMULATED_NET"):  # set by jobs/emulate.sh
+        env["emulated_network"] = os.environ["SPARC_EMULATED_NET"]
     host = socket.gethostname()
     if comm is not None:
         from mpi4py import MPI

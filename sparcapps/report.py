@@ -64,6 +64,12 @@ def _timing(rec: dict) -> tuple[str, dict] | None:
     return None
 
 
+def _sent(rec: dict) -> Any:
+    """Bytes sent per rank: ``sent_per_rank``, else the slowest rank's ``sent_per_rank_max``."""
+    b = rec.get("bytes") or {}
+    return b.get("sent_per_rank", b.get("sent_per_rank_max"))
+
+
 def rerun_command(rec: dict) -> str:
     """The command line that reproduces ``rec``: ``mpiexec -n P`` + the recorded argv."""
     env = rec.get("environment") or {}
@@ -85,7 +91,7 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
     """One row per ok record with an ``allreduce`` timing: the values the tables and plots show.
 
     Keys: source, P, nodes, N, density, pattern, dtype, algorithm, median, q25, q75, n, speedup,
-    sent_per_rank, model_seconds, rsag_seconds, floor_seconds, command.
+    sent_per_rank (bytes sent per rank, the maximum over ranks when recorded so), model_seconds, rsag_seconds, floor_seconds, command.
     """
     recs = [r for r in records if r.get("status") == "ok"
             and "allreduce" in (r.get("timings") or {})]
@@ -105,7 +111,7 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
             "density": r.get("density"), "pattern": _field(r, "pattern"),
             "dtype": _field(r, "dtype"), "algorithm": r.get("algorithm"),
             "median": t["median"], "q25": t.get("q25"), "q75": t.get("q75"), "n": t.get("n"),
-            "speedup": speedup, "sent_per_rank": (r.get("bytes") or {}).get("sent_per_rank"),
+            "speedup": speedup, "sent_per_rank": _sent(r),
             **{k: (r.get("metrics") or {}).get(k) for k, _, _ in _REFERENCES},
             "command": rerun_command(r)})
     rows.sort(key=lambda x: tuple((v is None, v if v is not None else 0) for v in
@@ -329,6 +335,7 @@ def _environment_section(doc: _Doc, records) -> None:
                 "cpu": f"{env.get('cpu')} ({env.get('cpus')} cpus)",
                 "mpi": mpi[0] if mpi else None, "git commit": env.get("git_commit"),
                 "hosts": ",".join(sorted(set(env.get("hosts") or []))),
+                "emulated network": env.get("emulated_network"),
                 "packages": " ".join(f"{k}=={v}" for k, v in
                                      sorted((env.get("packages") or {}).items()))}
         key = repr(sorted(desc.items()))

@@ -1,0 +1,115 @@
+"""Integration: the emulated cluster network (jobs/emulate.sh): namespaces, bridge, tc tbf.
+
+Checks that the shaping holds (a dense Allreduce takes about its bandwidth bound), that
+sparc-bench runs on it with one host name per emulated node, and that teardown always runs.
+Needs root and ``ip netns``; skipped with the reason otherwise.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sparcapps.records import read_records
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+EMULATE = REPO / "jobs" / "emulate.sh"
+ALLREDUCE = """
+import json, sys, time
+import numpy as np
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+x = np.ones(int(sys.argv[1]) // 4, np.float32)
+y = np.empty_like(x)
+comm.Allreduce(x, y)
+times = []
+for _ in range(3):
+    comm.Barrier()
+    t = time.perf_counter()
+    comm.Allreduce(x, y)
+    times.append(comm.allreduce(time.perf_counter() - t, op=MPI.MAX))
+assert y[0] == comm.size
+if comm.rank == 0:
+    print(json.dumps({"P": comm.size, "median": sorted(times)[1]}))
+"""
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "needs root for network namespaces"
+    if shutil.which("ip") is None or shutil.which("tc") is None:
+        return "iproute2 (ip, tc) not installed"
+    probe = f"sparcprobe{uuid.uuid4().hex[:6]}"
+    made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"'ip netns add' not permitted here: {made.stderr.strip()}"
+    subprocess.run(["ip", "netns", "del", probe])
+    return None
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _needs_namespaces():
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+
+
+def _env():
+    return {**os.environ, "PATH": f"{BIN}:{os.environ.get('PATH', '')}", "PYTHONUNBUFFERED": "1"}
+
+
+def _our_namespaces():
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in out.splitlines() if re.match(r"sparc\d+-", line)}
+
+
+def _emulate(spec, *cmd, timeout=180):
+    return subprocess.run(["bash", str(EMULATE), spec, "--", *cmd], env=_env(), cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_shaping_bounds_dense_allreduce(tmp_path):
+    before = _our_namespaces()
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    nbytes, rate = 4 << 20, 100e6
+    out = _emulate("2x100mbit", str(BIN / "python"), str(script), str(nbytes))
+    assert out.returncode == 0, out.stdout + out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    P = result["P"]
+    bound = 2 * (P - 1) / P * nbytes * 8 / rate  # ring/Rabenseifner volume over one link
+    # at least the bound (the links are shaped; loopback would take ~1/100 of it), and close
+    assert 0.85 * bound < result["median"] < 1.5 * bound, (result, bound)
+    assert _our_namespaces() == before
+
+
+def test_sparc_bench_on_emulated_nodes(tmp_path):
+    before = _our_namespaces()
+    out_file = tmp_path / "r.jsonl"
+    out = _emulate("2x1gbit", "sparc-bench", "--N", "4096", "--density", "0.01", "--reps", "2",
+                   "--warmup", "1", "--algorithms", "ssar_split_allgather",
+                   "--output", str(out_file))
+    assert out.returncode == 0, out.stdout + out.stderr
+    recs, problems = read_records([out_file])
+    assert problems == [] and len(recs) == 2
+    for r in recs:
+        assert (r["P"], r["nodes"], r["ranks_per_node"]) == (2, 2, 1)
+        assert r["environment"]["emulated_network"] == "2x1gbit,ppn=1"
+        assert len(set(r["environment"]["hosts"])) == 2
+    assert _our_namespaces() == before
+
+
+def test_teardown_after_failure_and_bad_spec():
+    before = _our_namespaces()
+    out = _emulate("2x100mbit", "false")
+    assert out.returncode != 0
+    assert _our_namespaces() == before
+    bad = _emulate("4xfast", "true")
+    assert bad.returncode == 2 and "expected NODESxRATE" in bad.stderr

@@ -1,0 +1,123 @@
+"""Integration: the sbatch templates under a real single-node Slurm (jobs/slurm-local-up.sh).
+
+Brings up slurmctld + slurmd + munge (installing them with apt when missing), submits each
+microbenchmark template through ``sparc-jobs sweep`` at tiny sizes, one job that must fail, waits,
+and checks the records. Needs root; skipped with the reason otherwise.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sparcapps.jobs import plan_sweep
+from sparcapps.records import read_records
+from sparcapps.report import build_report
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TINY = ["--N", "2048", "--density", "0.01", "--reps", "2", "--warmup", "1"]
+
+
+def test_plan_sweep_quotes_and_grid(tmp_path):
+    jobs = plan_sweep(REPO / "jobs" / "bench-strong.sbatch", [1, 4],
+                      algorithms=["dense,allgather", "ssar_split_allgather"],
+                      app_args=["--density", "0.001 0.01"], sbatch_args=["--partition=x y"],
+                      results=tmp_path)
+    assert [(j.nodes, j.algorithms) for j in jobs] == [
+        (1, "dense,allgather"), (1, "ssar_split_allgather"),
+        (4, "dense,allgather"), (4, "ssar_split_allgather")]
+    argv = jobs[2].argv
+    assert argv[:4] == ["sbatch", "--parsable", "--nodes=4",
+                        "--job-name=bench-strong-n4-dense+allgather"]
+    assert sum(a.startswith("--nodes") for a in argv) == 1  # the node count appears once
+    assert argv[-2:] == ["--algorithms", "dense,allgather"]
+    assert "'--partition=x y'" in jobs[2].command() and "'0.001 0.01'" in jobs[2].command()
+    with pytest.raises(ValueError, match="positive node counts"):
+        plan_sweep(REPO / "jobs" / "bench-strong.sbatch", [0])
+    with pytest.raises(ValueError, match="no such sbatch template"):
+        plan_sweep(tmp_path / "nope.sbatch", [1])
+
+
+def _skip_reason():
+    if os.geteuid() != 0:
+        return "needs root to install and start Slurm daemons"
+    if not (shutil.which("slurmctld") or shutil.which("apt-get")):
+        return "no Slurm and no apt-get to install it"
+    return None
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    state = tmp_path_factory.mktemp("slurm")
+    env = {**os.environ, "SPARC_SLURM_DIR": str(state), "SPARC_SLURM_CTLD_PORT": "16817",
+           "SPARC_SLURM_SLURMD_PORT": "16818", "SLURM_CONF": str(state / "slurm.conf"),
+           "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    up = subprocess.run(["bash", str(REPO / "jobs" / "slurm-local-up.sh")], env=env,
+                        capture_output=True, text=True, timeout=300)
+    try:
+        assert up.returncode == 0, f"slurm-local-up.sh failed:\n{up.stdout}\n{up.stderr}"
+        yield env
+    finally:
+        subprocess.run(["bash", str(REPO / "jobs" / "slurm-local-down.sh")], env=env,
+                       timeout=120)
+
+
+def _sweep(env, template, *args, app_args=()):
+    cmd = [str(BIN / "sparc-jobs"), "sweep", str(REPO / "jobs" / template), "--nodes", "1",
+           "--sbatch-arg=--ntasks-per-node=2", "--sbatch-arg=--time=5", *args, "--", *app_args]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.returncode == 0, out.stderr
+    return [line.split("\t") for line in out.stdout.splitlines()]
+
+
+def test_templates_under_slurm(slurm, tmp_path):
+    res = tmp_path / "results"
+    env = {**slurm, "SPARC_N_PER_RANK": "1024"}
+    strong = _sweep(env, "bench-strong.sbatch", "--results", str(res),
+                    "--algorithms", "allgather", "--algorithms", "ssar_split_allgather",
+                    app_args=TINY)
+    weak = _sweep(env, "bench-weak.sbatch", "--results", str(res), "--algorithms",
+                  "dsar_split_allgather", app_args=TINY[2:])
+    app = _sweep(env, "app.sbatch", "--results", str(res), app_args=["sparc-bench", *TINY,
+                                                                     "--algorithms", "dense"])
+    bad = _sweep(env, "app.sbatch", "--results", str(res),
+                 app_args=["sparc-bench", *TINY, "--algorithms", "no_such_algorithm"])
+    assert [row[1:] for row in strong] == [["1", "allgather"], ["1", "ssar_split_allgather"]]
+    ids = [row[0] for row in strong + weak + app + bad]
+    wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "240", *ids], env=env,
+                          capture_output=True, text=True, timeout=300)
+    states = dict(line.split("\t") for line in wait.stdout.splitlines())
+    logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in res.glob("*.out"))
+    assert states == {**{i: "COMPLETED" for i in ids[:-1]}, ids[-1]: "FAILED"}, logs
+
+    def records(job_id):
+        (path,) = res.glob(f"*-{job_id}/records.jsonl")
+        recs, problems = read_records([path])
+        assert problems == [], problems
+        for r in recs:
+            assert r["environment"]["slurm"]["SLURM_JOB_ID"] == job_id
+        return recs
+
+    for (jid, _, alg) in strong:
+        recs = records(jid)
+        assert [(r["status"], r["algorithm"], r["P"], r["N"]) for r in recs] == [
+            ("ok", "dense", 2, 2048), ("ok", alg, 2, 2048)]
+        assert recs[1]["timings"]["allreduce"]["median"] > 0
+    weak_recs = records(weak[0][0])
+    assert {(r["algorithm"], r["N"]) for r in weak_recs} == {("dense", 2048),
+                                                              ("dsar_split_allgather", 2048)}
+    assert [r["algorithm"] for r in records(app[0][0])] == ["dense"]
+    (failed,) = records(bad[0][0])
+    assert failed["status"] == "failed" and failed["P"] == 2
+    assert "no_such_algorithm" in failed["error"] and "exited with status" in failed["error"]
+
+    md, problems = build_report([res], tmp_path / "report")
+    text = md.read_text()
+    assert problems == [] and "## Failed runs" in text and text.count(".png)") >= 2
