@@ -1,0 +1,136 @@
+"""The data set catalog (``datasets/catalog.toml``) and the data home.
+
+Data home (where fetched and converted files go), first that applies: an explicit argument
+(CLI ``--data-home``), the environment variable ``SPARCML_DATA_HOME``, the ``datasets/``
+directory of the source checkout, ``~/.cache/sparcml``. Each data set's files go to
+``DATA_HOME/NAME/``.
+
+Catalog file, first that applies: an explicit argument (CLI ``--catalog``), the environment
+variable ``SPARCML_CATALOG``, ``datasets/catalog.toml`` of the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import CatalogError, UnknownDatasetError
+
+__all__ = ["DatasetInfo", "FileEntry", "load_catalog", "get_dataset", "data_home",
+           "catalog_path", "HASH_ALGORITHMS"]
+
+HASH_ALGORITHMS = ("sha256", "md5")
+_CHECKOUT_DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One downloadable file of a data set."""
+
+    url: str
+    filename: str
+    split: str = "all"
+    format: str = "libsvm"
+    size: int | None = None
+    hash: str = ""          # "sha256:HEX", "md5:HEX" or "" (unknown)
+
+    @property
+    def hash_algorithm(self) -> str | None:
+        return self.hash.split(":", 1)[0] if self.hash else None
+
+    @property
+    def hash_value(self) -> str | None:
+        return self.hash.split(":", 1)[1].lower() if self.hash else None
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A catalog entry."""
+
+    name: str
+    title: str
+    task: str
+    rows: int | None = None
+    features: int | None = None
+    nnz: int | None = None
+    nnz_note: str = ""
+    synth: str | None = None
+    license: str = ""
+    files: tuple[FileEntry, ...] = field(default_factory=tuple)
+
+
+def catalog_path(path: str | Path | None = None) -> Path:
+    """The catalog file to use (see the module docstring)."""
+    if path is None:
+        path = os.environ.get("SPARCML_CATALOG") or _CHECKOUT_DATASETS / "catalog.toml"
+    return Path(path)
+
+
+def data_home(path: str | Path | None = None) -> Path:
+    """The data home (see the module docstring); not created here."""
+    if path is not None:
+        return Path(path)
+    env = os.environ.get("SPARCML_DATA_HOME")
+    if env:
+        return Path(env)
+    if (_CHECKOUT_DATASETS / "catalog.toml").is_file():
+        return _CHECKOUT_DATASETS
+    return Path.home() / ".cache" / "sparcml"
+
+
+def _file_entry(name: str, raw: dict) -> FileEntry:
+    try:
+        entry = FileEntry(url=str(raw["url"]), filename=str(raw["filename"]),
+                          split=str(raw.get("split", "all")),
+                          format=str(raw.get("format", "libsvm")),
+                          size=int(raw["size"]) if raw.get("size") else None,
+                          hash=str(raw.get("hash", "")).strip())
+    except KeyError as exc:
+        raise CatalogError(f"data set {name!r}: file entry lacks {exc.args[0]!r}") from None
+    if "/" in entry.filename or entry.filename.startswith("."):
+        raise CatalogError(f"data set {name!r}: filename must be a plain name, "
+                           f"got {entry.filename!r}")
+    if entry.hash:
+        algo, _, value = entry.hash.partition(":")
+        if algo not in HASH_ALGORITHMS or not value or any(
+                c not in "0123456789abcdefABCDEF" for c in value):
+            raise CatalogError(f"data set {name!r}, file {entry.filename}: hash must be "
+                               f"'sha256:HEX' or 'md5:HEX', got {entry.hash!r}")
+    return entry
+
+
+def load_catalog(path: str | Path | None = None) -> dict[str, DatasetInfo]:
+    """Read the catalog: ``{name: DatasetInfo}`` in file order."""
+    p = catalog_path(path)
+    try:
+        with open(p, "rb") as fh:
+            raw = tomllib.load(fh)
+    except FileNotFoundError:
+        raise CatalogError(f"catalog {p} not found; pass --catalog PATH or set "
+                           "SPARCML_CATALOG") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CatalogError(f"catalog {p}: {exc}") from None
+    out: dict[str, DatasetInfo] = {}
+    for name, d in raw.get("datasets", {}).items():
+        try:
+            out[name] = DatasetInfo(
+                name=name, title=str(d.get("title", name)), task=str(d["task"]),
+                rows=d.get("rows"), features=d.get("features"), nnz=d.get("nnz"),
+                nnz_note=str(d.get("nnz_note", "")), synth=d.get("synth"),
+                license=str(d.get("license", "")),
+                files=tuple(_file_entry(name, f) for f in d.get("files", [])))
+        except KeyError as exc:
+            raise CatalogError(f"catalog {p}: data set {name!r} lacks {exc.args[0]!r}") from None
+    return out
+
+
+def get_dataset(name: str, catalog: str | Path | dict | None = None) -> DatasetInfo:
+    """The catalog entry ``name``; :class:`UnknownDatasetError` lists the known names."""
+    cat = catalog if isinstance(catalog, dict) else load_catalog(catalog)
+    try:
+        return cat[name]
+    except KeyError:
+        raise UnknownDatasetError(f"unknown data set {name!r}; known: "
+                                  f"{', '.join(cat) or '(none)'}") from None

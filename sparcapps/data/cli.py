@@ -1,0 +1,283 @@
+"""``sparc-data``: list, fetch, convert, synthesize and inspect data sets.
+
+    sparc-data list
+    sparc-data fetch url
+    sparc-data convert url                          # fetched files -> DATA_HOME/url/*.h5
+    sparc-data convert data.svm.bz2 -o data.h5 [--features N] [--index-base auto|0|1]
+    sparc-data synth url --scale 0.01 -o url-1pct.h5
+    sparc-data synth --rows 10000 --features 100000 --nnz-per-row 50 -o small.svm
+    sparc-data info data.h5
+
+Errors of the data (bad input, hash mismatch, interrupted download) print one line
+``sparc-data: error: ...`` and exit with status 1; usage errors exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+_COMPRESSED = (".bz2", ".xz", ".gz", ".lzma")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data-home", metavar="DIR",
+                   help="where fetched and converted files go (default: $SPARCML_DATA_HOME, "
+                        "else datasets/ of the checkout)")
+    p.add_argument("--catalog", metavar="TOML",
+                   help="catalog file (default: $SPARCML_CATALOG, else datasets/catalog.toml)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparc-data", description="Data sets for SparCML: catalog, verified fetch, "
+        "LIBSVM to HDF5 conversion, synthetic twins.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("list", help="list the catalog and what is present locally")
+    _add_common(p)
+
+    p = sub.add_parser("fetch", help="download a data set (resumes, verifies the hash)")
+    p.add_argument("name")
+    p.add_argument("--split", action="append", help="only files of this split (repeatable)")
+    p.add_argument("--retries", type=int, default=3,
+                   help="reconnect this often after a dropped connection (default 3)")
+    p.add_argument("--timeout", type=float, default=60.0, help="socket timeout, seconds")
+    p.add_argument("--no-progress", action="store_true")
+    _add_common(p)
+
+    p = sub.add_parser("convert", help="LIBSVM text (plain/.gz/.bz2/.xz) to HDF5 CSR")
+    p.add_argument("src", help="a LIBSVM file, or a catalog name (converts its fetched files)")
+    p.add_argument("-o", "--output", help="output .h5 (required for a file source)")
+    p.add_argument("--features", type=int, help="declared feature count; larger index = error")
+    p.add_argument("--index-base", choices=("auto", "0", "1"), default="auto")
+    p.add_argument("--task", choices=("auto", "binary", "multiclass", "regression"),
+                   default="auto")
+    p.add_argument("--chunk-mb", type=float, default=16.0,
+                   help="MiB of text parsed at a time (bounds memory; default 16)")
+    p.add_argument("--compression", choices=("gzip", "lzf", "none"), default="gzip")
+    p.add_argument("--compression-level", type=int, default=1)
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
+    p.add_argument("--no-progress", action="store_true")
+    _add_common(p)
+
+    p = sub.add_parser("synth", help="write a synthetic twin (HDF5, or LIBSVM by suffix)")
+    p.add_argument("name", nargs="?",
+                   help="catalog name (url, webspam) or preset (url_like, webspam_like); "
+                        "omit for a custom set given by --rows/--features/--nnz-per-row")
+    p.add_argument("-o", "--output", required=True,
+                   help="output: .h5/.hdf5 for HDF5, else LIBSVM text (.bz2/.xz/.gz compress)")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--rows", type=int, help="number of rows")
+    size.add_argument("--scale", type=float,
+                      help="fraction of the catalog's row count (default 0.01)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--features", type=int, help="override the feature count")
+    p.add_argument("--nnz-per-row", type=float, help="mean nonzeros per row")
+    p.add_argument("--zipf", type=float, help="power-law exponent of feature frequencies")
+    p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
+    _add_common(p)
+
+    p = sub.add_parser("info", help="statistics of an HDF5 file (or a catalog entry)")
+    p.add_argument("target", help="an .h5 file or a catalog name")
+    _add_common(p)
+    return parser
+
+
+def _fmt(n) -> str:
+    return "?" if n is None else f"{n:,}"
+
+
+def _cmd_list(args) -> int:
+    from .catalog import data_home, load_catalog
+    cat = load_catalog(args.catalog)
+    home = data_home(args.data_home)
+    print(f"{'name':<15}{'task':<22}{'rows':>12}{'features':>13}{'nnz':>15}  local")
+    for name, d in cat.items():
+        have = [f.filename for f in d.files if (home / name / f.filename).exists()]
+        h5 = sorted(p.name for p in (home / name).glob("*.h5")) if (home / name).is_dir() else []
+        state = ("fetched" if len(have) == len(d.files) else
+                 f"{len(have)}/{len(d.files)} files" if have else "-")
+        if h5:
+            state += ", converted: " + " ".join(h5)
+        print(f"{name:<15}{d.task:<22}{_fmt(d.rows):>12}{_fmt(d.features):>13}"
+              f"{_fmt(d.nnz):>15}  {state}")
+    print(f"data home: {home}")
+    return 0
+
+
+def _cmd_fetch(args) -> int:
+    from .fetch import fetch
+    paths = fetch(args.name, data_home=args.data_home, catalog=args.catalog,
+                  splits=tuple(args.split) if args.split else None, retries=args.retries,
+                  timeout=args.timeout, progress=None if not args.no_progress else False)
+    for p in paths:
+        print(p)
+    return 0
+
+
+def _strip_compression(name: str) -> str:
+    for ext in _COMPRESSED:
+        if name.endswith(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def _cmd_convert(args) -> int:
+    from .catalog import data_home, load_catalog
+    from .convert import convert_libsvm
+    progress = not args.no_progress and sys.stderr.isatty()
+    kw = dict(index_base=args.index_base if args.index_base == "auto" else int(args.index_base),
+              task=args.task, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))),
+              compression=args.compression, compression_level=args.compression_level,
+              overwrite=args.force, progress=progress)
+    src = Path(args.src)
+    jobs: list[tuple[Path, Path, int | None]] = []
+    if src.is_file():
+        if not args.output:
+            raise SystemExit("sparc-data convert: -o/--output is required for a file source")
+        jobs.append((src, Path(args.output), args.features))
+    else:
+        cat = load_catalog(args.catalog)
+        if args.src not in cat:
+            raise SystemExit(f"sparc-data convert: {args.src} is neither a file nor a catalog "
+                             f"name (known: {', '.join(cat)})")
+        d = cat[args.src]
+        home = data_home(args.data_home) / d.name
+        for f in d.files:
+            if f.format != "libsvm":
+                continue
+            path = home / f.filename
+            if not path.exists():
+                raise SystemExit(f"sparc-data convert: {path} missing; run "
+                                 f"`sparc-data fetch {d.name}` first")
+            out = home / (_strip_compression(f.filename) + ".h5")
+            jobs.append((path, out, args.features or d.features))
+        if not jobs:
+            raise SystemExit(f"sparc-data convert: {d.name} has no LIBSVM files")
+    for path, out, nf in jobs:
+        r = convert_libsvm(path, out, n_features=nf, **kw)
+        mb = r.text_bytes / 1e6
+        print(f"{out}: {r.n_rows:,} rows, {r.n_features:,} features, {r.nnz:,} nonzeros, "
+              f"task {r.task}, {r.index_base}-based source; {mb:.1f} MB of text in "
+              f"{r.seconds:.1f} s ({mb / max(r.seconds, 1e-9):.1f} MB/s)")
+    return 0
+
+
+def _cmd_synth(args) -> int:
+    from .catalog import load_catalog
+    from .synth import PRESETS, URL_LIKE, SynthSpec, make_like
+    rows_full = None
+    if args.name is None:
+        if args.rows is None or args.features is None or args.nnz_per_row is None:
+            raise SystemExit("sparc-data synth: without a NAME give --rows, --features and "
+                             "--nnz-per-row")
+        spec = SynthSpec(name="custom", n_features=args.features, nnz_mean=args.nnz_per_row,
+                         nnz_sigma=0.3, nnz_max=max(1, int(args.nnz_per_row * 8)),
+                         zipf_exponent=args.zipf if args.zipf is not None else 1.1,
+                         decimals=URL_LIKE.decimals)
+        rows = args.rows
+    else:
+        if args.name in PRESETS:
+            spec = PRESETS[args.name]
+        else:
+            cat = load_catalog(args.catalog)
+            d = cat.get(args.name)
+            if d is None or not d.synth:
+                names = [n for n, e in cat.items() if e.synth] + list(PRESETS)
+                raise SystemExit(f"sparc-data synth: no synthetic twin for {args.name!r}; "
+                                 f"choose one of {', '.join(names)}")
+            spec = PRESETS[d.synth]
+            rows_full = d.rows
+        over = {}
+        if args.features:
+            over["n_features"] = args.features
+        if args.nnz_per_row:
+            over["nnz_mean"] = args.nnz_per_row
+        if args.zipf is not None:
+            over["zipf_exponent"] = args.zipf
+        spec = replace(spec, **over)
+        if args.rows is not None:
+            rows = args.rows
+        else:
+            scale = args.scale if args.scale is not None else 0.01
+            base = rows_full or {"url_like": 2_396_130, "webspam_like": 350_000}.get(
+                spec.name, 100_000)
+            rows = max(1, round(base * scale))
+    path = make_like(spec, rows, args.seed, out=args.output, overwrite=args.force)
+    print(f"{path}: {rows:,} rows like {spec.name}, {spec.n_features:,} features, "
+          f"seed {args.seed}")
+    return 0
+
+
+def _cmd_info(args) -> int:
+    import h5py
+    import numpy as np
+    target = Path(args.target)
+    if not target.is_file():
+        from .catalog import get_dataset
+        d = get_dataset(args.target, args.catalog)
+        print(f"{d.name}: {d.title}\n  task {d.task}; rows {_fmt(d.rows)}, features "
+              f"{_fmt(d.features)}, nnz {_fmt(d.nnz)} {('(' + d.nnz_note + ')') if d.nnz_note else ''}"
+              f"\n  licence: {d.license}")
+        for f in d.files:
+            print(f"  [{f.split}] {f.url}\n      size {_fmt(f.size)}, hash {f.hash or '(none)'}")
+        return 0
+    from .csrfile import check_csr_file
+    with h5py.File(target, "r") as f:
+        check_csr_file(f, target)
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+        n = int(attrs["n_rows"])
+        counts = np.empty(n, dtype=np.int64)
+        step = 1 << 20
+        for a in range(0, n, step):
+            b = min(a + step, n)
+            counts[a:b] = np.diff(f["indptr"][a:b + 1])
+        y = f["labels"][:]
+        print(f"{target}: {f.attrs['format']} v{attrs['format_version']}, "
+              f"{target.stat().st_size / 1e6:.1f} MB on disk")
+        for k in ("n_rows", "n_features", "nnz", "task", "index_base", "source",
+                  "source_sha256", "generator", "seed"):
+            if k in attrs:
+                v = attrs[k]
+                print(f"  {k:<14}{v:,}" if isinstance(v, (int, np.integer)) else
+                      f"  {k:<14}{v}")
+        print(f"  {'indices':<14}{f['indices'].dtype}, data {f['data'].dtype}, "
+              f"compression {f['indices'].compression}")
+        if n:
+            print(f"  {'nnz per row':<14}min {counts.min():,}  mean {counts.mean():,.1f}  "
+                  f"median {int(np.median(counts)):,}  max {counts.max():,}")
+            nf = int(attrs["n_features"])
+            print(f"  {'density':<14}{int(attrs['nnz']) / (n * max(nf, 1)):.3g}")
+            vals, cnt = np.unique(y, return_counts=True)
+            if len(vals) <= 10:
+                print("  labels        " + ", ".join(f"{v:g}: {c:,}" for v, c in zip(vals, cnt)))
+            else:
+                print(f"  labels        {len(vals)} distinct, min {vals[0]:g}, max {vals[-1]:g}")
+    return 0
+
+
+_COMMANDS = {"list": _cmd_list, "fetch": _cmd_fetch, "convert": _cmd_convert,
+             "synth": _cmd_synth, "info": _cmd_info}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``sparc-data``; returns the exit status."""
+    from .errors import DataError
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command](args)
+    except (DataError, FileNotFoundError, ValueError) as exc:
+        print(f"sparc-data: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("sparc-data: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
