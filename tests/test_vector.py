@@ -100,7 +100,7 @@ def test_wire_round_trip_and_per_message_rule(val_dt):
     k = -(-100 * np.dtype(val_dt).itemsize // (4 + np.dtype(val_dt).itemsize))
     idx = np.arange(100, 100 + k, dtype=np.int32)
     buf, dense = encode(Part(100, 100, idx, np.ones(k, val_dt)), np.int32)
-    assert dense and buf[4] == DENSE and buf.nbytes == HEADER_SIZE + 100 * np.dtype(val_dt).itemsize
+    assert dense and buf[4] == DENSE and buf.nbytes == HEADER_SIZE + 100 * np.dtype(val_dt).itemsize  # 8-aligned already
     part = decode(buf)
     assert part.is_dense and part.offset == 100 and part.values.sum() == k
     buf, dense = encode(Part(100, 100, idx[:-1], np.ones(k - 1, val_dt)), np.int32)

@@ -32,18 +32,22 @@ def _reraise_everywhere(comm, local_error: BaseException | None):
 
 
 def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | None = None,
-          describe: dict[str, dict[int, str]] | None = None) -> None:
+          describe: dict[str, dict[int, str]] | None = None, *, waiter=None) -> None:
     """Check that every rank passed the same integer ``fields`` and that no rank failed.
 
     Collective over ``comm``. ``local_error`` is this rank's own validation error, if any: it is
     re-raised here, and the other ranks raise the same exception type naming this rank.
-    ``describe`` maps a field's codes to names for the message. Raises
+    ``describe`` maps a field's codes to names for the message. ``waiter`` (a
+    :class:`~sparcml.progress.Waiter`) completes the check's reduction. Raises
     :class:`RankMismatchError` (on every rank) naming each field whose value differs.
     """
     names = list(fields)
     vals = np.array([1 if local_error is not None else 0] + [fields[n] for n in names], np.int64)
     both = np.concatenate([vals, -vals])
-    comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+    if waiter is None:
+        comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+    else:
+        waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
     hi, lo = both[:vals.size], -both[vals.size:]
     if hi[0]:
         _reraise_everywhere(comm, local_error)

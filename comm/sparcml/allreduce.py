@@ -32,11 +32,11 @@ _TAG_SPLIT = 21     # split algorithms, phase 1
 
 # -- point-to-point helpers -----------------------------------------------------------------
 
-def _recv_bytes(comm, source, tag, status=None) -> tuple[np.ndarray, int]:
+def _recv_bytes(ctx, source, tag, status=None) -> tuple[np.ndarray, int]:
     status = MPI.Status() if status is None else status
-    msg = comm.Mprobe(source, tag, status)
+    msg = ctx.waiter.mprobe(ctx.comm, source, tag, status)
     buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
-    msg.Recv([buf, MPI.BYTE])
+    ctx.waiter.wait(msg.Irecv([buf, MPI.BYTE]))
     return buf, status.Get_source()
 
 
@@ -52,24 +52,24 @@ def _as_vector(part: Part, dim: int) -> SparseVector:
     return SparseVector._trusted(dim, part.indices, part.values)
 
 
-def _send_vector(comm, vec, dest, tag, stats):
+def _send_vector(ctx, vec, dest, tag, stats):
     buf, dense = _encode_vector(vec)
-    comm.Send([buf, MPI.BYTE], dest, tag)
+    ctx.waiter.wait(ctx.comm.Isend([buf, MPI.BYTE], dest, tag))
     stats.add_message(buf.nbytes, dense)
 
 
-def _recv_vector(comm, source, tag, dim) -> SparseVector:
-    buf, _ = _recv_bytes(comm, source, tag)
+def _recv_vector(ctx, source, tag, dim) -> SparseVector:
+    buf, _ = _recv_bytes(ctx, source, tag)
     return _as_vector(decode(buf), dim)
 
 
-def _exchange_vector(comm, vec, peer, tag, stats) -> SparseVector:
+def _exchange_vector(ctx, vec, peer, tag, stats) -> SparseVector:
     buf, dense = _encode_vector(vec)
-    req = comm.Isend([buf, MPI.BYTE], peer, tag)
+    req = ctx.comm.Isend([buf, MPI.BYTE], peer, tag)
     try:
-        rbuf, _ = _recv_bytes(comm, peer, tag)
+        rbuf, _ = _recv_bytes(ctx, peer, tag)
     finally:
-        req.Wait()
+        ctx.waiter.wait(req)
     stats.add_message(buf.nbytes, dense)
     return _as_vector(decode(rbuf), vec.dim)
 
@@ -128,14 +128,15 @@ def _fold_parts(parts: list[Part], offset: int, length: int, value_dtype, index_
     return Part(offset, length, idx, val)
 
 
-def _allgather_bytes(comm, buf, stats) -> list[np.ndarray]:
+def _allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
     """Allgatherv of byte buffers of different sizes; returns the P buffers in rank order."""
-    sizes = np.empty(comm.Get_size(), np.int64)
-    comm.Allgather(np.array([buf.nbytes], np.int64), sizes)
+    sizes = np.empty(ctx.size, np.int64)
+    ctx.waiter.collective(ctx.comm, "Allgather", np.array([buf.nbytes], np.int64), sizes)
     displs = np.zeros_like(sizes)
     np.cumsum(sizes[:-1], out=displs[1:])
     recv = np.empty(int(sizes.sum()), np.uint8)
-    comm.Allgatherv([buf, MPI.BYTE], [recv, sizes, displs, MPI.BYTE])
+    ctx.waiter.collective(ctx.comm, "Allgatherv", [buf, MPI.BYTE],
+                          [recv, sizes, displs, MPI.BYTE])
     stats.bytes_sent += int(sizes.sum()) - buf.nbytes
     stats.messages += 1
     return [recv[d:d + s] for d, s in zip(displs, sizes)]
@@ -143,8 +144,8 @@ def _allgather_bytes(comm, buf, stats) -> list[np.ndarray]:
 
 # -- the algorithms -------------------------------------------------------------------------
 
-def _ssar_recursive_double(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
-    rank, size = comm.Get_rank(), comm.Get_size()
+def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    rank, size = ctx.rank, ctx.size
     cur = vec
     pof2 = 1 << (size.bit_length() - 1)
     rem = size - pof2
@@ -152,10 +153,10 @@ def _ssar_recursive_double(comm, vec: SparseVector, stats: TrafficStats) -> Spar
     # rank + 1 and sit out the butterfly; they get the result back at the end.
     if rank < 2 * rem:
         if rank % 2 == 0:
-            _send_vector(comm, cur, rank + 1, _TAG_FOLD, stats)
+            _send_vector(ctx, cur, rank + 1, _TAG_FOLD, stats)
             newrank = -1
         else:
-            cur = _add(_recv_vector(comm, rank - 1, _TAG_FOLD, vec.dim), cur)
+            cur = _add(_recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim), cur)
             newrank = rank // 2
     else:
         newrank = rank - rem
@@ -164,14 +165,14 @@ def _ssar_recursive_double(comm, vec: SparseVector, stats: TrafficStats) -> Spar
         while mask < pof2:
             newpeer = newrank ^ mask
             peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
-            other = _exchange_vector(comm, cur, peer, _TAG_ROUND, stats)
+            other = _exchange_vector(ctx, cur, peer, _TAG_ROUND, stats)
             cur = _add(cur, other) if newrank < newpeer else _add(other, cur)
             mask <<= 1
     if rank < 2 * rem:
         if rank % 2 == 1:
-            _send_vector(comm, cur, rank - 1, _TAG_UNFOLD, stats)
+            _send_vector(ctx, cur, rank - 1, _TAG_UNFOLD, stats)
         else:
-            cur = _recv_vector(comm, rank + 1, _TAG_UNFOLD, vec.dim)
+            cur = _recv_vector(ctx, rank + 1, _TAG_UNFOLD, vec.dim)
     return cur
 
 
@@ -180,12 +181,12 @@ def block_bounds(dim: int, size: int) -> np.ndarray:
     return (np.arange(size + 1, dtype=np.int64) * dim) // size
 
 
-def _split_reduce(comm, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray) -> list[Part]:
+def _split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray) -> list[Part]:
     """Phase 1 of the split algorithms: block j of every input goes to rank j.
 
     Returns the P parts of this rank's block, in source-rank order.
     """
-    rank, size = comm.Get_rank(), comm.Get_size()
+    rank, size = ctx.rank, ctx.size
     index_dtype = vec.index_dtype
     if vec.is_dense:
         mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]), None,
@@ -203,7 +204,7 @@ def _split_reduce(comm, vec: SparseVector, stats: TrafficStats, bounds: np.ndarr
             dest = (rank + step) % size
             buf, dense = encode(mine[dest], index_dtype)
             buffers.append(buf)
-            requests.append(comm.Isend([buf, MPI.BYTE], dest, _TAG_SPLIT))
+            requests.append(ctx.comm.Isend([buf, MPI.BYTE], dest, _TAG_SPLIT))
             stats.add_message(buf.nbytes, dense)
         # my own block goes through the same encoding, so its representation (and hence the
         # sum) is what every other rank would compute from it
@@ -211,21 +212,21 @@ def _split_reduce(comm, vec: SparseVector, stats: TrafficStats, bounds: np.ndarr
         received[rank] = decode(own)
         status = MPI.Status()
         for _ in range(size - 1):
-            buf, source = _recv_bytes(comm, MPI.ANY_SOURCE, _TAG_SPLIT, status)
+            buf, source = _recv_bytes(ctx, MPI.ANY_SOURCE, _TAG_SPLIT, status)
             received[source] = decode(buf)
     finally:
-        MPI.Request.Waitall(requests)
+        ctx.waiter.waitall(requests)
     return received
 
 
-def _ssar_split_allgather(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
-    rank, size = comm.Get_rank(), comm.Get_size()
+def _ssar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    rank, size = ctx.rank, ctx.size
     bounds = block_bounds(vec.dim, size)
-    parts = _split_reduce(comm, vec, stats, bounds)
+    parts = _split_reduce(ctx, vec, stats, bounds)
     block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
                         vec.dtype, vec.index_dtype)
     buf, _ = encode(block, vec.index_dtype, known_dense=block.is_dense)
-    blocks = [decode(b) for b in _allgather_bytes(comm, buf, stats)]
+    blocks = [decode(b) for b in _allgather_bytes(ctx, buf, stats)]
     return _assemble(blocks, vec.dim, vec.dtype, vec.index_dtype)
 
 
@@ -252,34 +253,35 @@ def _assemble(blocks: list[Part], dim: int, value_dtype, index_dtype) -> SparseV
                                  np.concatenate(val))
 
 
-def _dsar_split_allgather(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
-    rank, size = comm.Get_rank(), comm.Get_size()
+def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+    rank, size = ctx.rank, ctx.size
     bounds = block_bounds(vec.dim, size)
-    parts = _split_reduce(comm, vec, stats, bounds)
+    parts = _split_reduce(ctx, vec, stats, bounds)
     block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
                         vec.dtype, vec.index_dtype, force_dense=True)
     out = np.empty(vec.dim, vec.dtype)
     counts = np.diff(bounds)
     mpi_type = MPI._typedict[vec.dtype.char]
-    comm.Allgatherv([block.values, mpi_type], [out, counts, bounds[:-1], mpi_type])
+    ctx.waiter.collective(ctx.comm, "Allgatherv", [block.values, mpi_type],
+                          [out, counts, bounds[:-1], mpi_type])
     stats.bytes_sent += (vec.dim - block.length) * vec.dtype.itemsize
     stats.messages += 1
     return SparseVector._trusted(vec.dim, None, out)
 
 
-def _dense(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+def _dense(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
     out = vec.to_dense()
-    comm.Allreduce(MPI.IN_PLACE, out, op=MPI.SUM)
-    size = comm.Get_size()
+    ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, out, MPI.SUM)
+    size = ctx.size
     stats.bytes_sent += 2 * (size - 1) * out.nbytes // size
     stats.messages += 1
     stats.dense_messages += 1
     return SparseVector._trusted(vec.dim, None, out)
 
 
-def _allgather(comm, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+def _allgather(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
     buf, _ = _encode_vector(vec)
-    parts = [decode(b) for b in _allgather_bytes(comm, buf, stats)]
+    parts = [decode(b) for b in _allgather_bytes(ctx, buf, stats)]
     total = _fold_parts(parts, 0, vec.dim, vec.dtype, vec.index_dtype)
     return _as_vector(total, vec.dim)
 
@@ -355,7 +357,7 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
     except SparcmlError as exc:
         local_error = exc
     if check:
-        agree(ctx.comm, fields, local_error, _DESCRIBE)
+        agree(ctx.comm, fields, local_error, _DESCRIBE, waiter=ctx.waiter)
     elif local_error is not None:
         raise local_error
     stats.calls += 1
@@ -368,5 +370,5 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
                                         vec.values.copy())
         return out
     if algorithm in ("dense", "dsar_split_allgather"):
-        return _IMPLEMENTATIONS[algorithm](ctx.comm, vec, stats)
-    return _IMPLEMENTATIONS[algorithm](ctx.comm, _normalize(vec), stats)
+        return _IMPLEMENTATIONS[algorithm](ctx, vec, stats)
+    return _IMPLEMENTATIONS[algorithm](ctx, _normalize(vec), stats)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
+from .progress import Waiter, wait_policy
+
 __all__ = ["CommContext", "context_for", "TrafficStats"]
 
 
@@ -45,6 +47,7 @@ class CommContext:
     comm: MPI.Comm
     rank: int
     size: int
+    waiter: Waiter
     history: dict = field(default_factory=dict)
 
 
@@ -67,6 +70,6 @@ def context_for(comm: MPI.Comm) -> CommContext:
     ctx = comm.Get_attr(_keyval)
     if ctx is None:
         dup = comm.Dup()
-        ctx = CommContext(dup, dup.Get_rank(), dup.Get_size())
+        ctx = CommContext(dup, dup.Get_rank(), dup.Get_size(), Waiter(wait_policy(dup)))
         comm.Set_attr(_keyval, ctx)
     return ctx

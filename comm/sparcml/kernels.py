@@ -36,25 +36,25 @@ def merge_add(a_idx, a_val, b_idx, b_val):
     nb = b_idx.shape[0]
     out_idx = np.empty(na + nb, dtype=a_idx.dtype)
     out_val = np.empty(na + nb, dtype=a_val.dtype)
+    # Branch-free: the next index is the smaller head; a head is consumed when it is <= the
+    # other. -0.0 is the exact additive identity (x + -0.0 == x for every x, -0.0 included),
+    # so adding it for the stream that does not hold the index changes nothing. Random
+    # interleavings make a branchy merge mispredict on every other item (2x slower).
+    neg_zero = -np.zeros(1, dtype=a_val.dtype)[0]
     i = 0
     j = 0
     n = 0
     while i < na and j < nb:
         ai = a_idx[i]
         bj = b_idx[j]
-        if ai < bj:
-            out_idx[n] = ai
-            out_val[n] = a_val[i]
-            i += 1
-        elif bj < ai:
-            out_idx[n] = bj
-            out_val[n] = b_val[j]
-            j += 1
-        else:
-            out_idx[n] = ai
-            out_val[n] = a_val[i] + b_val[j]
-            i += 1
-            j += 1
+        va = a_val[i]
+        vb = b_val[j]
+        take_a = ai <= bj
+        take_b = bj <= ai
+        out_idx[n] = min(ai, bj)
+        out_val[n] = (va if take_a else neg_zero) + (vb if take_b else neg_zero)
+        i += take_a
+        j += take_b
         n += 1
     while i < na:
         out_idx[n] = a_idx[i]

@@ -82,26 +82,28 @@ def encode(part: Part, index_dtype, *, known_dense: bool = False) -> tuple[np.nd
         dense = known_dense or should_be_dense(kernels.count_nonzero(part.values), part.length,
                                                index_dtype, value_dtype)
         if dense:
-            buf = np.empty(HEADER_SIZE + part.length * value_dtype.itemsize, np.uint8)
+            buf = np.empty(_pad8(HEADER_SIZE + part.length * value_dtype.itemsize), np.uint8)
             _header(buf, DENSE, index_dtype, value_dtype, part.length, part.length, part.offset)
-            buf[HEADER_SIZE:].view(value_dtype)[:] = part.values
+            buf[HEADER_SIZE:HEADER_SIZE + part.values.nbytes].view(value_dtype)[:] = part.values
             return buf, True
         idx, val = kernels.dense_to_sparse(part.values, part.offset, np.empty(0, index_dtype))
         part = Part(part.offset, part.length, idx, val)
     n = part.indices.shape[0]
     if should_be_dense(n, part.length, index_dtype, value_dtype):
-        buf = np.empty(HEADER_SIZE + part.length * value_dtype.itemsize, np.uint8)
+        buf = np.empty(_pad8(HEADER_SIZE + part.length * value_dtype.itemsize), np.uint8)
         _header(buf, DENSE, index_dtype, value_dtype, part.length, part.length, part.offset)
-        block = buf[HEADER_SIZE:].view(value_dtype)
+        block = buf[HEADER_SIZE:HEADER_SIZE + part.length * value_dtype.itemsize].view(value_dtype)
         block[:] = 0
         kernels.scatter_add(block, part.indices, part.values, part.offset)
         return buf, True
     idx_bytes = _pad8(n * np.dtype(index_dtype).itemsize)
-    buf = np.empty(HEADER_SIZE + idx_bytes + n * value_dtype.itemsize, np.uint8)
+    # the total is padded to 8 bytes too, so that buffers gathered back to back stay aligned
+    buf = np.zeros(_pad8(HEADER_SIZE + idx_bytes + n * value_dtype.itemsize), np.uint8)
     _header(buf, SPARSE, index_dtype, value_dtype, n, part.length, part.offset)
     buf[HEADER_SIZE:HEADER_SIZE + n * np.dtype(index_dtype).itemsize].view(index_dtype)[:] = \
         part.indices
-    buf[HEADER_SIZE + idx_bytes:].view(value_dtype)[:] = part.values
+    buf[HEADER_SIZE + idx_bytes:HEADER_SIZE + idx_bytes + part.values.nbytes].view(value_dtype)[:] = \
+        part.values
     return buf, False
 
 
@@ -115,7 +117,8 @@ def decode(buf: np.ndarray) -> Part:
     value_dtype = _VALUE_BY_SIZE[int(h["value_size"])]
     count, length, offset = int(h["count"]), int(h["length"]), int(h["offset"])
     if h["format"] == DENSE:
-        return Part(offset, length, None, buf[HEADER_SIZE:].view(value_dtype)[:count])
+        return Part(offset, length, None,
+                    buf[HEADER_SIZE:HEADER_SIZE + count * value_dtype.itemsize].view(value_dtype))
     index_dtype = _INDEX_BY_SIZE[int(h["index_size"])]
     idx_end = HEADER_SIZE + count * index_dtype.itemsize
     val_start = HEADER_SIZE + _pad8(count * index_dtype.itemsize)

@@ -1,0 +1,157 @@
+"""``sparc-bench``: time every sparse allreduce algorithm against ``dense``, side by side.
+
+Launch with ``mpiexec -n P sparc-bench ...``. Prints, on rank 0, one row per (N, density,
+pattern, algorithm): median and spread (q25-q75) of the slowest rank's time, bytes sent per
+rank, the result's density and the speedup over ``dense`` measured in the same run; appends one
+JSON record per row to ``--output``. ``--kernels`` runs the merge-add kernel benchmark instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+
+PRESETS = {
+    # the main job: a quick sweep that shows the switch from sparse to dense
+    "small": {"N": [1 << 20], "density": [1e-3, 1e-2, 0.1, 0.5], "pattern": ["random"],
+              "reps": 5, "warmup": 1},
+    # the acceptance sweep of BENCHMARKS.md
+    "default": {"N": [16 * 2**20], "density": [1e-3, 1e-2], "pattern": ["random"],
+                "reps": 10, "warmup": 2},
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from sparcml import ALGORITHMS
+
+    from .inputs import PATTERNS
+
+    p = argparse.ArgumentParser(
+        prog="sparc-bench", description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p.add_argument("--preset", choices=sorted(PRESETS), default="small",
+                   help="starting values for N, density, pattern, reps and warmup; "
+                        "the flags below override them")
+    p.add_argument("--N", type=int, nargs="+", help="vector dimensions")
+    p.add_argument("--density", type=float, nargs="+", help="nonzeros per rank / N")
+    p.add_argument("--pattern", nargs="+", choices=PATTERNS,
+                   help="overlap of the ranks' supports")
+    p.add_argument("--algorithms", default=",".join(ALGORITHMS),
+                   help="comma-separated; 'dense' is always timed as the reference")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--reps", type=int, help="timed repetitions per case")
+    p.add_argument("--warmup", type=int, help="untimed repetitions per case")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--output", help="append one JSON record per row to this file")
+    p.add_argument("--kernels", action="store_true",
+                   help="benchmark merge-add against scipy.sparse instead (one process)")
+    return p
+
+
+def _fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def run_kernels(args) -> int:
+    from sparcapps.bench.kernel_bench import bench_merge_add
+
+    r = bench_merge_add(seed=args.seed)
+    print(f"merge-add of {r['items']:,} + {r['items']:,} sorted int32/float32 items in "
+          f"[0, {r['dim']:,}), median of {r['numba']['n']}:")
+    print(f"  numba merge_add    {r['numba']['median'] * 1e3:8.2f} ms  "
+          f"{r['numba_mitems_per_s']:7.1f} M input items/s")
+    print(f"  scipy.sparse a+b   {r['scipy']['median'] * 1e3:8.2f} ms  "
+          f"{r['scipy_mitems_per_s']:7.1f} M input items/s")
+    print(f"  speedup            {r['speedup']:.2f}x")
+    if args.output:
+        from sparcapps.records import append_record, capture_environment, make_record
+
+        append_record(args.output, make_record(
+            "sparc-bench-kernels", config=vars(args), environment=capture_environment(),
+            algorithm="merge_add", N=r["dim"],
+            timings={"numba": r["numba"], "scipy": r["scipy"]},
+            metrics={"speedup": r["speedup"], "numba_mitems_per_s": r["numba_mitems_per_s"],
+                     "scipy_mitems_per_s": r["scipy_mitems_per_s"]}))
+    return 0
+
+
+def run_sweep(args) -> int:
+    from mpi4py import MPI
+
+    from sparcml import ALGORITHMS
+    from sparcapps.records import append_record, capture_environment, make_record
+
+    from .runner import BenchCase, run_case
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    preset = PRESETS[args.preset]
+    dims = args.N or preset["N"]
+    densities = args.density or preset["density"]
+    patterns = args.pattern or preset["pattern"]
+    reps = args.reps if args.reps is not None else preset["reps"]
+    warmup = args.warmup if args.warmup is not None else preset["warmup"]
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    if unknown:
+        raise SystemExit(f"sparc-bench: unknown algorithm(s) {', '.join(unknown)}; "
+                         f"choose from {', '.join(ALGORITHMS)}")
+    if reps < 1:
+        raise SystemExit("sparc-bench: --reps must be >= 1")
+    algorithms = ["dense"] + [a for a in algorithms if a != "dense"]
+    environment = capture_environment(comm)
+    config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
+              "warmup": warmup, "algorithms": algorithms}
+    if rank == 0:
+        print(f"sparc-bench: P={size}, dtype={args.dtype}, reps={reps} (+{warmup} warm-up); "
+              f"time = median over reps of the slowest rank [q25-q75]")
+        print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
+              f"{'q25-q75 ms':>15} {'sent/rank':>10} {'result':>7} {'vs dense':>8}")
+    for dim in dims:
+        for density in densities:
+            for pattern in patterns:
+                dense_median = None
+                for algorithm in algorithms:
+                    case = BenchCase(dim, density, pattern, algorithm, args.dtype)
+                    out = run_case(case, comm, reps=reps, warmup=warmup, seed=args.seed)
+                    t = out["timings"]["allreduce"]
+                    if algorithm == "dense":
+                        dense_median = t["median"]
+                    speedup = dense_median / t["median"]
+                    if rank != 0:
+                        continue
+                    print(f"{dim:>10} {density:>8.2g} {pattern:>8} {algorithm:>22} "
+                          f"{t['median'] * 1e3:>10.3f} "
+                          f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} "
+                          f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
+                          f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
+                    if args.output:
+                        append_record(args.output, make_record(
+                            "sparc-bench", config=config, environment=environment,
+                            algorithm=algorithm, P=size, N=dim, density=density,
+                            timings=out["timings"], bytes=out["bytes"],
+                            metrics={"speedup_over_dense": speedup, "pattern": pattern,
+                                     "dtype": args.dtype,
+                                     "result_density": out["result"]["density"],
+                                     "result_dense": out["result"]["dense"]}))
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.kernels:
+        return run_kernels(args)
+    from sparcml import abort_on_error
+
+    with abort_on_error():
+        return run_sweep(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
