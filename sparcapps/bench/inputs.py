@@ -41,7 +41,13 @@ def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
         idx = _sample(local, dim, k)
     elif pattern == "overlap":
         shared = _sample(np.random.default_rng([seed, 0, 2]), dim, int(SHARED_FRACTION * k))
-        idx = np.union1d(shared, _sample(local, dim, k - shared.size))
+        extra = np.setdiff1d(np.arange(dim), shared) if dim <= 4 * k else None
+        if extra is not None:
+            idx = np.union1d(shared, local.choice(extra, k - shared.size, replace=False))
+        else:  # sparse: draw a few more than needed and drop those already shared
+            want = k - shared.size
+            extra = np.setdiff1d(_sample(local, dim, min(dim, 2 * want + 16)), shared)
+            idx = np.union1d(shared, local.choice(extra, want, replace=False))
     else:
         slots = (dim - rank + size - 1) // size
         idx = _sample(local, slots, min(k, slots)) * size + rank

@@ -1,0 +1,66 @@
+"""sparc-bench: inputs, the kernel benchmark, and a small multi-rank sweep whose records parse."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from mpirun import run_mpi
+from sparcapps.bench import bench_merge_add, make_input
+
+
+@pytest.mark.parametrize("pattern", ["random", "overlap", "disjoint"])
+def test_make_input_patterns(pattern):
+    dim, density, size = 10_007, 0.05, 3
+    vecs = [make_input(dim, density, pattern, r, size, seed=7) for r in range(size)]
+    k = round(density * dim)
+    for v in vecs:
+        assert v.dim == dim and not v.is_dense
+        assert abs(v.nnz - k) <= (1 if pattern == "overlap" else 0)
+    a, b = (set(v.indices.tolist()) for v in vecs[:2])
+    if pattern == "disjoint":
+        assert not a & b
+        assert all(set((v.indices % size).tolist()) == {r} for r, v in enumerate(vecs))
+    elif pattern == "overlap":
+        assert len(a & b) >= 0.9 * k
+    else:
+        assert len(a & b) < 0.2 * k
+    again = make_input(dim, density, pattern, 1, size, seed=7)
+    np.testing.assert_array_equal(again.indices, vecs[1].indices)
+
+
+def test_make_input_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="unknown pattern"):
+        make_input(10, 0.1, "clustered", 0, 1)
+    with pytest.raises(ValueError, match="density must lie in"):
+        make_input(10, 1.5, "random", 0, 1)
+
+
+def test_kernel_benchmark_checks_its_result_and_reports_throughput():
+    r = bench_merge_add(items=20_000, dim=1 << 20, reps=3)
+    assert r["numba"]["n"] == 3 and r["numba_mitems_per_s"] > 0 and r["speedup"] > 0
+
+
+def test_sweep_writes_one_parsable_record_per_row(tmp_path):
+    out = tmp_path / "bench.jsonl"
+    dim, densities, patterns, P = 100_003, (0.001, 0.3), ("random", "overlap", "disjoint"), 3
+    proc = run_mpi(P, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", str(dim),
+                            "--density", *map(str, densities), "--pattern", *patterns,
+                            "--reps", "2", "--warmup", "0", "--output", str(out)], timeout=240)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == len(densities) * len(patterns) * 5
+    assert "speedup" not in proc.stderr.lower()
+    for rec in records:
+        assert rec["app"] == "sparc-bench" and rec["status"] == "ok" and rec["P"] == P
+        assert rec["N"] == dim and rec["timings"]["allreduce"]["n"] == 2
+        assert rec["timings"]["allreduce"]["median"] > 0
+        assert rec["environment"]["mpi_library"]
+        if rec["algorithm"] == "dense":
+            assert rec["metrics"]["speedup_over_dense"] == 1.0
+            assert rec["bytes"]["sent_per_rank_max"] == 2 * (P - 1) * dim * 4 // P
+        if rec["metrics"]["pattern"] == "disjoint":  # supports add up exactly
+            k = round(rec["density"] * dim)
+            assert rec["metrics"]["result_density"] == pytest.approx(P * k / dim)
+    # each row is printed on rank 0's table
+    assert proc.stdout.count("random") == len(densities) * 5
