@@ -199,7 +199,8 @@ class _Parser:
             if kind == P.SLOW_LABEL:
                 labels[out] = v
             else:
-                values[out] = np.float32(v)
+                with np.errstate(over="ignore"):   # beyond float32: inf, as a cast would
+                    values[out] = np.float32(v)
 
     def feed(self, buf: np.ndarray, stop: int) -> None:
         """Parse the complete lines of ``buf[:stop]`` and append them to the writer.

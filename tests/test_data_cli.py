@@ -1,0 +1,65 @@
+"""The sparc-data command line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import h5py
+import pytest
+
+from sparcapps.data.cli import main
+
+
+def test_synth_convert_info_list(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("SPARCML_DATA_HOME", str(tmp_path / "home"))
+    svm = tmp_path / "s.svm.xz"
+    assert main(["synth", "url", "--rows", "300", "--features", "4000", "-o", str(svm)]) == 0
+    assert main(["convert", str(svm), "-o", str(tmp_path / "s.h5"), "--features", "4000",
+                 "--chunk-mb", "0.01"]) == 0
+    assert main(["synth", "url", "--rows", "300", "--features", "4000",
+                 "-o", str(tmp_path / "d.h5")]) == 0
+    with h5py.File(tmp_path / "s.h5") as a, h5py.File(tmp_path / "d.h5") as b:
+        for k in ("indptr", "indices", "data", "labels"):
+            assert (a[k][:] == b[k][:]).all()
+        assert a.attrs["n_features"] == 4000 and a.attrs["source"] == "s.svm.xz"
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "s.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "n_rows        300" in out and "nnz per row" in out
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "url" in out and "3,231,961" in out and str(tmp_path / "home") in out
+    assert main(["info", "webspam"]) == 0
+    assert "16,609,143" in capsys.readouterr().out
+
+
+def test_custom_synth(tmp_path, capsys):
+    out = tmp_path / "c.h5"
+    assert main(["synth", "--rows", "50", "--features", "300", "--nnz-per-row", "10",
+                 "-o", str(out)]) == 0
+    assert h5py.File(out).attrs["n_rows"] == 50
+    with pytest.raises(SystemExit, match="--nnz-per-row"):
+        main(["synth", "-o", str(tmp_path / "x.h5")])
+
+
+def test_errors_are_one_line_with_status_1(tmp_path, capsys):
+    bad = tmp_path / "bad.svm"
+    bad.write_text("1 1:1\n1 2:x\n")
+    assert main(["convert", str(bad), "-o", str(tmp_path / "bad.h5")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sparc-data: error: ") and f"{bad}:2:" in err
+    assert not (tmp_path / "bad.h5").exists()
+    good = tmp_path / "g.svm"
+    good.write_text("1 1:1\n")
+    assert main(["convert", str(good), "-o", str(tmp_path / "g.h5")]) == 0
+    assert main(["convert", str(good), "-o", str(tmp_path / "g.h5")]) == 1
+    assert "--force" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["convert", "no-such-dataset"])
+
+
+def test_module_help():
+    r = subprocess.run([sys.executable, "-m", "sparcapps.data.cli", "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "fetch" in r.stdout and "convert" in r.stdout
