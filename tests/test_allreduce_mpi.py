@@ -31,3 +31,10 @@ def test_an_uncaught_error_on_one_rank_ends_the_job(launcher):
     assert proc.returncode != 0
     assert "UNREACHABLE" not in proc.stdout
     assert "unsorted index 1 at position 1" in proc.stderr
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3, 5, 8])
+def test_nonblocking_and_other_collectives(nprocs):
+    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "collectives.py")],
+                   timeout=240)
+    assert "COLLECTIVES 103 OK" in proc.stdout, proc.stdout + proc.stderr

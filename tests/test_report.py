@@ -6,7 +6,7 @@ import re
 import pytest
 
 from sparcapps.records import RecordError, append_record, make_record, summarize
-from sparcapps.report import build_report, main
+from sparcapps.report import build_report, main, rerun_command
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ENV = {"hosts": ["n0", "n1"], "python": "3.11", "git_commit": "abc123",
@@ -91,6 +91,14 @@ def test_report_tables_match_records(sweep, tmp_path):
     # environment and rerun commands
     assert "MPICH Version: 5" in md and "abc123" in md and "77" in md
     assert "mpiexec -n 4 sparc-bench --N 1000" in md
+
+
+def test_rerun_command():
+    rec = {"P": 8, "environment": {"command": ["sparc-bench", "--N", "1 2"]}}
+    assert rerun_command(rec) == "mpiexec -n 8 sparc-bench --N '1 2'"
+    rec["environment"]["emulated_network"] = "4x1gbit,ppn=2"
+    assert rerun_command(rec) == "bash jobs/emulate.sh --ranks-per-node 2 4x1gbit -- " \
+                                 "sparc-bench --N '1 2'"
 
 
 def test_report_plots_are_png_images(sweep, tmp_path):

@@ -4,7 +4,9 @@ Importing ``sparcml`` never imports torch (the adapter lives in ``sparcml.torch`
 """
 
 from .abort import abort_on_error
-from .allreduce import ALGORITHMS, allreduce, block_bounds
+from .algorithms import ALGORITHMS, allreduce, block_bounds, iallreduce
+from .collectives import allgather, bcast, reduce_scatter
+from .nonblocking import Request
 from .context import TrafficStats
 from .errors import (InvalidVectorError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
                      UnsupportedDtypeError)
@@ -15,6 +17,11 @@ __all__ = [
     "SparseVector",
     "TrafficStats",
     "allreduce",
+    "iallreduce",
+    "allgather",
+    "reduce_scatter",
+    "bcast",
+    "Request",
     "abort_on_error",
     "block_bounds",
     "index_dtype_for",

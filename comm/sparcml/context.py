@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from .progress import Waiter, wait_policy
 
-__all__ = ["CommContext", "context_for", "TrafficStats"]
+__all__ = ["CommContext", "context_for", "new_context", "TrafficStats"]
 
 
 @dataclass
@@ -49,6 +49,7 @@ class CommContext:
     size: int
     waiter: Waiter
     history: dict = field(default_factory=dict)
+    engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
 
 
 _keyval = None
@@ -57,9 +58,18 @@ _keyval = None
 def _delete(comm, keyval, ctx):  # called by MPI when the user's communicator is freed
     try:
         if ctx.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+            if ctx.engine is not None:
+                ctx.engine.close()
             ctx.comm.Free()
     except MPI.Exception:  # pragma: no cover - freeing during finalize
         pass
+
+
+def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
+    """A context on a fresh duplicate of ``comm`` (collective)."""
+    dup = comm.Dup()
+    return CommContext(dup, dup.Get_rank(), dup.Get_size(),
+                       waiter if waiter is not None else Waiter(wait_policy(dup)))
 
 
 def context_for(comm: MPI.Comm) -> CommContext:
@@ -69,7 +79,6 @@ def context_for(comm: MPI.Comm) -> CommContext:
         _keyval = MPI.Comm.Create_keyval(delete_fn=_delete)
     ctx = comm.Get_attr(_keyval)
     if ctx is None:
-        dup = comm.Dup()
-        ctx = CommContext(dup, dup.Get_rank(), dup.Get_size(), Waiter(wait_policy(dup)))
+        ctx = new_context(comm)
         comm.Set_attr(_keyval, ctx)
     return ctx

@@ -19,7 +19,7 @@ from .errors import SparcmlError, UnknownAlgorithmError, UnsupportedDtypeError
 from .vector import SparseVector, should_be_dense
 from .wire import Part, decode, encode
 
-__all__ = ["allreduce", "ALGORITHMS"]
+__all__ = ["allreduce", "iallreduce", "allreduce_in", "block_bounds", "ALGORITHMS"]
 
 ALGORITHMS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",
               "dense", "allgather")
@@ -345,7 +345,11 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
     SparseVector of the same dim and value dtype, newly allocated (never aliasing ``vec``).
     """
     comm = MPI.COMM_WORLD if comm is None else comm
-    ctx = context_for(comm)
+    return allreduce_in(context_for(comm), vec, algorithm, stats, check)
+
+
+def allreduce_in(ctx, vec, algorithm, stats, check) -> SparseVector:
+    """:func:`allreduce` on a context (the blocking path's, or the communication thread's)."""
     stats = TrafficStats() if stats is None else stats
     local_error = None
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1}
@@ -372,3 +376,17 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
     if algorithm in ("dense", "dsar_split_allgather"):
         return _IMPLEMENTATIONS[algorithm](ctx, vec, stats)
     return _IMPLEMENTATIONS[algorithm](ctx, _normalize(vec), stats)
+
+
+def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",
+               stats: TrafficStats | None = None, check: bool = True):
+    """Non-blocking :func:`allreduce`: returns a :class:`~sparcml.nonblocking.Request` at once.
+
+    Same arguments and result (``request.wait()``) as :func:`allreduce`. Collective: every
+    rank must submit its non-blocking calls on ``comm`` in the same order. ``vec`` must not be
+    modified until the request completes (as with MPI buffers). ``stats``, when given, is
+    updated by the communication thread.
+    """
+    from .nonblocking import submit
+
+    return submit(comm, f"iallreduce({algorithm})", allreduce_in, vec, algorithm, stats, check)
