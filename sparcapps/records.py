@@ -89,13 +89,23 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _git_commit() -> str | None:
+def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                             timeout=5, cwd=Path(__file__).resolve().parent)
+        out = subprocess.run(["git", *args], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).resolve().parent)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _git_commit() -> str | None:
+    return _git("rev-parse", "HEAD") or None
+
+
+def _git_dirty() -> bool | None:
+    """Whether tracked files differ from the commit (the commit alone does not reproduce it)."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return None if status is None else bool(status)
 
 
 def capture_environment(comm=None) -> dict[str, Any]:
@@ -117,6 +127,7 @@ def capture_environment(comm=None) -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "packages": versions,
         "git_commit": _git_commit(),
+        "git_dirty": _git_dirty(),
         "command": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
         "slurm": {k: os.environ[k] for k in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST",
                                              "SLURM_NNODES", "SLURM_NTASKS", "SLURM_CLUSTER_NAME")

@@ -71,7 +71,8 @@ def _sent(rec: dict) -> Any:
 
 
 def rerun_command(rec: dict) -> str:
-    """The command line that reproduces ``rec``: ``mpiexec -n P`` + the recorded argv."""
+    """The command line that reproduces ``rec``: ``mpiexec -n P`` + the recorded argv, or
+    ``jobs/emulate.sh SPEC --`` + argv for a run on the emulated network."""
     env = rec.get("environment") or {}
     argv = list(env.get("command") or [])
     if not argv:
@@ -79,6 +80,11 @@ def rerun_command(rec: dict) -> str:
     if argv[0] == "sparc-jobs":  # a failure record: the command sparc-jobs ran
         argv = list((rec.get("config") or {}).get("command") or argv)
         return shlex.join(argv)
+    emulated = env.get("emulated_network")  # "4x1gbit,ppn=1", set by jobs/emulate.sh
+    if emulated:
+        spec, _, ppn = emulated.partition(",ppn=")
+        opt = f"--ranks-per-node {ppn} " if ppn and ppn != "1" else ""
+        return f"bash jobs/emulate.sh {opt}{spec} -- {shlex.join(argv)}"
     return f"mpiexec -n {rec.get('P', 1)} {shlex.join(argv)}"
 
 
@@ -333,7 +339,8 @@ def _environment_section(doc: _Doc, records) -> None:
         mpi = (env.get("mpi_library") or "").splitlines()
         desc = {"python": env.get("python"), "platform": env.get("platform"),
                 "cpu": f"{env.get('cpu')} ({env.get('cpus')} cpus)",
-                "mpi": mpi[0] if mpi else None, "git commit": env.get("git_commit"),
+                "mpi": mpi[0] if mpi else None, "git commit": (env.get("git_commit") or "")
+                + (" (with uncommitted changes)" if env.get("git_dirty") else ""),
                 "hosts": ",".join(sorted(set(env.get("hosts") or []))),
                 "emulated network": env.get("emulated_network"),
                 "packages": " ".join(f"{k}=={v}" for k, v in
