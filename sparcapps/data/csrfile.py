@@ -151,7 +151,8 @@ class CsrWriter:
             ds[self.n_rows:] = np.asarray(labels, dtype=np.float32)
         if k:
             ds = f["indices"]
-            if ds.dtype == np.int32 and k and int(indices.max()) > np.iinfo(np.int32).max:
+            if (ds.dtype == np.int32 and self.n_features is None
+                    and int(indices.max()) > np.iinfo(np.int32).max):
                 self.widen_indices()
                 ds = f["indices"]
             ds.resize((self.nnz + k,))
