@@ -7,13 +7,14 @@ and checks the records. Needs root; skipped with the reason otherwise.
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sparcapps.jobs import plan_sweep
+from sparcapps.jobs import plan_sweep, run_recorded
 from sparcapps.records import read_records
 from sparcapps.report import build_report
 
@@ -40,6 +41,42 @@ def test_plan_sweep_quotes_and_grid(tmp_path):
         plan_sweep(REPO / "jobs" / "bench-strong.sbatch", [0])
     with pytest.raises(ValueError, match="no such sbatch template"):
         plan_sweep(tmp_path / "nope.sbatch", [1])
+
+
+def test_run_recorded_writes_failure_records(tmp_path):
+    out = tmp_path / "r.jsonl"
+    py = sys.executable
+    # success that appends a record: nothing added
+    ok = (f"from sparcapps.records import *; append_record({str(out)!r}, make_record("
+          "'sparc-x', config={}, environment={}))")
+    assert run_recorded([py, "-c", ok], out) == 0
+    # non-zero exit: the error names the command and carries the stderr tail
+    assert run_recorded([py, "-c", "import sys; sys.exit('bad input on rank 0')"], out,
+                        app="sparc-bench") == 1
+    # exit 0 without a record, and a command that cannot start
+    assert run_recorded([py, "-c", "pass"], out) == 1
+    assert run_recorded([str(tmp_path / "no-such-app")], out) == 127
+    recs, problems = read_records([out])
+    assert problems == []
+    assert [r["status"] for r in recs] == ["ok", "failed", "failed", "failed"]
+    assert recs[1]["app"] == "sparc-bench" and "bad input on rank 0" in recs[1]["error"]
+    assert "exited with status 1" in recs[1]["error"]
+    assert "appended no record" in recs[2]["error"]
+    assert "cannot start" in recs[3]["error"]
+    assert recs[1]["config"]["command"][0] == py
+
+
+def test_run_forwards_sigterm_and_records_it(tmp_path):
+    out = tmp_path / "r.jsonl"
+    proc = subprocess.Popen([str(BIN / "sparc-jobs"), "run", "--app", "sparc-bench", "--output",
+                             str(out), "--", sys.executable, "-c",
+                             "import time; print('up', flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    (rec,), _ = read_records([out])
+    assert rec["status"] == "failed" and "after SIGTERM" in rec["error"]
 
 
 def _skip_reason():
