@@ -332,6 +332,8 @@ def _epochs_section(doc: _Doc, records, out: Path) -> None:
 
 
 def _environment_section(doc: _Doc, records) -> None:
+    """One table per distinct software/hardware environment, then one row per run in it
+    (records file, Slurm job, hosts, emulated network), so a sweep does not repeat itself."""
     doc.h(2, "Environment")
     seen: dict[str, list] = {}
     for r in records:
@@ -341,17 +343,16 @@ def _environment_section(doc: _Doc, records) -> None:
                 "cpu": f"{env.get('cpu')} ({env.get('cpus')} cpus)",
                 "mpi": mpi[0] if mpi else None, "git commit": (env.get("git_commit") or "")
                 + (" (with uncommitted changes)" if env.get("git_dirty") else ""),
-                "hosts": ",".join(sorted(set(env.get("hosts") or []))),
-                "emulated network": env.get("emulated_network"),
                 "packages": " ".join(f"{k}=={v}" for k, v in
                                      sorted((env.get("packages") or {}).items()))}
-        key = repr(sorted(desc.items()))
-        seen.setdefault(key, [desc, set()])[1].add((env.get("slurm") or {}).get("SLURM_JOB_ID"))
-    for i, (desc, jobs) in enumerate(seen.values(), 1):
-        jobs = sorted(j for j in jobs if j)
+        run = (r["_source"].rsplit(":", 1)[0], (env.get("slurm") or {}).get("SLURM_JOB_ID"),
+               ",".join(sorted(set(env.get("hosts") or []))), env.get("emulated_network"))
+        seen.setdefault(repr(sorted(desc.items())), [desc, set()])[1].add(run)
+    for i, (desc, runs) in enumerate(seen.values(), 1):
         doc.h(3, f"Environment {i}")
-        doc.table(["item", "value"], [[k, v] for k, v in desc.items()]
-                  + ([["slurm jobs", " ".join(jobs)]] if jobs else []))
+        doc.table(["item", "value"], [[k, v] for k, v in desc.items()])
+        doc.table(["records file", "slurm job", "hosts", "emulated network"],
+                  sorted(runs, key=lambda x: tuple(str(v) for v in x)))
 
 
 def build_report(paths: Sequence[str | Path], out_dir: str | Path, *,
