@@ -5,6 +5,7 @@ Importing ``sparcml`` never imports torch (the adapter lives in ``sparcml.torch`
 
 from .abort import abort_on_error
 from .algorithms import ALGORITHMS, allreduce, block_bounds, iallreduce
+from .costmodel import CostModel, calibrate
 from .collectives import allgather, bcast, reduce_scatter
 from .nonblocking import Request
 from .context import TrafficStats
@@ -17,6 +18,8 @@ __all__ = [
     "SparseVector",
     "TrafficStats",
     "allreduce",
+    "calibrate",
+    "CostModel",
     "iallreduce",
     "allgather",
     "reduce_scatter",

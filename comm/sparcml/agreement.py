@@ -32,7 +32,8 @@ def _reraise_everywhere(comm, local_error: BaseException | None):
 
 
 def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | None = None,
-          describe: dict[str, dict[int, str]] | None = None, *, waiter=None) -> None:
+          describe: dict[str, dict[int, str]] | None = None, *, waiter=None,
+          maxima: dict[str, int] | None = None) -> dict[str, int]:
     """Check that every rank passed the same integer ``fields`` and that no rank failed.
 
     Collective over ``comm``. ``local_error`` is this rank's own validation error, if any: it is
@@ -40,20 +41,23 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     ``describe`` maps a field's codes to names for the message. ``waiter`` (a
     :class:`~sparcml.progress.Waiter`) completes the check's reduction. Raises
     :class:`RankMismatchError` (on every rank) naming each field whose value differs.
+    ``maxima`` are integers that may differ: their maximum over ranks is returned (same dict
+    keys), at no extra cost.
     """
     names = list(fields)
+    maxima = maxima or {}
     vals = np.array([1 if local_error is not None else 0] + [fields[n] for n in names], np.int64)
-    both = np.concatenate([vals, -vals])
+    both = np.concatenate([vals, -vals, np.array(list(maxima.values()), np.int64)])
     if waiter is None:
         comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
     else:
         waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
-    hi, lo = both[:vals.size], -both[vals.size:]
+    hi, lo = both[:vals.size], -both[vals.size:2 * vals.size]
     if hi[0]:
         _reraise_everywhere(comm, local_error)
     differing = [i for i in range(1, vals.size) if hi[i] != lo[i]]
     if not differing:
-        return
+        return dict(zip(maxima, both[2 * vals.size:].tolist()))
     every = np.array(comm.allgather(vals))
     describe = describe or {}
     parts = []

@@ -19,10 +19,11 @@ from .errors import SparcmlError, UnknownAlgorithmError, UnsupportedDtypeError
 from .vector import SparseVector, should_be_dense
 from .wire import Part, decode, encode
 
-__all__ = ["allreduce", "iallreduce", "allreduce_in", "block_bounds", "ALGORITHMS"]
+__all__ = ["allreduce", "iallreduce", "allreduce_in", "block_bounds", "ALGORITHMS", "AUTO"]
 
 ALGORITHMS = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",
               "dense", "allgather")
+AUTO = "auto"  # chosen per call by the calibrated cost model (sparcml.costmodel)
 
 _TAG_FOLD = 11      # non-power-of-two: an extra rank hands its input to its partner
 _TAG_ROUND = 12     # recursive doubling rounds
@@ -310,14 +311,17 @@ def _coerce(vec) -> SparseVector:
 
 
 def _algorithm_code(algorithm) -> int:
+    if algorithm == AUTO:
+        return len(ALGORITHMS)
     try:
         return ALGORITHMS.index(algorithm)
     except ValueError:
         raise UnknownAlgorithmError(
-            f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)}") from None
+            f"unknown algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS)} or "
+            f"{AUTO!r}") from None
 
 
-_DESCRIBE = {"algorithm": dict(enumerate(ALGORITHMS)),
+_DESCRIBE = {"algorithm": dict(enumerate(ALGORITHMS + (AUTO,))),
              "value dtype": {4: "float32", 8: "float64"}}
 
 
@@ -333,7 +337,10 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
     vec : SparseVector, 1-d float ndarray (made sparse by :meth:`SparseVector.from_dense`),
         or ``(dim, indices, values)`` (validated here, so that bad input on one rank raises the
         same exception on every rank instead of leaving the others waiting).
-    algorithm : one of :data:`ALGORITHMS`.
+    algorithm : one of :data:`ALGORITHMS`, or ``"auto"``: the one the cost model predicts
+        fastest for this call (calibrated on ``comm`` at the first ``auto`` call, collectively;
+        the overlap of the inputs is learnt from earlier ``auto`` calls of the same dim).
+        ``auto`` always runs the agreement check (it carries the largest input nnz).
     stats : a :class:`TrafficStats` to add this call's traffic to.
     check : with ``True`` (default), one small extra ``Allreduce`` checks that the ranks agree
         on ``dim``, dtype and ``algorithm`` and that no rank's input was invalid, and raises
@@ -353,29 +360,63 @@ def allreduce_in(ctx, vec, algorithm, stats, check) -> SparseVector:
     stats = TrafficStats() if stats is None else stats
     local_error = None
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1}
+    nnz = 0
     try:
         fields["algorithm"] = _algorithm_code(algorithm)
         vec = _coerce(vec)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
+        nnz = vec.nnz
     except SparcmlError as exc:
         local_error = exc
-    if check:
-        agree(ctx.comm, fields, local_error, _DESCRIBE, waiter=ctx.waiter)
+    if check or algorithm == AUTO:
+        nnz_max = agree(ctx.comm, fields, local_error, _DESCRIBE, waiter=ctx.waiter,
+                        maxima={"nnz": nnz})["nnz"]
     elif local_error is not None:
         raise local_error
     stats.calls += 1
+    chosen = algorithm
+    if algorithm == AUTO:
+        chosen = _choose(ctx, vec, nnz_max)
+    stats.algorithm = chosen
     if ctx.size == 1:
-        if algorithm in ("dense", "dsar_split_allgather"):
+        if chosen in ("dense", "dsar_split_allgather"):
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
         out = _normalize(vec)
         if out is vec:
             out = SparseVector._trusted(vec.dim, None if vec.is_dense else vec.indices.copy(),
                                         vec.values.copy())
         return out
-    if algorithm in ("dense", "dsar_split_allgather"):
-        return _IMPLEMENTATIONS[algorithm](ctx, vec, stats)
-    return _IMPLEMENTATIONS[algorithm](ctx, _normalize(vec), stats)
+    if chosen in ("dense", "dsar_split_allgather"):
+        result = _IMPLEMENTATIONS[chosen](ctx, vec, stats)
+    else:
+        result = _IMPLEMENTATIONS[chosen](ctx, _normalize(vec), stats)
+    if algorithm == AUTO:
+        _learn_overlap(ctx, vec, nnz_max, result)
+    return result
+
+
+def _choose(ctx, vec: SparseVector, nnz_max: int) -> str:
+    """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks)."""
+    from .costmodel import _calibrate_on
+
+    model = ctx.history.get("model")
+    if model is None:
+        model = ctx.history["model"] = _calibrate_on(ctx)
+    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    return model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
+                        s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize)
+
+
+def _learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:
+    """Remember how much the inputs overlapped (iterative training repeats its pattern)."""
+    from .costmodel import overlap_from_result
+
+    K = result.count_nonzero() if result.is_dense else result.nnz
+    q = overlap_from_result(nnz_max, K, ctx.size, vec.dim)
+    key = ("overlap", vec.dim)
+    old = ctx.history.get(key)
+    ctx.history[key] = q if old is None else 0.5 * (old + q)
 
 
 def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",

@@ -30,6 +30,7 @@ class TrafficStats:
     messages: int = 0
     dense_messages: int = 0
     calls: int = 0
+    algorithm: str | None = None  # of the last call (what ``auto`` chose, for instance)
 
     def add_message(self, nbytes: int, dense: bool) -> None:
         self.bytes_sent += int(nbytes)
@@ -38,6 +39,7 @@ class TrafficStats:
 
     def reset(self) -> None:
         self.bytes_sent = self.messages = self.dense_messages = self.calls = 0
+        self.algorithm = None
 
 
 @dataclass

@@ -8,6 +8,8 @@ __all__ = [
     "UnsupportedDtypeError",
     "RankMismatchError",
     "UnknownAlgorithmError",
+    "CompressionError",
+    "QuantizationError",
 ]
 
 
@@ -29,3 +31,11 @@ class RankMismatchError(SparcmlError, ValueError):
 
 class UnknownAlgorithmError(SparcmlError, ValueError):
     """An algorithm name that the layer does not implement."""
+
+
+class CompressionError(SparcmlError, ValueError):
+    """A compressor (QSGD, TopK) was configured or called with something it cannot handle."""
+
+
+class QuantizationError(CompressionError):
+    """Values QSGD cannot quantize (NaN, Inf, beyond float32), or an encoding of the wrong size."""

@@ -39,7 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pattern", nargs="+", choices=PATTERNS,
                    help="overlap of the ranks' supports")
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                   help="comma-separated; 'dense' is always timed as the reference")
+                   help="comma-separated, from: " + ", ".join(ALGORITHMS) + ", auto; "
+                        "'dense' is always timed as the reference")
+    p.add_argument("--nonblocking", action="store_true",
+                   help="time iallreduce + wait instead of the blocking call")
+    p.add_argument("--no-model", action="store_true",
+                   help="skip calibrating the cost model (no predicted / lower-bound columns)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--reps", type=int, help="timed repetitions per case")
     p.add_argument("--warmup", type=int, help="untimed repetitions per case")
@@ -84,6 +89,7 @@ def run_kernels(args) -> int:
 def run_sweep(args) -> int:
     from mpi4py import MPI
 
+    import sparcml
     from sparcml import ALGORITHMS
     from sparcapps.records import append_record, capture_environment, make_record
 
@@ -98,37 +104,49 @@ def run_sweep(args) -> int:
     reps = args.reps if args.reps is not None else preset["reps"]
     warmup = args.warmup if args.warmup is not None else preset["warmup"]
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    unknown = [a for a in algorithms if a not in ALGORITHMS + ("auto",)]
     if unknown:
         raise SystemExit(f"sparc-bench: unknown algorithm(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(ALGORITHMS)}")
+                         f"choose from {', '.join(ALGORITHMS)}, auto")
     if reps < 1:
         raise SystemExit("sparc-bench: --reps must be >= 1")
     algorithms = ["dense"] + [a for a in algorithms if a != "dense"]
     environment = capture_environment(comm)
+    model = None if args.no_model else sparcml.calibrate(comm)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
-              "warmup": warmup, "algorithms": algorithms}
+              "warmup": warmup, "algorithms": algorithms,
+              "cost_model": None if model is None else model.to_dict()}
     if rank == 0:
-        print(f"sparc-bench: P={size}, dtype={args.dtype}, reps={reps} (+{warmup} warm-up); "
-              f"time = median over reps of the slowest rank [q25-q75]")
+        mode = "iallreduce+wait" if args.nonblocking else "allreduce"
+        print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
+              f"(+{warmup} warm-up); time = median over reps of the slowest rank [q25-q75]; "
+              f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
+              f"bandwidth")
         print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
-              f"{'q25-q75 ms':>15} {'sent/rank':>10} {'result':>7} {'vs dense':>8}")
+              f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
+              f"{'result':>7} {'vs dense':>8}")
     for dim in dims:
         for density in densities:
             for pattern in patterns:
                 dense_median = None
                 for algorithm in algorithms:
-                    case = BenchCase(dim, density, pattern, algorithm, args.dtype)
-                    out = run_case(case, comm, reps=reps, warmup=warmup, seed=args.seed)
+                    case = BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                     args.nonblocking)
+                    out = run_case(case, comm, reps=reps, warmup=warmup, seed=args.seed,
+                                   model=model)
                     t = out["timings"]["allreduce"]
                     if algorithm == "dense":
                         dense_median = t["median"]
                     speedup = dense_median / t["median"]
                     if rank != 0:
                         continue
-                    print(f"{dim:>10} {density:>8.2g} {pattern:>8} {algorithm:>22} "
+                    name = algorithm if algorithm != "auto" else f"auto:{out['ran']}"
+                    m = out.get("model")
+                    model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
+                                  if m else f"{'-':>9} {'-':>9}")
+                    print(f"{dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
                           f"{t['median'] * 1e3:>10.3f} "
-                          f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} "
+                          f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
                           f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
                           f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
                     if args.output:
@@ -137,7 +155,9 @@ def run_sweep(args) -> int:
                             algorithm=algorithm, P=size, N=dim, density=density,
                             timings=out["timings"], bytes=out["bytes"],
                             metrics={"speedup_over_dense": speedup, "pattern": pattern,
-                                     "dtype": args.dtype,
+                                     "dtype": args.dtype, "ran": out["ran"],
+                                     "nonblocking": args.nonblocking,
+                                     "model": out.get("model"),
                                      "result_density": out["result"]["density"],
                                      "result_dense": out["result"]["dense"]}))
     return 0

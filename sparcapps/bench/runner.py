@@ -21,20 +21,30 @@ class BenchCase:
     N: int
     density: float
     pattern: str
-    algorithm: str
+    algorithm: str          # one of sparcml.ALGORITHMS or "auto"
     dtype: str = "float32"
+    nonblocking: bool = False
 
 
-def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: int) -> dict:
-    """Time ``sparcml.allreduce`` for one case. Collective over ``comm``.
+def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
+             model: "sparcml.CostModel | None" = None) -> dict:
+    """Time ``sparcml.allreduce`` (or ``iallreduce`` + ``wait``) for one case. Collective.
 
     Each repetition starts after a barrier and is timed on every rank; the repetition's time is
     the slowest rank's. Returns ``timings`` (summary of those), ``bytes`` (per-rank bytes sent:
-    max and mean over ranks), and the result's nnz / density.
+    max and mean over ranks), the result's nnz / density, the algorithm that ran (what ``auto``
+    chose), and with ``model`` the predicted time and the reference volumes (DESIGN 3.7).
     """
-    vec = make_input(case.N, case.density, case.pattern, comm.Get_rank(), comm.Get_size(),
+    rank, size = comm.Get_rank(), comm.Get_size()
+    vec = make_input(case.N, case.density, case.pattern, rank, size,
                      dtype=np.dtype(case.dtype), seed=seed)
-    sparcml.allreduce(vec, comm, algorithm=case.algorithm)  # first call: Dup, Numba load
+
+    def call(stats):
+        if case.nonblocking:
+            return sparcml.iallreduce(vec, comm, algorithm=case.algorithm, stats=stats).wait()
+        return sparcml.allreduce(vec, comm, algorithm=case.algorithm, stats=stats)
+
+    call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
     times = []
     stats = sparcml.TrafficStats()
     result = None
@@ -42,17 +52,30 @@ def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: i
         stats.reset()
         comm.Barrier()
         t0 = time.perf_counter()
-        result = sparcml.allreduce(vec, comm, algorithm=case.algorithm, stats=stats)
+        result = call(stats)
         elapsed = time.perf_counter() - t0
         if rep >= warmup:
             times.append(comm.allreduce(elapsed, op=MPI.MAX))
     sent = comm.allgather(stats.bytes_sent)
     result_nnz = result.count_nonzero() if result.is_dense else result.nnz
-    return {
+    k_max = max(comm.allgather(vec.nnz))
+    out = {
         "timings": {"allreduce": summarize(times)},
         "bytes": {"sent_per_rank_max": int(max(sent)), "sent_per_rank_mean": float(np.mean(sent)),
-                  "input_nnz_mean": float(np.mean(comm.allgather(vec.nnz))),
-                  "messages": stats.messages, "dense_messages": stats.dense_messages},
+                  "input_nnz_max": int(k_max), "messages": stats.messages,
+                  "dense_messages": stats.dense_messages},
         "result": {"nnz": int(result_nnz), "dense": bool(result.is_dense),
                    "density": result_nnz / case.N if case.N else 0.0},
+        "ran": stats.algorithm,
     }
+    if model is not None:
+        s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
+        refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
+        out["model"] = {
+            "predicted_s": model.predict(stats.algorithm, P=size, N=case.N, k=k_max,
+                                         K=result_nnz, s_idx=s_idx, s_val=s_val),
+            "floor_bytes": refs["floor_bytes"], "rs_ag_bytes": refs["rs_ag_bytes"],
+            "floor_s": refs["floor_bytes"] * model.beta,
+            "rs_ag_s": refs["rs_ag_bytes"] * model.beta,
+        }
+    return out

@@ -88,6 +88,23 @@ else:
 assert all(comm.allgather(outcome)), "iallreduce error not raised everywhere"
 cases += 1
 
+# calibrate: the same model on every rank; auto: the same choice everywhere, the right sum
+model = sparcml.calibrate(comm)
+assert all(m == model.to_dict() for m in comm.allgather(model.to_dict()))
+for density in (0.0, 1e-3, 0.05, 0.7):
+    vec = inputs(20_000, density, np.float32, 99)
+    stats = sparcml.TrafficStats()
+    for nonblocking in (False, True):
+        if nonblocking:
+            got = sparcml.iallreduce(vec, algorithm="auto", stats=stats).wait(timeout=120)
+        else:
+            got = sparcml.allreduce(vec, algorithm="auto", stats=stats)
+        assert stats.algorithm in sparcml.ALGORITHMS
+        assert len(set(comm.allgather(stats.algorithm))) == 1, "auto chose differently"
+        want = np.sum(comm.allgather(vec.to_dense()), axis=0)
+        assert np.array_equal(got.to_dense(), want), ("auto", density)
+        cases += 1
+
 comm.Barrier()
 if rank == 0:
     print(f"COLLECTIVES {cases} OK", flush=True)

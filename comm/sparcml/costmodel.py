@@ -1,0 +1,239 @@
+"""Cost model of the allreduce algorithms, its calibration, and the choice of ``auto``.
+
+Each algorithm's time is predicted from its structure (messages, bytes, merged items) with
+machine parameters measured on the communicator by :func:`calibrate`:
+
+- ``alpha``, ``beta``: point-to-point latency (s) and time per byte (s/B), from concurrent
+  pairwise exchanges through the same send/probe/receive path the algorithms use;
+- ``gamma_merge``: seconds per input item of a sparse merge; ``gamma_dense``: seconds per
+  element of dense work (add, scatter, copy);
+- ``allreduce_alpha/beta`` and ``allgather_alpha/beta``: the MPI collectives the baselines and
+  the second phases use, fitted as latency + time per byte (their internal algorithm is MPI's).
+
+The result size K is not known before the call: it is estimated from the largest input nnz k
+and an overlap factor q (the share of a further input's items that are new), learnt from the
+results of earlier calls on the same communicator (default: independent random supports).
+Reference volumes reported beside each measurement (DESIGN 3.7): the *floor* ``(K - k) c`` bytes
+every rank must receive, and the reduce-scatter + allgather volume ``(P-1)/P (k + K) c``.
+All ranks hold the same parameters (calibration ends with a max-reduction), so ``auto`` makes
+the same choice on every rank.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+
+__all__ = ["CostModel", "calibrate", "union_size", "overlap_from_result"]
+
+_CHOICES = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather", "dense",
+            "allgather")
+
+
+def union_size(k: float, m: int, dim: int, q: float = 1.0) -> float:
+    """Expected support of the sum of m inputs of k items each (q: share of new items)."""
+    if dim == 0 or k <= 0:
+        return 0.0
+    k = min(k, dim)
+    keep_first = 1.0 - k / dim
+    keep_next = max(0.0, 1.0 - q * k / dim)
+    return dim * (1.0 - keep_first * keep_next ** max(0, m - 1))
+
+
+def overlap_from_result(k: float, K: float, P: int, dim: int) -> float:
+    """The q of :func:`union_size` that explains a result of K items from P inputs of k."""
+    if P < 2 or k <= 0 or dim == 0:
+        return 1.0
+    ratio = (1.0 - min(K, dim - 0.5) / dim) / (1.0 - min(k, dim - 0.5) / dim)
+    ratio = min(max(ratio, 0.0), 1.0)
+    q = dim / k * (1.0 - ratio ** (1.0 / (P - 1)))
+    return float(min(max(q, 0.0), 1.0))
+
+
+@dataclass
+class CostModel:
+    """Machine parameters (seconds, bytes) and the per-algorithm predictions."""
+
+    alpha: float = 5e-6
+    beta: float = 1e-10
+    gamma_merge: float = 3e-9
+    gamma_dense: float = 1e-9
+    allreduce_alpha: float = 2e-5
+    allreduce_beta: float = 2e-10
+    allgather_alpha: float = 2e-5
+    allgather_beta: float = 1e-10
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    # -- building blocks ---------------------------------------------------------------------
+
+    def _message(self, nbytes: float) -> float:
+        return self.alpha + self.beta * nbytes
+
+    def _allgather(self, total_bytes: float) -> float:
+        return self.allgather_alpha + self.allgather_beta * total_bytes
+
+    def _allreduce(self, nbytes: float) -> float:
+        return self.allreduce_alpha + self.allreduce_beta * nbytes
+
+    # -- predictions -------------------------------------------------------------------------
+
+    def predict(self, algorithm: str, *, P: int, N: int, k: float, K: float | None = None,
+                q: float = 1.0, s_idx: int = 4, s_val: int = 4) -> float:
+        """Predicted seconds of one allreduce. ``k``: the largest input nnz; ``K``: result nnz
+        (estimated from ``k`` and ``q`` when not given)."""
+        c = s_idx + s_val
+        dense_bytes = N * s_val
+        threshold = N * s_val / c  # stream size at which the switch rule fires
+        if K is None:
+            K = union_size(k, P, N, q)
+
+        def stream_bytes(items):
+            return dense_bytes if items >= threshold else items * c
+
+        def merge_cost(items):
+            return self.gamma_dense * N if items >= threshold else self.gamma_merge * items
+
+        if P == 1:
+            return self.gamma_dense * (N if algorithm in ("dense", "dsar_split_allgather")
+                                       else k)
+        logp = math.log2(P)
+        if algorithm == "dense":
+            return self.gamma_dense * N + self._allreduce(dense_bytes)
+        if algorithm == "allgather":
+            merge = (self.gamma_dense * (N + P * k) if P * k >= threshold
+                     else self.gamma_merge * P * k * max(1.0, logp))
+            return self._allgather(P * stream_bytes(k)) + merge
+        if algorithm == "ssar_recursive_double":
+            pof2 = 1 << (P.bit_length() - 1)
+            rem = P - pof2
+            t = 0.0
+            inputs = 1
+            if rem:
+                t += self._message(stream_bytes(k)) + merge_cost(2 * k)
+                inputs = 2 if 2 * rem >= P else 1.5  # a mix of folded and plain streams
+            mask = 1
+            while mask < pof2:
+                items = union_size(k, inputs * mask, N, q)
+                t += self._message(stream_bytes(items)) + merge_cost(2 * items)
+                mask <<= 1
+            if rem:
+                t += self._message(stream_bytes(K))
+            return t
+        # the split algorithms: phase 1 sends a 1/P block of the input to every other rank
+        phase1 = (P - 1) * self.alpha + self.beta * (P - 1) / P * stream_bytes(k) \
+            + self.gamma_merge * k * max(1.0, logp)
+        if algorithm == "ssar_split_allgather":
+            block = union_size(k / P, P, N / P, q)  # per-block support
+            return phase1 + self._allgather(P * min(block * c, dense_bytes / P)) \
+                + self.gamma_dense * min(K, N)
+        if algorithm == "dsar_split_allgather":
+            return phase1 + self.gamma_dense * (N / P) + self._allgather(dense_bytes)
+        raise ValueError(f"no cost model for algorithm {algorithm!r}")
+
+    def choose(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
+               s_val: int = 4, candidates=_CHOICES) -> str:
+        """The candidate with the smallest predicted time (ties: the first listed)."""
+        return min(candidates, key=lambda a: self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx,
+                                                          s_val=s_val))
+
+    @staticmethod
+    def references(*, P: int, k: float, K: float, s_idx: int = 4, s_val: int = 4) -> dict:
+        """Byte volumes per rank: the floor and the reduce-scatter + allgather volume."""
+        c = s_idx + s_val
+        return {"floor_bytes": max(0.0, K - k) * c,
+                "rs_ag_bytes": (P - 1) / P * (k + K) * c}
+
+
+# -- calibration ----------------------------------------------------------------------------
+
+def _fit(xs, ts) -> tuple[float, float]:
+    """Least-squares latency + slope through (bytes, seconds), both kept positive."""
+    xs, ts = np.asarray(xs, float), np.asarray(ts, float)
+    slope, intercept = np.polyfit(xs, ts, 1)
+    slope = max(slope, 1e-13)
+    intercept = max(intercept, float(ts.min()) * 0.5, 1e-7)
+    return float(intercept), float(slope)
+
+
+def _median_time(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def calibrate(comm: MPI.Comm | None = None, *, reps: int = 5) -> CostModel:
+    """Measure the model's parameters on ``comm`` (collective; about 0.1-1 s).
+
+    Every rank returns the same model (the maximum over ranks of each parameter).
+    """
+    from .context import context_for
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    ctx = context_for(comm)
+    return _calibrate_on(ctx, reps=reps)
+
+
+def _calibrate_on(ctx, *, reps: int = 5) -> CostModel:
+    c, rank, size, waiter = ctx.comm, ctx.rank, ctx.size, ctx.waiter
+    model = CostModel()
+    # local compute rates
+    rng = np.random.default_rng(rank)
+    n = 200_000
+    a = np.sort(rng.choice(50 * n, n, replace=False)).astype(np.int32)
+    b = np.sort(rng.choice(50 * n, n, replace=False)).astype(np.int32)
+    v = np.ones(n, np.float32)
+    kernels.merge_add(a, v, b, v)
+    model.gamma_merge = _median_time(lambda: kernels.merge_add(a, v, b, v), reps) / (2 * n)
+    x = np.ones(1 << 20, np.float32)
+    y = np.ones(1 << 20, np.float32)
+    model.gamma_dense = _median_time(lambda: np.add(x, y), reps) / x.size
+    if size > 1:
+        # point-to-point: all ranks exchange with a partner at once, as in the butterfly
+        partner = rank ^ 1 if (rank ^ 1) < size else rank
+        sizes = [8, 1 << 14, 1 << 18, 1 << 21]
+        times = []
+        for nbytes in sizes:
+            buf = np.zeros(nbytes, np.uint8)
+            rbuf = np.empty(nbytes, np.uint8)
+
+            def exchange():
+                if partner == rank:
+                    return
+                req = c.Isend([buf, MPI.BYTE], partner, 99)
+                waiter.wait(c.Irecv([rbuf, MPI.BYTE], partner, 99))
+                waiter.wait(req)
+
+            c.Barrier()
+            times.append(_median_time(exchange, reps))
+        model.alpha, model.beta = _fit(sizes, times)
+        # the MPI collectives the baselines and second phases use
+        ar_sizes, ar_times = [8, 1 << 18, 1 << 22], []
+        for nbytes in ar_sizes:
+            arr = np.zeros(nbytes // 4, np.float32)
+            c.Barrier()
+            ar_times.append(_median_time(
+                lambda: waiter.collective(c, "Allreduce", MPI.IN_PLACE, arr, MPI.SUM), reps))
+        model.allreduce_alpha, model.allreduce_beta = _fit(ar_sizes, ar_times)
+        ag_sizes, ag_times = [8, 1 << 16, 1 << 20], []
+        for per_rank in ag_sizes:
+            send = np.zeros(per_rank, np.uint8)
+            recv = np.empty(per_rank * size, np.uint8)
+            c.Barrier()
+            ag_times.append(_median_time(
+                lambda: waiter.collective(c, "Allgather", [send, MPI.BYTE], [recv, MPI.BYTE]),
+                reps))
+        model.allgather_alpha, model.allgather_beta = _fit([s * size for s in ag_sizes], ag_times)
+    params = np.array(list(model.to_dict().values()), np.float64)
+    waiter.collective(c, "Allreduce", MPI.IN_PLACE, params, MPI.MAX)
+    return CostModel(*params.tolist())
