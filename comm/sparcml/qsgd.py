@@ -28,8 +28,6 @@ array([1., 1.], dtype=float32)
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from . import quant_kernels
@@ -204,8 +202,10 @@ class QSGD:
         if not scales.flags.aligned or scales.dtype != np.float32:
             scales = scales.astype(np.float32)
         if not np.all(np.isfinite(scales) & (scales >= 0)):
+            bad = scales[~(np.isfinite(scales) & (scales >= 0))][:3]
             raise QuantizationError(
-                f"corrupt encoding: scales must be finite and >= 0, got {scales[~(np.isfinite(scales) & (scales >= 0))][:3]}")
+                f"corrupt encoding: scales must be finite and >= 0, got {bad} (wrong quantizer "
+                f"configuration or a truncated message?)")
         codes = buf[4 * nb:]
         if not codes.flags.c_contiguous:
             codes = np.ascontiguousarray(codes)
@@ -233,7 +233,3 @@ class QSGD:
         if values.ndim != 1:
             raise CompressionError(f"QSGD expects a 1-d array, got shape {values.shape}")
         return np.ascontiguousarray(values)
-
-
-# keeps `math` honest for readers computing sizes by hand: ceil(n / b) == -(-n // b)
-assert math.ceil(10 / 4) == -(-10 // 4)
