@@ -52,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="append one JSON record per row to this file")
     p.add_argument("--kernels", action="store_true",
                    help="benchmark merge-add against scipy.sparse instead (one process)")
+    p.add_argument("--overlap", type=float, nargs="+", metavar="COMPUTE_MS",
+                   help="instead of the sweep: time iallreduce overlapped with this much NumPy "
+                        "compute (milliseconds; several values allowed), against each alone")
     return p
 
 
@@ -163,6 +166,47 @@ def run_sweep(args) -> int:
     return 0
 
 
+def run_overlap(args) -> int:
+    from mpi4py import MPI
+
+    from sparcapps.records import append_record, capture_environment, make_record
+
+    from .overlap import bench_overlap
+
+    comm = MPI.COMM_WORLD
+    preset = PRESETS[args.preset]
+    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    environment = capture_environment(comm) if args.output else None
+    if comm.Get_rank() == 0:
+        print(f"sparc-bench --overlap: P={comm.Get_size()}; medians of the slowest rank; "
+              f"ratio = overlapped / max(comm alone, compute alone) (1.0 = fully hidden)")
+        print(f"{'N':>10} {'density':>8} {'algorithm':>22} {'compute ms':>10} {'comm ms':>9} "
+              f"{'both ms':>9} {'ratio':>6} {'serial':>6}")
+    for dim in args.N or preset["N"]:
+        for density in args.density or preset["density"]:
+            for algorithm in algorithms:
+                for compute_ms in args.overlap:
+                    r = bench_overlap(comm, N=dim, density=density, algorithm=algorithm,
+                                      compute_s=compute_ms / 1e3,
+                                      reps=args.reps or 7, seed=args.seed)
+                    if comm.Get_rank() != 0:
+                        continue
+                    print(f"{dim:>10} {density:>8.2g} {algorithm:>22} "
+                          f"{r['compute']['median'] * 1e3:>10.1f} "
+                          f"{r['comm']['median'] * 1e3:>9.1f} "
+                          f"{r['overlapped']['median'] * 1e3:>9.1f} {r['ratio_to_max']:>6.2f} "
+                          f"{r['sequential_ratio']:>6.2f}", flush=True)
+                    if args.output:
+                        append_record(args.output, make_record(
+                            "sparc-bench-overlap", config={**vars(args), "compute_ms": compute_ms},
+                            environment=environment, algorithm=algorithm,
+                            P=comm.Get_size(), N=dim, density=density,
+                            timings={k: r[k] for k in ("comm", "compute", "overlapped")},
+                            metrics={"ratio_to_max": r["ratio_to_max"],
+                                     "sequential_ratio": r["sequential_ratio"]}))
+    return 0
+
+
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.kernels:
@@ -170,6 +214,8 @@ def main(argv=None) -> int:
     from sparcml import abort_on_error
 
     with abort_on_error():
+        if args.overlap:
+            return run_overlap(args)
         return run_sweep(args)
 
 
