@@ -31,3 +31,82 @@ def scatter_add(dense, idx, val, offset):
 def dense_to_sparse(x, offset, index_dtype):
     nz = np.flatnonzero(x)
     return (nz + offset).astype(index_dtype), x[nz]
+
+
+# -- compressors (sparcml.quant_kernels) -------------------------------------------------------
+
+def counter_uniforms(seed, n):
+    """splitmix64 of ``seed + (i + 1) * golden``, top 32 bits scaled to [0, 1)."""
+    z = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(32)).astype(np.float64) * 2.0**-32
+
+
+def pack_codes(codes, bits):
+    """Codes (< 2**bits each) packed little-endian within bytes, 8 // bits per byte."""
+    per = 8 // bits
+    padded = np.zeros(-(-codes.size // per) * per, np.uint8)
+    padded[:codes.size] = codes
+    packed = np.zeros(padded.size // per, np.uint8)
+    for t in range(per):
+        packed |= (padded[t::per] << (bits * t)).astype(np.uint8)
+    return packed
+
+
+def unpack_codes(packed, n, bits):
+    per = 8 // bits
+    out = np.empty(packed.size * per, np.uint8)
+    for t in range(per):
+        out[t::per] = (packed >> (bits * t)) & ((1 << bits) - 1)
+    return out[:n]
+
+
+def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap):
+    """``(scales float32, packed codes uint8)`` with the kernel's random stream and snapping."""
+    s = 2 ** (bits - 1) - 1
+    v = values.astype(np.float64)
+    u = counter_uniforms(seed, v.size)
+    nb = -(-v.size // bucket_size)
+    scales = np.zeros(nb, np.float32)
+    codes = np.zeros(v.size, np.uint8)
+    for b in range(nb):
+        sl = slice(b * bucket_size, (b + 1) * bucket_size)
+        a = np.abs(v[sl])
+        acc = np.sqrt(np.cumsum(a * a)[-1]) if use_l2 else a.max()  # cumsum: sequential order
+        sc = np.float32(acc)
+        if sc < acc:
+            sc = np.nextafter(sc, np.float32(np.inf))
+        scales[b] = sc
+        if sc == 0:
+            continue
+        r = a * (s / np.float64(sc))
+        near = np.floor(r + 0.5)
+        level = np.where(np.abs(r - near) <= snap * r, near, np.floor(r + u[sl]))
+        level = np.minimum(level, s).astype(np.uint8)
+        sign = ((v[sl] < 0) & (level > 0)).astype(np.uint8) << (bits - 1)
+        codes[sl] = level | sign
+    return scales, pack_codes(codes, bits)
+
+
+def qsgd_decode(scales, packed, n, bucket_size, bits, dtype):
+    s = 2 ** (bits - 1) - 1
+    codes = unpack_codes(packed, n, bits)
+    level = (codes & s).astype(np.float64)
+    scale = np.repeat(scales.astype(np.float64), bucket_size)[:n]
+    v = (scale * level / s).astype(dtype)
+    return np.where(codes >> (bits - 1) == 1, -v, v)
+
+
+def topk_select(x, k):
+    """Increasing positions of the k largest |x|, ties to the lower index (stable sort)."""
+    return np.sort(np.argsort(-np.abs(x), kind="stable")[:k])
+
+
+def topk_select_buckets(x, bucket_size, k_full, k_last):
+    out = []
+    for lo in range(0, x.size, bucket_size):
+        seg = x[lo:lo + bucket_size]
+        out.append(topk_select(seg, k_full if seg.size == bucket_size else k_last) + lo)
+    return np.concatenate(out) if out else np.empty(0, np.int64)

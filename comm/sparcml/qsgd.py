@@ -37,7 +37,7 @@ __all__ = ["QSGD"]
 
 _BITS = (2, 4, 8)
 _NORMS = ("max", "l2")
-_MAX_BUCKET = 2**28  # keeps `code` below 2**31
+_MAX_BUCKET = 2**28 - 1  # keeps `code` below 2**31
 _VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # relative distance of r from an integer below which r *is* that level (float rounding of a
 # decoded value): decoded values re-encode to themselves; see quant_kernels.qsgd_encode
@@ -61,7 +61,7 @@ class QSGD:
     bits : {2, 4, 8}
         Bits per value: one sign bit and ``bits - 1`` level bits (``s = 1, 7, 127`` levels).
     bucket_size : int, default 1024
-        Values sharing one scale (1 to 2**28).
+        Values sharing one scale (1 to 2**28 - 1).
     norm : {"max", "l2"}
         The bucket scale: max |v| (lower variance) or the L2 norm (QSGD paper).
     seed : int, numpy.random.SeedSequence or None
