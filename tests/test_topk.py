@@ -58,7 +58,7 @@ def test_global_selection_matches_stable_sort(dtype, n):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n, bucket_size, k_full, k_last", [
     (1000, 100, 3, None), (1030, 100, 3, 1), (1030, 100, 100, 30), (99, 100, 5, 2),
-    (1024, 512, 0, None), (513, 512, 512, 1),
+    (1024, 512, 0, None), (513, 512, 512, 1), (1030, 100, 40, 7), (1030, 100, 33, 29),
 ])
 def test_bucket_selection_matches_stable_sort(dtype, n, bucket_size, k_full, k_last):
     x = np.random.default_rng(n).integers(-5, 6, n).astype(dtype)  # heavy ties

@@ -80,7 +80,7 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
         of an integer takes that level exactly (no random rounding), so decoded values re-encode
         to themselves. Use about 2**-22 for float32 input, 2**-49 for float64.
     scales : float32 array of ``ceil(n / bucket_size)`` (output)
-    codes : uint8 array of ``ceil(n * bits / 8)`` (output, overwritten)
+    codes : uint8 array of ``ceil(n * bits / 8)`` (output, every byte written)
 
     Returns -1 on success; else the position of the first non-finite value, or ``-2 - b`` when
     bucket b's scale exceeds the float32 range.
@@ -89,7 +89,9 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
     s = (1 << (bits - 1)) - 1
     sign_bit = 1 << (bits - 1)
     nbuckets = scales.shape[0]
-    codes[:] = 0
+    acc_byte = 0  # codes are gathered a byte at a time (buckets need not end on a byte)
+    acc_shift = 0
+    nbyte = 0
     for b in range(nbuckets):
         lo = b * bucket_size
         hi = min(lo + bucket_size, n)
@@ -110,9 +112,8 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
         if not np.isfinite(sc):
             return -2 - b
         scales[b] = sc
-        if sc == 0:
-            continue  # codes stay 0: every value decodes to 0
-        inv = s / np.float64(sc)
+        # an all-zero bucket has scale 0 and codes 0 (inv = 0 makes every r = 0, snapped)
+        inv = s / np.float64(sc) if sc > 0 else 0.0
         for i in range(lo, hi):
             v = np.float64(values[i])
             r = abs(v) * inv
@@ -125,8 +126,15 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
             code = level
             if level > 0 and v < 0:
                 code |= sign_bit
-            pos = i * bits
-            codes[pos >> 3] |= np.uint8(code << (pos & 7))
+            acc_byte |= code << acc_shift
+            acc_shift += bits
+            if acc_shift == 8:
+                codes[nbyte] = np.uint8(acc_byte)
+                nbyte += 1
+                acc_byte = 0
+                acc_shift = 0
+    if acc_shift > 0:
+        codes[nbyte] = np.uint8(acc_byte)
     return -1
 
 
@@ -220,6 +228,7 @@ def topk_select_buckets(keys, absmask, inf_key, bucket_size, k_full, k_last, out
     """
     n = keys.shape[0]
     buf = np.empty(bucket_size, dtype=np.uint64)
+    top = np.empty(33, dtype=np.uint64)
     m = 0
     for lo in range(0, n, bucket_size):
         hi = min(lo + bucket_size, n)
@@ -237,12 +246,31 @@ def topk_select_buckets(keys, absmask, inf_key, bucket_size, k_full, k_last, out
                 out_idx[m] = i
                 m += 1
             continue
-        part = np.partition(buf[:length], length - kb)
-        thr = part[length - kb]
-        ties = 0  # entries equal to the threshold among the kb largest: taken lowest index first
-        for j in range(length - kb, length):
-            if part[j] == thr:
-                ties += 1
+        if kb <= 32:  # the kb largest by insertion into a descending list: ~B compares
+            for j in range(kb):
+                top[j] = 0
+            filled = 0
+            for j in range(length):
+                key = buf[j]
+                if filled < kb or key > top[kb - 1]:
+                    pos = min(filled, kb - 1)
+                    while pos > 0 and top[pos - 1] < key:
+                        top[pos] = top[pos - 1]
+                        pos -= 1
+                    top[pos] = key
+                    filled = min(filled + 1, kb)
+            thr = top[kb - 1]
+            ties = 0
+            for j in range(kb):
+                if top[j] == thr:
+                    ties += 1
+        else:
+            part = np.partition(buf[:length], length - kb)
+            thr = part[length - kb]
+            ties = 0  # entries equal to the threshold among the kb largest: lowest index first
+            for j in range(length - kb, length):
+                if part[j] == thr:
+                    ties += 1
         for i in range(lo, hi):
             key = buf[i - lo]
             if key > thr:
