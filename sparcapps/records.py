@@ -13,9 +13,10 @@ Conventions the report (:mod:`sparcapps.report`) understands, all optional:
 
 - ``config["pattern"]``: the microbenchmark's overlap pattern; ``config["dtype"]``.
 - ``metrics["speedup_over_dense"]``: dense median time / this record's median time.
-- ``metrics["model_seconds"]``: the cost model's prediction; ``metrics["floor_seconds"]`` and
-  ``metrics["rsag_seconds"]``: the two reference times of DESIGN 3.7 (lower bound; reduce-scatter +
-  allgather volume) at the calibrated bandwidth.
+- ``metrics["model"]``: ``{"predicted_s", "floor_s", "rs_ag_s", ...}``, the cost model's
+  prediction and the two reference times of DESIGN 3.7 (lower bound; reduce-scatter + allgather
+  volume) at the calibrated bandwidth, as ``sparc-bench`` writes them; flat
+  ``metrics["model_seconds"]``, ``["floor_seconds"]``, ``["rsag_seconds"]`` are read too.
 - ``metrics["epochs"]``: the apps' per-epoch list of dicts with ``epoch``, ``wall_seconds``
   (since the start of training) and any of ``loss``, ``train_accuracy``, ``test_accuracy``.
 

@@ -64,6 +64,20 @@ def _timing(rec: dict) -> tuple[str, dict] | None:
     return None
 
 
+# flat metrics key -> key inside metrics["model"], the form sparc-bench writes
+_MODEL_KEYS = {"model_seconds": "predicted_s", "rsag_seconds": "rs_ag_s",
+               "floor_seconds": "floor_s"}
+
+
+def _reference(rec: dict, key: str) -> Any:
+    """A model/reference time: ``metrics["model"][...]`` (sparc-bench) or ``metrics[key]``."""
+    metrics = rec.get("metrics") or {}
+    model = metrics.get("model")
+    if isinstance(model, dict) and model.get(_MODEL_KEYS[key]) is not None:
+        return model[_MODEL_KEYS[key]]
+    return metrics.get(key)
+
+
 def _sent(rec: dict) -> Any:
     """Bytes sent per rank: ``sent_per_rank``, else the slowest rank's ``sent_per_rank_max``."""
     b = rec.get("bytes") or {}
@@ -118,7 +132,7 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
             "dtype": _field(r, "dtype"), "algorithm": r.get("algorithm"),
             "median": t["median"], "q25": t.get("q25"), "q75": t.get("q75"), "n": t.get("n"),
             "speedup": speedup, "sent_per_rank": _sent(r),
-            **{k: (r.get("metrics") or {}).get(k) for k, _, _ in _REFERENCES},
+            **{k: _reference(r, k) for k, _, _ in _REFERENCES},
             "command": rerun_command(r)})
     rows.sort(key=lambda x: tuple((v is None, v if v is not None else 0) for v in
                                   (x["N"], x["pattern"], x["density"], x["P"], x["algorithm"])))
@@ -276,20 +290,29 @@ def _collective_section(doc: _Doc, rows, out: Path) -> None:
     if modelled:
         doc.h(3, "Measured vs cost model vs lower bound")
         for (p, n, pat), grp in _group(modelled, ("P", "N", "pattern")):
-            fig, ax = _figure(f"P={_fmt(p)} N={_fmt(n)} pattern={_fmt(pat)}", "density",
-                              "time (s)")
+            fig, ax = _figure(f"P={_fmt(p)} N={_fmt(n)} pattern={_fmt(pat)}: measured (solid), "
+                              "model (dashed)", "density", "time (s)")
+            fig.set_size_inches(8.4, 4.6)
             for i, ((alg,), g) in enumerate(_group(grp, ("algorithm",))):
                 g = sorted(g, key=lambda r: r["density"])
                 color = f"C{i % 10}"
                 ax.plot([r["density"] for r in g], [r["median"] for r in g], "o-", color=color,
-                        label=f"{alg} measured")
-                for key, label, style in _REFERENCES:
-                    pts = [(r["density"], r[key]) for r in g if r[key] is not None]
-                    if pts:
-                        ax.plot(*zip(*pts), style, color=color, label=f"{alg} {label}")
+                        label=alg)
+                pts = [(r["density"], r["model_seconds"]) for r in g
+                       if r["model_seconds"] is not None]
+                if pts:
+                    ax.plot(*zip(*pts), "--", color=color)
+            # the references depend on the inputs, not the algorithm: one black line each
+            for key, label, style in _REFERENCES[1:]:
+                by_density = {r["density"]: r[key] for r in grp if r[key] is not None}
+                if by_density:
+                    xs = sorted(by_density)
+                    ax.plot(xs, [by_density[x] for x in xs], style, color="black", label=label)
             if all(r["density"] > 0 for r in grp):
                 ax.set_xscale("log")
-            ax.legend(fontsize=7)
+            if all(r["median"] > 0 for r in grp):
+                ax.set_yscale("log")
+            ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
             name = f"model-vs-measured-{_slug('P', p, 'N', n, pat)}.png"
             _save(fig, out / name)
             doc.img(name, f"measured vs model, P={_fmt(p)}, N={_fmt(n)}")

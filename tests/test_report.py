@@ -30,10 +30,12 @@ def sweep(tmp_path):
     for P in (2, 4, 8):
         for d in (0.001, 0.01):
             dense_t = 0.01 * P
-            append_record(path, _bench(P, d, "dense", dense_t))
+            append_record(path, _bench(P, d, "dense", dense_t, model_seconds=dense_t * 0.7))
             t = 0.001 * P * (1 + 100 * d)
-            append_record(path, _bench(P, d, "ssar_split_allgather", t, model_seconds=t * 0.8,
-                                       floor_seconds=t * 0.3))
+            # the model as sparc-bench writes it, for one algorithm; flat keys for dense
+            append_record(path, _bench(P, d, "ssar_split_allgather", t,
+                                       model={"predicted_s": t * 0.8, "floor_s": t * 0.3,
+                                              "rs_ag_s": t * 0.5}))
             expected[(P, d, "ssar_split_allgather")] = (t, dense_t / t)
             expected[(P, d, "dense")] = (dense_t, 1.0)
             # allgather carries its own speedup, which the report must show as recorded
@@ -82,6 +84,13 @@ def test_report_tables_match_records(sweep, tmp_path):
         assert float(row["speedup vs dense"]) == pytest.approx(speedup, rel=1e-5)
         assert int(row["sent bytes/rank"]) == 8 * int(row["P"])
         assert int(row["nodes"]) == int(row["P"])
+        model = {"ssar_split_allgather": (0.8, 0.3, 0.5), "dense": (0.7, None, None)}.get(
+            row["algorithm"], (None, None, None))
+        for col, factor in zip(("model s", "floor s", "RS+AG s"), model):
+            if factor is None:
+                assert row[col] == ""
+            else:
+                assert float(row[col]) == pytest.approx(t * factor, rel=1e-5)
     # the failure is shown, with its error
     assert "## Failed runs" in md and "mpiexec exited with status 9" in md
     # training run table: final epoch values
