@@ -5,7 +5,7 @@ import pytest
 
 from sparcml import (InvalidVectorError, SparseVector, UnsupportedDtypeError, index_dtype_for,
                      should_be_dense)
-from sparcml.wire import DENSE, HEADER_SIZE, SPARSE, Part, decode, encode
+from sparcml.wire import DENSE, HEADER_SIZE, SPARSE, Codec, Part, decode
 
 
 @pytest.mark.parametrize("in_dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])
@@ -91,7 +91,7 @@ def test_wire_round_trip_and_per_message_rule(val_dt):
     rng = np.random.default_rng(0)
     idx = np.sort(rng.choice(np.arange(100, 200), 30, replace=False)).astype(np.int32)
     val = rng.standard_normal(30).astype(val_dt)
-    buf, dense = encode(Part(100, 100, idx, val), np.int32)
+    buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, idx, val))
     assert not dense and buf[4] == SPARSE and buf.nbytes % 8 == 0
     part = decode(buf)
     np.testing.assert_array_equal(part.indices, idx)
@@ -99,14 +99,14 @@ def test_wire_round_trip_and_per_message_rule(val_dt):
     # the same range at the rule's threshold goes dense: 100 * s_val <= k * (4 + s_val)
     k = -(-100 * np.dtype(val_dt).itemsize // (4 + np.dtype(val_dt).itemsize))
     idx = np.arange(100, 100 + k, dtype=np.int32)
-    buf, dense = encode(Part(100, 100, idx, np.ones(k, val_dt)), np.int32)
+    buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, idx, np.ones(k, val_dt)))
     assert dense and buf[4] == DENSE and buf.nbytes == HEADER_SIZE + 100 * np.dtype(val_dt).itemsize  # 8-aligned already
     part = decode(buf)
     assert part.is_dense and part.offset == 100 and part.values.sum() == k
-    buf, dense = encode(Part(100, 100, idx[:-1], np.ones(k - 1, val_dt)), np.int32)
+    buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, idx[:-1], np.ones(k - 1, val_dt)))
     assert not dense
     # a dense block with few nonzeros is sent sparse
     block = np.zeros(100, val_dt)
     block[[3, 50]] = 2
-    buf, dense = encode(Part(100, 100, None, block), np.int32)
+    buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, None, block))
     assert not dense and decode(buf).indices.tolist() == [103, 150]

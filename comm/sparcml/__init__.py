@@ -9,8 +9,11 @@ from .costmodel import CostModel, calibrate
 from .collectives import allgather, bcast, reduce_scatter
 from .nonblocking import Request
 from .context import TrafficStats
-from .errors import (InvalidVectorError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
+from .errors import (CompressionError, IncompatibleOptionsError, InvalidVectorError,
+                     QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
                      UnsupportedDtypeError)
+from .qsgd import QSGD
+from .topk import TopK
 from .vector import SparseVector, index_dtype_for, should_be_dense
 
 __all__ = [
@@ -34,6 +37,11 @@ __all__ = [
     "RankMismatchError",
     "UnknownAlgorithmError",
     "UnsupportedDtypeError",
+    "IncompatibleOptionsError",
+    "CompressionError",
+    "QuantizationError",
+    "QSGD",
+    "TopK",
 ]
 
 __version__ = "0.1.0"

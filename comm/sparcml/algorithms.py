@@ -15,9 +15,10 @@ from mpi4py import MPI
 from . import kernels
 from .agreement import agree
 from .context import TrafficStats, context_for
-from .errors import SparcmlError, UnknownAlgorithmError, UnsupportedDtypeError
-from .vector import SparseVector, should_be_dense
-from .wire import Part, decode, encode
+from .errors import (IncompatibleOptionsError, SparcmlError, UnknownAlgorithmError,
+                     UnsupportedDtypeError)
+from .vector import SparseVector
+from .wire import Codec, Part, decode
 
 __all__ = ["allreduce", "iallreduce", "allreduce_in", "block_bounds", "ALGORITHMS", "AUTO"]
 
@@ -41,10 +42,18 @@ def _recv_bytes(ctx, source, tag, status=None) -> tuple[np.ndarray, int]:
     return buf, status.Get_source()
 
 
-def _encode_vector(vec: SparseVector) -> tuple[np.ndarray, bool]:
+def _encode_vector(vec: SparseVector, codec: Codec, seed=None) -> tuple[np.ndarray, bool]:
     # vectors inside the algorithms are normalized, so a dense-backed one crosses the rule
-    return encode(Part(0, vec.dim, vec.indices, vec.values), vec.index_dtype,
-                  known_dense=vec.is_dense)
+    return codec.encode(Part(0, vec.dim, vec.indices, vec.values), known_dense=vec.is_dense,
+                        seed=seed)
+
+
+def _as_sent(vec: SparseVector, buf: np.ndarray, codec: Codec) -> SparseVector:
+    """What the receiver of ``buf`` sees: ``vec`` itself, or its decoding when quantized.
+
+    A sender keeps computing with what it sent, so that every rank holds the same values.
+    """
+    return _as_vector(decode(buf), vec.dim) if codec.lossy else vec
 
 
 def _as_vector(part: Part, dim: int) -> SparseVector:
@@ -53,10 +62,11 @@ def _as_vector(part: Part, dim: int) -> SparseVector:
     return SparseVector._trusted(dim, part.indices, part.values)
 
 
-def _send_vector(ctx, vec, dest, tag, stats):
-    buf, dense = _encode_vector(vec)
+def _send_vector(ctx, vec, dest, tag, stats, codec) -> SparseVector:
+    buf, dense = _encode_vector(vec, codec)
     ctx.waiter.wait(ctx.comm.Isend([buf, MPI.BYTE], dest, tag))
     stats.add_message(buf.nbytes, dense)
+    return _as_sent(vec, buf, codec)
 
 
 def _recv_vector(ctx, source, tag, dim) -> SparseVector:
@@ -64,31 +74,33 @@ def _recv_vector(ctx, source, tag, dim) -> SparseVector:
     return _as_vector(decode(buf), dim)
 
 
-def _exchange_vector(ctx, vec, peer, tag, stats) -> SparseVector:
-    buf, dense = _encode_vector(vec)
+def _exchange_vector(ctx, vec, peer, tag, stats, codec,
+                     seed=None) -> tuple[SparseVector, SparseVector]:
+    """Send ``vec`` to ``peer`` and receive its vector: ``(vec as sent, peer's vector)``."""
+    buf, dense = _encode_vector(vec, codec, seed)
     req = ctx.comm.Isend([buf, MPI.BYTE], peer, tag)
     try:
         rbuf, _ = _recv_bytes(ctx, peer, tag)
     finally:
         ctx.waiter.wait(req)
     stats.add_message(buf.nbytes, dense)
-    return _as_vector(decode(rbuf), vec.dim)
+    return _as_sent(vec, buf, codec), _as_vector(decode(rbuf), vec.dim)
 
 
 # -- local arithmetic -----------------------------------------------------------------------
 
-def _normalize(vec: SparseVector) -> SparseVector:
+def _normalize(vec: SparseVector, codec: Codec) -> SparseVector:
     """The representation the switch rule asks for (dense-backed iff the rule fires)."""
     if vec.is_dense:
-        if should_be_dense(vec.count_nonzero(), vec.dim, vec.index_dtype, vec.dtype):
+        if codec.should_be_dense(vec.count_nonzero(), vec.dim):
             return vec
         return vec.to_sparse()
-    if should_be_dense(vec.nnz, vec.dim, vec.index_dtype, vec.dtype):
+    if codec.should_be_dense(vec.nnz, vec.dim):
         return SparseVector._trusted(vec.dim, None, vec.to_dense())
     return vec
 
 
-def _add(a: SparseVector, b: SparseVector) -> SparseVector:
+def _add(a: SparseVector, b: SparseVector, codec: Codec) -> SparseVector:
     """``a + b`` in the representation of the rule; bitwise equal to ``b + a``."""
     if a.is_dense and b.is_dense:
         return SparseVector._trusted(a.dim, None, a.values + b.values)
@@ -98,16 +110,17 @@ def _add(a: SparseVector, b: SparseVector) -> SparseVector:
         kernels.scatter_add(out, sparse.indices, sparse.values, 0)
         return SparseVector._trusted(a.dim, None, out)
     idx, val = kernels.merge_add(a.indices, a.values, b.indices, b.values)
-    if should_be_dense(idx.shape[0], a.dim, a.index_dtype, a.dtype):
+    if codec.should_be_dense(idx.shape[0], a.dim):
         out = np.zeros(a.dim, a.dtype)
         kernels.scatter_add(out, idx, val, 0)
         return SparseVector._trusted(a.dim, None, out)
     return SparseVector._trusted(a.dim, idx, val)
 
 
-def _fold_parts(parts: list[Part], offset: int, length: int, value_dtype, index_dtype,
+def _fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
                 force_dense: bool = False) -> Part:
     """Sum parts of one index range in list order; dense when any part is, or when forced."""
+    value_dtype, index_dtype = codec.value_dtype, codec.index_dtype
     if force_dense or any(p.is_dense for p in parts):
         acc = np.zeros(length, value_dtype)
         for p in parts:
@@ -122,7 +135,7 @@ def _fold_parts(parts: list[Part], offset: int, length: int, value_dtype, index_
         return Part(offset, length, np.empty(0, index_dtype), np.empty(0, value_dtype))
     idx, val = kernels.merge_many(offsets, np.concatenate([p.indices for p in parts]),
                                   np.concatenate([p.values for p in parts]))
-    if should_be_dense(idx.shape[0], length, index_dtype, value_dtype):
+    if codec.should_be_dense(idx.shape[0], length):
         acc = np.zeros(length, value_dtype)
         kernels.scatter_add(acc, idx, val, offset)
         return Part(offset, length, None, acc)
@@ -145,7 +158,8 @@ def _allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
 
 # -- the algorithms -------------------------------------------------------------------------
 
-def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec,
+                           seed: int = 0) -> SparseVector:
     rank, size = ctx.rank, ctx.size
     cur = vec
     pof2 = 1 << (size.bit_length() - 1)
@@ -154,10 +168,10 @@ def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats) -> Spars
     # rank + 1 and sit out the butterfly; they get the result back at the end.
     if rank < 2 * rem:
         if rank % 2 == 0:
-            _send_vector(ctx, cur, rank + 1, _TAG_FOLD, stats)
+            _send_vector(ctx, cur, rank + 1, _TAG_FOLD, stats, codec)
             newrank = -1
         else:
-            cur = _add(_recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim), cur)
+            cur = _add(_recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim), cur, codec)
             newrank = rank // 2
     else:
         newrank = rank - rem
@@ -166,15 +180,26 @@ def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats) -> Spars
         while mask < pof2:
             newpeer = newrank ^ mask
             peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
-            other = _exchange_vector(ctx, cur, peer, _TAG_ROUND, stats)
-            cur = _add(cur, other) if newrank < newpeer else _add(other, cur)
+            # after round t the 2^t ranks of a group hold the same stream; with a quantizer
+            # they must also send the same message, so the random stream is the group's
+            group_seed = _group_seed(seed, mask, newrank // mask)
+            mine, other = _exchange_vector(ctx, cur, peer, _TAG_ROUND, stats, codec,
+                                           group_seed)
+            cur = _add(mine, other, codec) if newrank < newpeer else _add(other, mine, codec)
             mask <<= 1
     if rank < 2 * rem:
         if rank % 2 == 1:
-            _send_vector(ctx, cur, rank - 1, _TAG_UNFOLD, stats)
+            # the result goes back unquantized: the ranks of the butterfly hold it as is
+            _send_vector(ctx, cur, rank - 1, _TAG_UNFOLD, stats, codec.lossless())
         else:
             cur = _recv_vector(ctx, rank + 1, _TAG_UNFOLD, vec.dim)
     return cur
+
+
+def _group_seed(seed: int, mask: int, group: int) -> int:
+    """A 64-bit stream seed shared by the ranks of one butterfly group in one round."""
+    mixed = np.random.SeedSequence([seed, mask, group]).generate_state(2, np.uint32)
+    return int(mixed[0]) << 32 | int(mixed[1])
 
 
 def block_bounds(dim: int, size: int) -> np.ndarray:
@@ -182,18 +207,18 @@ def block_bounds(dim: int, size: int) -> np.ndarray:
     return (np.arange(size + 1, dtype=np.int64) * dim) // size
 
 
-def _split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray) -> list[Part]:
+def _split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray,
+                  codec: Codec) -> list[Part]:
     """Phase 1 of the split algorithms: block j of every input goes to rank j.
 
     Returns the P parts of this rank's block, in source-rank order.
     """
     rank, size = ctx.rank, ctx.size
-    index_dtype = vec.index_dtype
     if vec.is_dense:
         mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]), None,
                      vec.values[bounds[j]:bounds[j + 1]]) for j in range(size)]
     else:
-        pos = kernels.split_positions(vec.indices, bounds.astype(index_dtype))
+        pos = kernels.split_positions(vec.indices, bounds.astype(codec.index_dtype))
         mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]),
                      vec.indices[pos[j]:pos[j + 1]], vec.values[pos[j]:pos[j + 1]])
                 for j in range(size)]
@@ -203,13 +228,13 @@ def _split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarra
     try:
         for step in range(1, size):  # staggered so that no rank is everybody's first target
             dest = (rank + step) % size
-            buf, dense = encode(mine[dest], index_dtype)
+            buf, dense = codec.encode(mine[dest])
             buffers.append(buf)
             requests.append(ctx.comm.Isend([buf, MPI.BYTE], dest, _TAG_SPLIT))
             stats.add_message(buf.nbytes, dense)
         # my own block goes through the same encoding, so its representation (and hence the
         # sum) is what every other rank would compute from it
-        own, _ = encode(mine[rank], index_dtype)
+        own, _ = codec.encode(mine[rank])
         received[rank] = decode(own)
         status = MPI.Status()
         for _ in range(size - 1):
@@ -220,21 +245,22 @@ def _split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarra
     return received
 
 
-def _ssar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+def _ssar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats,
+                          codec: Codec) -> SparseVector:
     rank, size = ctx.rank, ctx.size
     bounds = block_bounds(vec.dim, size)
-    parts = _split_reduce(ctx, vec, stats, bounds)
-    block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                        vec.dtype, vec.index_dtype)
-    buf, _ = encode(block, vec.index_dtype, known_dense=block.is_dense)
+    parts = _split_reduce(ctx, vec, stats, bounds, codec)
+    block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]), codec)
+    buf, _ = codec.encode(block, known_dense=block.is_dense)
     blocks = [decode(b) for b in _allgather_bytes(ctx, buf, stats)]
-    return _assemble(blocks, vec.dim, vec.dtype, vec.index_dtype)
+    return _assemble(blocks, vec.dim, codec)
 
 
-def _assemble(blocks: list[Part], dim: int, value_dtype, index_dtype) -> SparseVector:
+def _assemble(blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
     """Concatenate disjoint blocks (in index order) into one vector, by the switch rule."""
+    value_dtype, index_dtype = codec.value_dtype, codec.index_dtype
     support = sum(kernels.count_nonzero(b.values) if b.is_dense else b.nnz for b in blocks)
-    if should_be_dense(support, dim, index_dtype, value_dtype):
+    if codec.should_be_dense(support, dim):
         out = np.zeros(dim, value_dtype)
         for b in blocks:
             if b.is_dense:
@@ -254,13 +280,19 @@ def _assemble(blocks: list[Part], dim: int, value_dtype, index_dtype) -> SparseV
                                  np.concatenate(val))
 
 
-def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats,
+                          codec: Codec) -> SparseVector:
     rank, size = ctx.rank, ctx.size
     bounds = block_bounds(vec.dim, size)
-    parts = _split_reduce(ctx, vec, stats, bounds)
-    block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                        vec.dtype, vec.index_dtype, force_dense=True)
+    parts = _split_reduce(ctx, vec, stats, bounds, codec)
+    block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]), codec,
+                        force_dense=True)
     out = np.empty(vec.dim, vec.dtype)
+    if codec.lossy:  # the dense phase in low precision: every rank decodes every block
+        buf, _ = codec.encode(block, known_dense=True)
+        for part in map(decode, _allgather_bytes(ctx, buf, stats)):
+            out[part.offset:part.offset + part.length] = part.values
+        return SparseVector._trusted(vec.dim, None, out)
     counts = np.diff(bounds)
     mpi_type = MPI._typedict[vec.dtype.char]
     ctx.waiter.collective(ctx.comm, "Allgatherv", [block.values, mpi_type],
@@ -270,7 +302,7 @@ def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats) -> Sparse
     return SparseVector._trusted(vec.dim, None, out)
 
 
-def _dense(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
+def _dense(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec) -> SparseVector:
     out = vec.to_dense()
     ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, out, MPI.SUM)
     size = ctx.size
@@ -280,10 +312,10 @@ def _dense(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
     return SparseVector._trusted(vec.dim, None, out)
 
 
-def _allgather(ctx, vec: SparseVector, stats: TrafficStats) -> SparseVector:
-    buf, _ = _encode_vector(vec)
+def _allgather(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec) -> SparseVector:
+    buf, _ = _encode_vector(vec, codec)
     parts = [decode(b) for b in _allgather_bytes(ctx, buf, stats)]
-    total = _fold_parts(parts, 0, vec.dim, vec.dtype, vec.index_dtype)
+    total = _fold_parts(parts, 0, vec.dim, codec)
     return _as_vector(total, vec.dim)
 
 
@@ -321,16 +353,18 @@ def _algorithm_code(algorithm) -> int:
             f"{AUTO!r}") from None
 
 
-_DESCRIBE = {"algorithm": dict(enumerate(ALGORITHMS + (AUTO,))),
+_DESCRIBE = {"algorithm": {**dict(enumerate(ALGORITHMS + (AUTO,))), -1: "(invalid)"},
              "value dtype": {4: "float32", 8: "float64"}}
 
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",
-              stats: TrafficStats | None = None, check: bool = True) -> SparseVector:
+              quantizer=None, quantize_sparse: bool = False, stats: TrafficStats | None = None,
+              check: bool = True) -> SparseVector:
     """Sum one sparse vector per rank; every rank gets the same result.
 
     Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) must call, in the same order
-    as its other sparcml calls on ``comm``, with the same ``dim``, value dtype and ``algorithm``.
+    as its other sparcml calls on ``comm``, with the same ``dim``, value dtype, ``algorithm``
+    and quantizer configuration.
 
     Parameters
     ----------
@@ -340,63 +374,94 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
     algorithm : one of :data:`ALGORITHMS`, or ``"auto"``: the one the cost model predicts
         fastest for this call (calibrated on ``comm`` at the first ``auto`` call, collectively;
         the overlap of the inputs is learnt from earlier ``auto`` calls of the same dim).
-        ``auto`` always runs the agreement check (it carries the largest input nnz).
+        ``auto`` and quantized calls always run the agreement check (it carries the largest
+        input nnz and a random seed common to all ranks).
+    quantizer : a :class:`~sparcml.QSGD`, or None. Dense messages travel quantized (the dense
+        phase of ``dsar_split_allgather``, dense rounds of the other algorithms); with
+        ``quantize_sparse`` the values of sparse messages too. Every rank computes with the
+        values as received (a sender with what it sent, decoded), so the result is the same on
+        every rank; it is an unbiased estimate of the sum. Not with ``dense`` (MPI_Allreduce
+        cannot add quantized values). The switch rule uses the quantized sizes.
     stats : a :class:`TrafficStats` to add this call's traffic to.
     check : with ``True`` (default), one small extra ``Allreduce`` checks that the ranks agree
-        on ``dim``, dtype and ``algorithm`` and that no rank's input was invalid, and raises
-        the same :class:`SparcmlError` on every rank otherwise. ``False`` skips it (one latency
-        less, but a mismatch is then undefined behaviour).
+        on ``dim``, dtype, ``algorithm`` and quantizer and that no rank's input was invalid,
+        and raises the same :class:`SparcmlError` on every rank otherwise. ``False`` skips it
+        (one latency less, but a mismatch is then undefined behaviour).
 
     Returns
     -------
     SparseVector of the same dim and value dtype, newly allocated (never aliasing ``vec``).
     """
     comm = MPI.COMM_WORLD if comm is None else comm
-    return allreduce_in(context_for(comm), vec, algorithm, stats, check)
+    return allreduce_in(context_for(comm), vec, algorithm, quantizer, quantize_sparse, stats,
+                        check)
 
 
-def allreduce_in(ctx, vec, algorithm, stats, check) -> SparseVector:
+def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check) -> SparseVector:
     """:func:`allreduce` on a context (the blocking path's, or the communication thread's)."""
     stats = TrafficStats() if stats is None else stats
     local_error = None
-    fields = {"dim": -1, "value dtype": -1, "algorithm": -1}
+    fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
+              "quantize_sparse": int(bool(quantize_sparse))}
     nnz = 0
     try:
         fields["algorithm"] = _algorithm_code(algorithm)
+        if quantizer is not None:
+            fields["quantizer"] = _quantizer_code(quantizer)
+            if algorithm == "dense":
+                raise IncompatibleOptionsError(
+                    "algorithm 'dense' sums with MPI_Allreduce, which cannot add quantized "
+                    "values; use dsar_split_allgather (or auto) with a quantizer")
         vec = _coerce(vec)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
         nnz = vec.nnz
     except SparcmlError as exc:
         local_error = exc
-    if check or algorithm == AUTO:
-        nnz_max = agree(ctx.comm, fields, local_error, _DESCRIBE, waiter=ctx.waiter,
-                        maxima={"nnz": nnz})["nnz"]
+    # a quantizer needs one random seed common to all ranks: it rides on the check
+    seed = int(quantizer._rng.integers(0, 2**62)) if quantizer is not None and not local_error \
+        else 0
+    if check or algorithm == AUTO or quantizer is not None:
+        maxima = agree(ctx.comm, fields, local_error, _DESCRIBE, waiter=ctx.waiter,
+                       maxima={"nnz": nnz, "seed": seed})
+        nnz_max, seed = maxima["nnz"], maxima["seed"]
     elif local_error is not None:
         raise local_error
     stats.calls += 1
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse)
     chosen = algorithm
     if algorithm == AUTO:
-        chosen = _choose(ctx, vec, nnz_max)
+        chosen = _choose(ctx, vec, nnz_max, codec)
     stats.algorithm = chosen
-    if ctx.size == 1:
+    if ctx.size == 1:  # nothing travels, so nothing is quantized
         if chosen in ("dense", "dsar_split_allgather"):
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
-        out = _normalize(vec)
+        out = _normalize(vec, codec)
         if out is vec:
             out = SparseVector._trusted(vec.dim, None if vec.is_dense else vec.indices.copy(),
                                         vec.values.copy())
         return out
     if chosen in ("dense", "dsar_split_allgather"):
-        result = _IMPLEMENTATIONS[chosen](ctx, vec, stats)
+        result = _IMPLEMENTATIONS[chosen](ctx, vec, stats, codec)
+    elif chosen == "ssar_recursive_double":
+        result = _ssar_recursive_double(ctx, _normalize(vec, codec), stats, codec, seed)
     else:
-        result = _IMPLEMENTATIONS[chosen](ctx, _normalize(vec), stats)
+        result = _IMPLEMENTATIONS[chosen](ctx, _normalize(vec, codec), stats, codec)
     if algorithm == AUTO:
         _learn_overlap(ctx, vec, nnz_max, result)
     return result
 
 
-def _choose(ctx, vec: SparseVector, nnz_max: int) -> str:
+def _quantizer_code(quantizer) -> int:
+    from .qsgd import QSGD
+
+    if not isinstance(quantizer, QSGD):
+        raise IncompatibleOptionsError(
+            f"quantizer must be a sparcml.QSGD (or None), got {type(quantizer).__name__}")
+    return quantizer.code
+
+
+def _choose(ctx, vec: SparseVector, nnz_max: int, codec: Codec) -> str:
     """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks)."""
     from .costmodel import _calibrate_on
 
@@ -404,8 +469,9 @@ def _choose(ctx, vec: SparseVector, nnz_max: int) -> str:
     if model is None:
         model = ctx.history["model"] = _calibrate_on(ctx)
     q = ctx.history.get(("overlap", vec.dim), 1.0)
-    return model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
-                        s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize)
+    candidates = [a for a in ALGORITHMS if not (codec.lossy and a == "dense")]
+    return model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q, s_idx=vec.index_dtype.itemsize,
+                        s_val=vec.dtype.itemsize, candidates=candidates)
 
 
 def _learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:
@@ -420,6 +486,7 @@ def _learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -
 
 
 def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",
+               quantizer=None, quantize_sparse: bool = False,
                stats: TrafficStats | None = None, check: bool = True):
     """Non-blocking :func:`allreduce`: returns a :class:`~sparcml.nonblocking.Request` at once.
 
@@ -430,4 +497,5 @@ def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recu
     """
     from .nonblocking import submit
 
-    return submit(comm, f"iallreduce({algorithm})", allreduce_in, vec, algorithm, stats, check)
+    return submit(comm, f"iallreduce({algorithm})", allreduce_in, vec, algorithm, quantizer,
+                  quantize_sparse, stats, check)

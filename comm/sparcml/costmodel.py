@@ -86,56 +86,75 @@ class CostModel:
     # -- predictions -------------------------------------------------------------------------
 
     def predict(self, algorithm: str, *, P: int, N: int, k: float, K: float | None = None,
-                q: float = 1.0, s_idx: int = 4, s_val: int = 4) -> float:
+                q: float = 1.0, s_idx: int = 4, s_val: int = 4, check: bool = True) -> float:
         """Predicted seconds of one allreduce. ``k``: the largest input nnz; ``K``: result nnz
-        (estimated from ``k`` and ``q`` when not given)."""
+        (estimated from ``k`` and ``q`` when not given); ``check``: include the agreement
+        check's small allreduce.
+
+        Counts what the implementation does: per message an encode copy, the transfer and a
+        merge (sparse streams) or a copy and an add (dense streams); the MPI collectives at
+        their fitted cost.
+        """
         c = s_idx + s_val
         dense_bytes = N * s_val
         threshold = N * s_val / c  # stream size at which the switch rule fires
         if K is None:
             K = union_size(k, P, N, q)
+        gd, gm = self.gamma_dense, self.gamma_merge
+        t = self.allreduce_alpha if check and P > 1 else 0.0
+
+        def is_dense(items):
+            return items >= threshold
 
         def stream_bytes(items):
-            return dense_bytes if items >= threshold else items * c
+            return dense_bytes if is_dense(items) else items * c
 
-        def merge_cost(items):
-            return self.gamma_dense * N if items >= threshold else self.gamma_merge * items
+        def exchange(items):
+            """Send a stream of ``items``, receive one alike, add them."""
+            if is_dense(items):
+                return gd * N + self._message(dense_bytes) + 2 * gd * N
+            return gd * items * c / 4 + self._message(items * c) + gm * 2 * items
 
         if P == 1:
-            return self.gamma_dense * (N if algorithm in ("dense", "dsar_split_allgather")
-                                       else k)
+            return t + gd * (N if algorithm in ("dense", "dsar_split_allgather") else k)
         logp = math.log2(P)
         if algorithm == "dense":
-            return self.gamma_dense * N + self._allreduce(dense_bytes)
+            return t + gd * N + self._allreduce(dense_bytes)
         if algorithm == "allgather":
-            merge = (self.gamma_dense * (N + P * k) if P * k >= threshold
-                     else self.gamma_merge * P * k * max(1.0, logp))
-            return self._allgather(P * stream_bytes(k)) + merge
+            total = P * k
+            fold = (gd * (N + total) if is_dense(total) or is_dense(k)
+                    else gm * total * max(1.0, logp))
+            return (t + gd * k * c / 4 + self.allgather_alpha
+                    + self._allgather(P * stream_bytes(k)) + fold)
         if algorithm == "ssar_recursive_double":
             pof2 = 1 << (P.bit_length() - 1)
             rem = P - pof2
-            t = 0.0
-            inputs = 1
+            inputs = 1.0
             if rem:
-                t += self._message(stream_bytes(k)) + merge_cost(2 * k)
-                inputs = 2 if 2 * rem >= P else 1.5  # a mix of folded and plain streams
+                t += exchange(k) / 2  # one way only: the extra rank sends, its partner adds
+                inputs = 2.0 if 2 * rem >= P else 1.0 + 2.0 * rem / P
             mask = 1
             while mask < pof2:
-                items = union_size(k, inputs * mask, N, q)
-                t += self._message(stream_bytes(items)) + merge_cost(2 * items)
+                t += exchange(union_size(k, int(round(inputs * mask)), N, q))
                 mask <<= 1
             if rem:
                 t += self._message(stream_bytes(K))
             return t
-        # the split algorithms: phase 1 sends a 1/P block of the input to every other rank
-        phase1 = (P - 1) * self.alpha + self.beta * (P - 1) / P * stream_bytes(k) \
-            + self.gamma_merge * k * max(1.0, logp)
+        # the split algorithms: phase 1 sends a 1/P block of the input to every other rank,
+        # and each rank folds the P parts of its block
+        block_k = k / P
+        phase1 = ((P - 1) * self.alpha + self.beta * (P - 1) * stream_bytes(block_k * P) / P
+                  + gd * k * c / 4)
         if algorithm == "ssar_split_allgather":
-            block = union_size(k / P, P, N / P, q)  # per-block support
-            return phase1 + self._allgather(P * min(block * c, dense_bytes / P)) \
-                + self.gamma_dense * min(K, N)
+            block_K = union_size(block_k, P, N / P, q)
+            dense_block = block_K * c >= (N / P) * s_val
+            fold = gd * (N / P + k) if dense_block else gm * k * max(1.0, logp)
+            gathered = P * (N / P * s_val if dense_block else block_K * c)
+            assemble = 2 * gd * N if is_dense(K) else gd * K * c / 4
+            return (t + phase1 + fold + self.allgather_alpha + self._allgather(gathered)
+                    + assemble)
         if algorithm == "dsar_split_allgather":
-            return phase1 + self.gamma_dense * (N / P) + self._allgather(dense_bytes)
+            return t + phase1 + gd * (N / P + k) + self._allgather(dense_bytes)
         raise ValueError(f"no cost model for algorithm {algorithm!r}")
 
     def choose(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,

@@ -8,6 +8,7 @@ __all__ = [
     "UnsupportedDtypeError",
     "RankMismatchError",
     "UnknownAlgorithmError",
+    "IncompatibleOptionsError",
     "CompressionError",
     "QuantizationError",
 ]
@@ -31,6 +32,10 @@ class RankMismatchError(SparcmlError, ValueError):
 
 class UnknownAlgorithmError(SparcmlError, ValueError):
     """An algorithm name that the layer does not implement."""
+
+
+class IncompatibleOptionsError(SparcmlError, ValueError):
+    """Options that cannot go together (a quantizer with the ``dense`` baseline, say)."""
 
 
 class CompressionError(SparcmlError, ValueError):

@@ -1,32 +1,37 @@
 """Wire format: one contiguous byte buffer per message, sent with mpi4py's buffer interface.
 
-Layout: a 32-byte header, then the indices (sparse messages only, padded to 8 bytes), then the
-values. Header fields: magic, format (sparse or dense), index and value item sizes, a quantizer
-code (0: none), the item count, the length of the index range the message covers, and its
-offset (the global index of a dense block's first value). Indices in sparse messages are global.
+Layout: a 40-byte header, then the indices (sparse messages only, padded to 8 bytes), then the
+values: raw, or a QSGD encoding (float32 scales, then packed codes). The total is padded to 8
+bytes so that buffers gathered back to back stay aligned. Header fields: magic, format (sparse
+or dense), index and value item sizes, whether values are quantized and the quantizer's code,
+the item count, the length of the index range the message covers, and its offset (the global
+index of a dense block's first value). Indices in sparse messages are global.
+
+A :class:`Codec` holds what a call's messages share (dtypes, quantizer) and applies the switch
+rule per message with the sizes that message would really have on the wire.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import kernels
 from .errors import SparcmlError
-from .vector import should_be_dense
 
-__all__ = ["HEADER", "HEADER_SIZE", "SPARSE", "DENSE", "Part", "encode", "decode"]
+__all__ = ["HEADER", "HEADER_SIZE", "SPARSE", "DENSE", "Part", "Codec", "decode"]
 
 MAGIC = 0x53505243  # "SPRC"
 SPARSE = 0
 DENSE = 1
 
 HEADER = np.dtype([("magic", "<u4"), ("format", "u1"), ("index_size", "u1"),
-                   ("value_size", "u1"), ("quantizer", "u1"), ("count", "<i8"),
-                   ("length", "<i8"), ("offset", "<i8")])
+                   ("value_size", "u1"), ("quantized", "u1"), ("qcode", "<i4"),
+                   ("reserved", "<i4"), ("count", "<i8"), ("length", "<i8"), ("offset", "<i8")])
 HEADER_SIZE = HEADER.itemsize
-assert HEADER_SIZE == 32
+assert HEADER_SIZE == 40
 
 _VALUE_BY_SIZE = {4: np.dtype(np.float32), 8: np.dtype(np.float64)}
 _INDEX_BY_SIZE = {4: np.dtype(np.int32), 8: np.dtype(np.int64)}
@@ -41,7 +46,8 @@ class Part:
     """A decoded message: the index range ``[offset, offset + length)`` of a vector.
 
     Sparse: ``indices`` (global, sorted) and ``values``. Dense: ``indices is None`` and ``values``
-    holds all ``length`` values of the range. Arrays are views into the received buffer.
+    holds all ``length`` values of the range. Arrays are views into the received buffer (or, for
+    quantized messages, the decoded values).
     """
 
     offset: int
@@ -58,57 +64,113 @@ class Part:
         return self.length if self.indices is None else self.indices.shape[0]
 
 
-def _header(buf, fmt, index_dtype, value_dtype, count, length, offset):
-    h = buf[:HEADER_SIZE].view(HEADER)
-    h["magic"] = MAGIC
-    h["format"] = fmt
-    h["index_size"] = np.dtype(index_dtype).itemsize
-    h["value_size"] = np.dtype(value_dtype).itemsize
-    h["quantizer"] = 0
-    h["count"] = count
-    h["length"] = length
-    h["offset"] = offset
+class Codec:
+    """Encodes parts for one collective call: dtypes, quantizer, and the per-message rule.
 
-
-def encode(part: Part, index_dtype, *, known_dense: bool = False) -> tuple[np.ndarray, bool]:
-    """Encode a part in the cheaper of the two representations (the switch rule, per message).
-
-    Returns ``(buffer, is_dense)``. A sparse part whose nnz crosses the rule is scattered into a
-    dense block; a dense part with few nonzeros is sent sparse, unless ``known_dense`` says its
-    support is known to cross the rule (skips the O(length) count).
+    ``quantizer`` (a :class:`~sparcml.QSGD` or None) quantizes the values of dense messages,
+    and of sparse messages too when ``quantize_sparse``. The switch rule compares the bytes the
+    two encodings would take: a sparse item costs ``s_idx + s_val`` (``s_val`` the quantized
+    size when sparse values are quantized), a dense entry ``s_val`` or its quantized size.
     """
-    value_dtype = part.values.dtype
-    if part.indices is None:
-        dense = known_dense or should_be_dense(kernels.count_nonzero(part.values), part.length,
-                                               index_dtype, value_dtype)
-        if dense:
-            buf = np.empty(_pad8(HEADER_SIZE + part.length * value_dtype.itemsize), np.uint8)
-            _header(buf, DENSE, index_dtype, value_dtype, part.length, part.length, part.offset)
-            buf[HEADER_SIZE:HEADER_SIZE + part.values.nbytes].view(value_dtype)[:] = part.values
-            return buf, True
-        idx, val = kernels.dense_to_sparse(part.values, part.offset, np.empty(0, index_dtype))
-        part = Part(part.offset, part.length, idx, val)
-    n = part.indices.shape[0]
-    if should_be_dense(n, part.length, index_dtype, value_dtype):
-        buf = np.empty(_pad8(HEADER_SIZE + part.length * value_dtype.itemsize), np.uint8)
-        _header(buf, DENSE, index_dtype, value_dtype, part.length, part.length, part.offset)
-        block = buf[HEADER_SIZE:HEADER_SIZE + part.length * value_dtype.itemsize].view(value_dtype)
-        block[:] = 0
-        kernels.scatter_add(block, part.indices, part.values, part.offset)
-        return buf, True
-    idx_bytes = _pad8(n * np.dtype(index_dtype).itemsize)
-    # the total is padded to 8 bytes too, so that buffers gathered back to back stay aligned
-    buf = np.zeros(_pad8(HEADER_SIZE + idx_bytes + n * value_dtype.itemsize), np.uint8)
-    _header(buf, SPARSE, index_dtype, value_dtype, n, part.length, part.offset)
-    buf[HEADER_SIZE:HEADER_SIZE + n * np.dtype(index_dtype).itemsize].view(index_dtype)[:] = \
-        part.indices
-    buf[HEADER_SIZE + idx_bytes:HEADER_SIZE + idx_bytes + part.values.nbytes].view(value_dtype)[:] = \
-        part.values
-    return buf, False
+
+    __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "_item", "_entry")
+
+    def __init__(self, index_dtype, value_dtype, quantizer=None, quantize_sparse: bool = False):
+        self.index_dtype = np.dtype(index_dtype)
+        self.value_dtype = np.dtype(value_dtype)
+        self.quantizer = quantizer
+        self.quantize_sparse = bool(quantize_sparse and quantizer is not None)
+        s_val = self.value_dtype.itemsize
+        s_q = s_val if quantizer is None else quantizer.bits / 8 + 4 / quantizer.bucket_size
+        self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
+        self._entry = s_q
+
+    def lossless(self) -> "Codec":
+        """The same codec without quantization."""
+        return self if self.quantizer is None else Codec(self.index_dtype, self.value_dtype)
+
+    @property
+    def lossy(self) -> bool:
+        """True when messages are quantized: a sender must use what it sent, decoded."""
+        return self.quantizer is not None
+
+    def should_be_dense(self, nnz: int, length: int) -> bool:
+        """The switch rule for a message (or stream) of ``nnz`` items over ``length`` entries."""
+        return length > 0 and nnz * self._item >= length * self._entry
+
+    def _values_nbytes(self, n: int, quantized: bool) -> int:
+        return self.quantizer.encoded_nbytes(n) if quantized else n * self.value_dtype.itemsize
+
+    def _write_values(self, buf, start, values, quantized, seed):
+        if quantized:
+            self.quantizer.encode(values, out=buf[start:start + self.quantizer.encoded_nbytes(
+                values.shape[0])], seed=seed)
+        else:
+            buf[start:start + values.nbytes].view(self.value_dtype)[:] = values
+
+    def _header(self, buf, fmt, quantized, count, length, offset):
+        h = buf[:HEADER_SIZE].view(HEADER)
+        h["magic"] = MAGIC
+        h["format"] = fmt
+        h["index_size"] = self.index_dtype.itemsize
+        h["value_size"] = self.value_dtype.itemsize
+        h["quantized"] = int(quantized)
+        h["qcode"] = self.quantizer.code if quantized else 0
+        h["reserved"] = 0
+        h["count"] = count
+        h["length"] = length
+        h["offset"] = offset
+
+    def _dense_buffer(self, values: np.ndarray, offset: int, seed) -> np.ndarray:
+        quantized = self.quantizer is not None
+        n = values.shape[0]
+        buf = np.zeros(_pad8(HEADER_SIZE + self._values_nbytes(n, quantized)), np.uint8)
+        self._header(buf, DENSE, quantized, n, n, offset)
+        self._write_values(buf, HEADER_SIZE, values, quantized, seed)
+        return buf
+
+    def encode(self, part: Part, *, known_dense: bool = False,
+               seed: int | None = None) -> tuple[np.ndarray, bool]:
+        """Encode a part in the cheaper of the two representations (the rule, per message).
+
+        Returns ``(buffer, is_dense)``. A sparse part whose nnz crosses the rule is scattered
+        into a dense block; a dense part with few nonzeros is sent sparse, unless
+        ``known_dense`` says its support is known to cross the rule (skips the O(length) count).
+        ``seed``: the quantizer's random stream for this message (ranks that send the same data
+        pass the same seed, so that they send the same message); default: the quantizer's own.
+        """
+        if part.indices is None:
+            if known_dense or self.should_be_dense(kernels.count_nonzero(part.values),
+                                                   part.length):
+                return self._dense_buffer(part.values, part.offset, seed), True
+            idx, val = kernels.dense_to_sparse(part.values, part.offset,
+                                               np.empty(0, self.index_dtype))
+            part = Part(part.offset, part.length, idx, val)
+        n = part.indices.shape[0]
+        if self.should_be_dense(n, part.length):
+            block = np.zeros(part.length, self.value_dtype)
+            kernels.scatter_add(block, part.indices, part.values, part.offset)
+            return self._dense_buffer(block, part.offset, seed), True
+        quantized = self.quantize_sparse
+        idx_bytes = _pad8(n * self.index_dtype.itemsize)
+        buf = np.zeros(_pad8(HEADER_SIZE + idx_bytes + self._values_nbytes(n, quantized)),
+                       np.uint8)
+        self._header(buf, SPARSE, quantized, n, part.length, part.offset)
+        buf[HEADER_SIZE:HEADER_SIZE + n * self.index_dtype.itemsize].view(self.index_dtype)[:] \
+            = part.indices
+        self._write_values(buf, HEADER_SIZE + idx_bytes, part.values, quantized, seed)
+        return buf, False
+
+
+@functools.lru_cache(maxsize=16)
+def _decoder(code: int):
+    from .qsgd import QSGD
+
+    return QSGD.from_code(code, seed=0)  # decoding draws no random numbers
 
 
 def decode(buf: np.ndarray) -> Part:
-    """Decode a buffer written by :func:`encode` (views, no copies)."""
+    """Decode a buffer written by :meth:`Codec.encode` (views where values are raw)."""
     if buf.shape[0] < HEADER_SIZE:
         raise SparcmlError(f"corrupt message: {buf.shape[0]} bytes, shorter than the header")
     h = buf[:HEADER_SIZE].view(HEADER)[0]
@@ -116,11 +178,16 @@ def decode(buf: np.ndarray) -> Part:
         raise SparcmlError("corrupt message: bad magic number (not a sparcml buffer)")
     value_dtype = _VALUE_BY_SIZE[int(h["value_size"])]
     count, length, offset = int(h["count"]), int(h["length"]), int(h["offset"])
-    if h["format"] == DENSE:
-        return Part(offset, length, None,
-                    buf[HEADER_SIZE:HEADER_SIZE + count * value_dtype.itemsize].view(value_dtype))
-    index_dtype = _INDEX_BY_SIZE[int(h["index_size"])]
-    idx_end = HEADER_SIZE + count * index_dtype.itemsize
-    val_start = HEADER_SIZE + _pad8(count * index_dtype.itemsize)
-    return Part(offset, length, buf[HEADER_SIZE:idx_end].view(index_dtype),
-                buf[val_start:val_start + count * value_dtype.itemsize].view(value_dtype))
+    indices = None
+    start = HEADER_SIZE
+    if h["format"] == SPARSE:
+        index_dtype = _INDEX_BY_SIZE[int(h["index_size"])]
+        indices = buf[start:start + count * index_dtype.itemsize].view(index_dtype)
+        start += _pad8(count * index_dtype.itemsize)
+    if h["quantized"]:
+        quantizer = _decoder(int(h["qcode"]))
+        nbytes = quantizer.encoded_nbytes(count)
+        values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype)
+    else:
+        values = buf[start:start + count * value_dtype.itemsize].view(value_dtype)
+    return Part(offset, length, indices, values)

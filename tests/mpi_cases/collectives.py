@@ -105,6 +105,38 @@ for density in (0.0, 1e-3, 0.05, 0.7):
         assert np.array_equal(got.to_dense(), want), ("auto", density)
         cases += 1
 
+# quantized messages: the same result on every rank, within the quantization error of the
+# exact sum, and fewer bytes whenever dense messages are quantized
+for algorithm in ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",
+                  "allgather", "auto"):
+    for density in (0.002, 0.1, 0.7):
+        for quantize_sparse in (False, True):
+            for bits in (2, 4, 8):
+                vec = inputs(30_011, density, np.float32, 7)
+                exact_stats, q_stats = sparcml.TrafficStats(), sparcml.TrafficStats()
+                exact = sparcml.allreduce(vec, algorithm=algorithm, stats=exact_stats).to_dense()
+                got = sparcml.allreduce(vec, algorithm=algorithm, stats=q_stats,
+                                        quantizer=sparcml.QSGD(bits=bits, seed=rank),
+                                        quantize_sparse=quantize_sparse)
+                label = (algorithm, density, quantize_sparse, bits)
+                assert same_everywhere(got), label
+                # every value is rounded at most (log2 P + 2) times, each by less than one level
+                # step of a bucket scale; scales are bounded by the partial sums, at most
+                # P * max|input|, doubled for the rounding errors they may already carry
+                steps = np.log2(max(P, 2)) + 2
+                largest = comm.allreduce(float(np.abs(vec.values).max(initial=0)), op=MPI.MAX)
+                tol = steps * 2 * P * largest / (2 ** (bits - 1) - 1)
+                assert np.abs(got.to_dense() - exact).max() <= tol, (label, np.abs(got.to_dense() - exact).max(), tol)
+                if algorithm == "dsar_split_allgather" and P > 1:  # its dense phase shrinks
+                    assert q_stats.bytes_sent < exact_stats.bytes_sent, (label, q_stats)
+                cases += 1
+try:
+    sparcml.allreduce(inputs(100, 0.1, np.float32, 1), algorithm="dense",
+                      quantizer=sparcml.QSGD())
+except sparcml.IncompatibleOptionsError as exc:
+    assert "cannot add quantized values" in str(exc)
+    cases += 1
+
 comm.Barrier()
 if rank == 0:
     print(f"COLLECTIVES {cases} OK", flush=True)
