@@ -69,8 +69,11 @@ class Codec:
 
     ``quantizer`` (a :class:`~sparcml.QSGD` or None) quantizes the values of dense messages,
     and of sparse messages too when ``quantize_sparse``. The switch rule compares the bytes the
-    two encodings would take: a sparse item costs ``s_idx + s_val`` (``s_val`` the quantized
-    size when sparse values are quantized), a dense entry ``s_val`` or its quantized size.
+    two encodings take: a sparse item ``s_idx + s_val``, a dense entry ``s_val``, with ``s_val``
+    the quantized size when *both* kinds are quantized. When only dense messages are, the rule
+    keeps the full-precision sizes: quantizing is then a saving on messages that are dense
+    anyway, not a reason to densify sparse ones (which would cost an O(length) encode to carry
+    a few values).
     """
 
     __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "_item", "_entry")
@@ -83,7 +86,7 @@ class Codec:
         s_val = self.value_dtype.itemsize
         s_q = s_val if quantizer is None else quantizer.bits / 8 + 4 / quantizer.bucket_size
         self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
-        self._entry = s_q
+        self._entry = s_q if self.quantize_sparse else s_val
 
     def lossless(self) -> "Codec":
         """The same codec without quantization."""

@@ -41,6 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algorithms", default=",".join(ALGORITHMS),
                    help="comma-separated, from: " + ", ".join(ALGORITHMS) + ", auto; "
                         "'dense' is always timed as the reference")
+    p.add_argument("--bits", type=int, choices=[2, 4, 8],
+                   help="quantize dense messages with QSGD of this many bits (the 'dense' "
+                        "reference stays in full precision)")
+    p.add_argument("--quantize-sparse", action="store_true",
+                   help="with --bits, quantize the values of sparse messages too")
     p.add_argument("--nonblocking", action="store_true",
                    help="time iallreduce + wait instead of the blocking call")
     p.add_argument("--no-model", action="store_true",
@@ -121,6 +126,9 @@ def run_sweep(args) -> int:
               "cost_model": None if model is None else model.to_dict()}
     if rank == 0:
         mode = "iallreduce+wait" if args.nonblocking else "allreduce"
+        if args.bits:
+            mode += f", QSGD {args.bits}-bit" + (" (sparse values too)"
+                                                  if args.quantize_sparse else "")
         print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
               f"(+{warmup} warm-up); time = median over reps of the slowest rank [q25-q75]; "
               f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
@@ -133,8 +141,10 @@ def run_sweep(args) -> int:
             for pattern in patterns:
                 dense_median = None
                 for algorithm in algorithms:
+                    quantized = args.bits is not None and algorithm != "dense"
                     case = BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                     args.nonblocking)
+                                     args.nonblocking, args.bits if quantized else None,
+                                     args.quantize_sparse and quantized)
                     out = run_case(case, comm, reps=reps, warmup=warmup, seed=args.seed,
                                    model=model)
                     t = out["timings"]["allreduce"]
@@ -159,6 +169,8 @@ def run_sweep(args) -> int:
                             timings=out["timings"], bytes=out["bytes"],
                             metrics={"speedup_over_dense": speedup, "pattern": pattern,
                                      "dtype": args.dtype, "ran": out["ran"],
+                                     "bits": case.bits,
+                                     "quantize_sparse": case.quantize_sparse,
                                      "nonblocking": args.nonblocking,
                                      "model": out.get("model"),
                                      "result_density": out["result"]["density"],

@@ -24,6 +24,8 @@ class BenchCase:
     algorithm: str          # one of sparcml.ALGORITHMS or "auto"
     dtype: str = "float32"
     nonblocking: bool = False
+    bits: int | None = None         # QSGD bits for quantized messages (None: full precision)
+    quantize_sparse: bool = False
 
 
 def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -39,10 +41,14 @@ def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: i
     vec = make_input(case.N, case.density, case.pattern, rank, size,
                      dtype=np.dtype(case.dtype), seed=seed)
 
+    quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits, seed=[seed, rank])
+    options = {"algorithm": case.algorithm, "quantizer": quantizer,
+               "quantize_sparse": case.quantize_sparse}
+
     def call(stats):
         if case.nonblocking:
-            return sparcml.iallreduce(vec, comm, algorithm=case.algorithm, stats=stats).wait()
-        return sparcml.allreduce(vec, comm, algorithm=case.algorithm, stats=stats)
+            return sparcml.iallreduce(vec, comm, stats=stats, **options).wait()
+        return sparcml.allreduce(vec, comm, stats=stats, **options)
 
     call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
     times = []
