@@ -15,6 +15,7 @@ from mpi4py import MPI
 from . import kernels
 from .agreement import agree
 from .context import TrafficStats, context_for
+from .costmodel import _calibrate_on, overlap_from_result
 from .errors import (IncompatibleOptionsError, SparcmlError, UnknownAlgorithmError,
                      UnsupportedDtypeError)
 from .vector import SparseVector
@@ -182,7 +183,7 @@ def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats, codec: C
             peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
             # after round t the 2^t ranks of a group hold the same stream; with a quantizer
             # they must also send the same message, so the random stream is the group's
-            group_seed = _group_seed(seed, mask, newrank // mask)
+            group_seed = _group_seed(seed, mask, newrank // mask) if codec.lossy else None
             mine, other = _exchange_vector(ctx, cur, peer, _TAG_ROUND, stats, codec,
                                            group_seed)
             cur = _add(mine, other, codec) if newrank < newpeer else _add(other, mine, codec)
@@ -198,8 +199,10 @@ def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats, codec: C
 
 def _group_seed(seed: int, mask: int, group: int) -> int:
     """A 64-bit stream seed shared by the ranks of one butterfly group in one round."""
-    mixed = np.random.SeedSequence([seed, mask, group]).generate_state(2, np.uint32)
-    return int(mixed[0]) << 32 | int(mixed[1])
+    z = (seed + 0x9E3779B97F4A7C15 * (mask * 1_000_003 + group + 1)) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF  # splitmix64 finalizer
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
 
 
 def block_bounds(dim: int, size: int) -> np.ndarray:
@@ -463,23 +466,33 @@ def _quantizer_code(quantizer) -> int:
 
 def _choose(ctx, vec: SparseVector, nnz_max: int, codec: Codec) -> str:
     """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks)."""
-    from .costmodel import _calibrate_on
-
     model = ctx.history.get("model")
     if model is None:
         model = ctx.history["model"] = _calibrate_on(ctx)
     q = ctx.history.get(("overlap", vec.dim), 1.0)
-    candidates = [a for a in ALGORITHMS if not (codec.lossy and a == "dense")]
-    return model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q, s_idx=vec.index_dtype.itemsize,
-                        s_val=vec.dtype.itemsize, candidates=candidates)
+    # iterative training repeats the same call: remember the choice for the same inputs
+    key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
+           vec.dtype.itemsize, codec.lossy)
+    choice = ctx.history.get(key)
+    if choice is None:
+        candidates = [a for a in ALGORITHMS if not (codec.lossy and a == "dense")]
+        choice = model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
+                              s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize,
+                              candidates=candidates)
+        if len(ctx.history) < 10_000:
+            ctx.history[key] = choice
+    return choice
 
 
 def _learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:
     """Remember how much the inputs overlapped (iterative training repeats its pattern)."""
-    from .costmodel import overlap_from_result
-
-    K = result.count_nonzero() if result.is_dense else result.nnz
-    q = overlap_from_result(nnz_max, K, ctx.size, vec.dim)
+    if result.is_dense:  # past the switch rule K says little, and counting it costs O(N)
+        return
+    seen = (nnz_max, result.nnz)
+    if ctx.history.get(("last", vec.dim)) == seen:  # the same call again: nothing new
+        return
+    ctx.history[("last", vec.dim)] = seen
+    q = overlap_from_result(nnz_max, result.nnz, ctx.size, vec.dim)
     key = ("overlap", vec.dim)
     old = ctx.history.get(key)
     ctx.history[key] = q if old is None else 0.5 * (old + q)

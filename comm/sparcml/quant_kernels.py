@@ -29,29 +29,60 @@ __all__ = [
 
 _jit = njit(cache=True, nogil=True)
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-_TWO_M32 = 2.0 ** -32
+_GOLDEN32 = np.uint32(0x9E3779B9)
+_HI32 = np.uint32(0x85EBCA6B)
+_LB1 = np.uint32(0x7FEB352D)
+_LB2 = np.uint32(0x846CA68B)
+_TWO_M24 = np.float32(2.0 ** -24)
+_CHUNK = 4096  # values per packing chunk (a multiple of 8: chunks start on a byte)
 
 
 @_jit
-def _uniform(seed, i):
-    """The i-th uniform in [0, 1) of stream ``seed`` (32-bit resolution)."""
-    z = seed + np.uint64(i + 1) * _GOLDEN
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    z = z ^ (z >> np.uint64(31))
-    return np.float64(z >> np.uint64(32)) * _TWO_M32
+def _lowbias32(x):
+    """Chris Wellons' lowbias32 integer hash (a bijection of uint32)."""
+    x = np.uint32(x ^ (x >> np.uint32(16)))
+    x = np.uint32(x * _LB1)
+    x = np.uint32(x ^ (x >> np.uint32(15)))
+    x = np.uint32(x * _LB2)
+    return np.uint32(x ^ (x >> np.uint32(16)))
 
 
 @_jit
-def counter_uniforms(seed, n):
-    """The uniforms the encoder draws for elements ``0..n-1`` of stream ``seed`` (float64)."""
-    out = np.empty(n, dtype=np.float64)
-    for i in range(n):
-        out[i] = _uniform(seed, i)
+def _stream_key(seed, block):
+    """Key of the 2**32 elements ``block * 2**32 ..`` of stream ``seed``: hashes the seed's high
+    32 bits with the block number."""
+    hi = np.uint32(seed >> np.uint64(32))
+    return _lowbias32(np.uint32(hi ^ np.uint32(np.uint32(block) * _HI32)))
+
+
+@_jit
+def _uniform(k0, key, i):
+    """Uniform of element i (its low 32 bits) given ``k0`` (low seed bits) and its block's key:
+    ``lowbias32(lowbias32(k0 ^ i * golden32) ^ key)``, top 24 bits scaled to [0, 1) (float32)."""
+    x = _lowbias32(np.uint32(k0 ^ np.uint32(np.uint32(i) * _GOLDEN32)))
+    x = _lowbias32(np.uint32(x ^ key))
+    return np.float32(np.int32(x >> np.uint32(8))) * _TWO_M24
+
+
+@_jit
+def _counter_uniforms(seed, n):
+    k0 = np.uint32(seed & np.uint64(0xFFFFFFFF))
+    out = np.empty(n, dtype=np.float32)
+    a = 0
+    while a < n:
+        block = a >> 32
+        e = min(n, (block + 1) << 32)
+        key = _stream_key(seed, block)
+        for i in range(a, e):
+            out[i] = _uniform(k0, key, i)
+        a = e
     return out
+
+
+def counter_uniforms(seed, n):
+    """The uniforms the encoder draws for elements ``0..n-1`` of stream ``seed`` (float32,
+    multiples of 2**-24 in [0, 1))."""
+    return _counter_uniforms(np.uint64(seed), n)
 
 
 @_jit
@@ -64,6 +95,102 @@ def first_nonfinite(x):
 
 
 @_jit
+def _bucket_scale(values, vbits, absmask, infbits, lo, hi, use_l2, word, word_value):
+    """Scale of ``values[lo:hi]`` as float64 (max |v| or L2 norm), or -1 - (first non-finite
+    position). The max is taken over the bits of |v| (``vbits & absmask``: integer order is float
+    order for finite values >= 0), which vectorizes and catches NaN/Inf (bits >= ``infbits``)."""
+    m = vbits[lo] & absmask
+    for i in range(lo + 1, hi):
+        m = max(m, vbits[i] & absmask)
+    if m >= infbits:
+        for i in range(lo, hi):
+            if (vbits[i] & absmask) >= infbits:
+                return -1.0 - i
+    if use_l2:
+        acc = 0.0
+        for i in range(lo, hi):
+            v = np.float64(values[i])
+            acc += v * v
+        return np.sqrt(acc)
+    word[0] = m
+    return np.float64(word_value[0])
+
+
+@_jit
+def _qsgd_encode(values, vbits, absmask, infbits, consts, bucket_size, bits, use_l2, seed,
+                 scales, codes, word, word_value):
+    n = values.shape[0]
+    snap, fs, one, big, small = consts[0], consts[1], consts[2], consts[3], consts[4]
+    zero = one - one
+    s = (1 << (bits - 1)) - 1
+    sign_bit = 1 << (bits - 1)
+    per = 8 // bits
+    nbuckets = scales.shape[0]
+    scratch = np.zeros(_CHUNK + 8, dtype=np.uint8)
+    k0 = np.uint32(seed & np.uint64(0xFFFFFFFF))
+    scaled = 0  # buckets whose scale is known
+    for c0 in range(0, n, _CHUNK):
+        c1 = min(c0 + _CHUNK, n)
+        while scaled < nbuckets and scaled * bucket_size < c1:
+            lo = scaled * bucket_size
+            acc = _bucket_scale(values, vbits, absmask, infbits, lo,
+                                min(lo + bucket_size, n), use_l2, word, word_value)
+            if acc < 0:
+                return np.int64(-1.0 - acc)
+            sc = np.float32(acc)
+            if np.float64(sc) < acc:
+                sc = np.nextafter(sc, np.float32(np.inf))
+            if not np.isfinite(sc):
+                return -2 - scaled
+            scales[scaled] = sc
+            scaled += 1
+        if bits == 8:
+            dst = codes
+            off = 0
+        else:
+            dst = scratch
+            off = c0
+        a = c0
+        while a < c1:
+            b = a // bucket_size
+            e = min((b + 1) * bucket_size, c1)
+            sc = one * scales[b]
+            # tiny scales: work on values * 2**64 (exact) so that s / scale stays finite
+            pre = big if sc < small else one
+            inv = fs / (sc * pre) if sc > zero else zero
+            while a < e:
+                block = a >> 32
+                e2 = min(e, (block + 1) << 32)
+                key = _stream_key(seed, block)
+                for i in range(a, e2):
+                    v = values[i]
+                    r = (abs(v) * pre) * inv
+                    fl = np.floor(r)
+                    f = r - fl
+                    t = snap * r
+                    u = _uniform(k0, key, i)
+                    up = ((u < f) | (one - f <= t)) & (f > t)
+                    level = min(np.int32(fl) + np.int32(up), s)
+                    code = level | (sign_bit if (v < zero) & (level > 0) else 0)
+                    dst[i - off] = np.uint8(code)
+                a = e2
+        if bits != 8:
+            m = c1 - c0
+            nbyte = (m * bits + 7) // 8
+            for j in range(m, nbyte * per):
+                scratch[j] = 0
+            o = (c0 * bits) // 8
+            if bits == 4:
+                for k in range(nbyte):
+                    codes[o + k] = np.uint8(scratch[2 * k] | (scratch[2 * k + 1] << 4))
+            else:
+                for k in range(nbyte):
+                    codes[o + k] = np.uint8(scratch[4 * k] | (scratch[4 * k + 1] << 2)
+                                            | (scratch[4 * k + 2] << 4)
+                                            | (scratch[4 * k + 3] << 6))
+    return -1
+
+
 def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
     """Quantize ``values`` (float32/float64, length n) into ``scales`` and packed ``codes``.
 
@@ -85,57 +212,14 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
     Returns -1 on success; else the position of the first non-finite value, or ``-2 - b`` when
     bucket b's scale exceeds the float32 range.
     """
-    n = values.shape[0]
-    s = (1 << (bits - 1)) - 1
-    sign_bit = 1 << (bits - 1)
-    nbuckets = scales.shape[0]
-    acc_byte = 0  # codes are gathered a byte at a time (buckets need not end on a byte)
-    acc_shift = 0
-    nbyte = 0
-    for b in range(nbuckets):
-        lo = b * bucket_size
-        hi = min(lo + bucket_size, n)
-        acc = 0.0
-        for i in range(lo, hi):
-            v = np.float64(values[i])
-            if not np.isfinite(v):
-                return i
-            if use_l2:
-                acc += v * v
-            else:
-                acc = max(acc, abs(v))
-        if use_l2:
-            acc = np.sqrt(acc)
-        sc = np.float32(acc)
-        if np.float64(sc) < acc:
-            sc = np.nextafter(sc, np.float32(np.inf))
-        if not np.isfinite(sc):
-            return -2 - b
-        scales[b] = sc
-        # an all-zero bucket has scale 0 and codes 0 (inv = 0 makes every r = 0, snapped)
-        inv = s / np.float64(sc) if sc > 0 else 0.0
-        for i in range(lo, hi):
-            v = np.float64(values[i])
-            r = abs(v) * inv
-            near = np.floor(r + 0.5)
-            if abs(r - near) <= snap * r:
-                level = np.int64(near)
-            else:
-                level = np.int64(np.floor(r + _uniform(seed, i)))
-            level = min(level, s)
-            code = level
-            if level > 0 and v < 0:
-                code |= sign_bit
-            acc_byte |= code << acc_shift
-            acc_shift += bits
-            if acc_shift == 8:
-                codes[nbyte] = np.uint8(acc_byte)
-                nbyte += 1
-                acc_byte = 0
-                acc_shift = 0
-    if acc_shift > 0:
-        codes[nbyte] = np.uint8(acc_byte)
-    return -1
+    dt = values.dtype
+    itype = np.uint32 if dt.itemsize == 4 else np.uint64
+    absmask = itype((1 << (8 * dt.itemsize - 1)) - 1)
+    infbits = np.array([np.inf], dt).view(itype)[0]
+    consts = np.array([snap, (1 << (bits - 1)) - 1, 1.0, 2.0**64, 2.0**-64], dt)
+    word = np.zeros(1, itype)
+    return _qsgd_encode(values, values.view(itype), absmask, infbits, consts, bucket_size, bits,
+                        bool(use_l2), np.uint64(seed), scales, codes, word, word.view(dt))
 
 
 @_jit
@@ -143,23 +227,51 @@ def qsgd_decode(scales, codes, n, bucket_size, bits, out):
     """Decode n values from ``scales`` and packed ``codes`` into ``out`` (float32/float64).
 
     Value = sign * scale * level / s, computed in float64 (``scale * s / s == scale`` exactly)
-    then rounded to ``out``'s dtype; one table of ``2**bits`` values per bucket.
+    then rounded to ``out``'s dtype; one table of ``2**bits`` values per bucket, whole bytes
+    decoded at once where a bucket covers them.
     """
     s = (1 << (bits - 1)) - 1
     ncodes = 1 << bits
+    half = ncodes >> 1
     mask = ncodes - 1
     table = np.empty(ncodes, dtype=out.dtype)
     for b in range(scales.shape[0]):
         sc = np.float64(scales[b])
-        for c in range(ncodes):
-            level = c & s
-            v = sc * level / s
-            table[c] = -v if (c >> (bits - 1)) else v
+        for level in range(half):
+            table[level] = sc * level / s
+        for level in range(half):
+            table[level + half] = -table[level]
         lo = b * bucket_size
         hi = min(lo + bucket_size, n)
-        for i in range(lo, hi):
+        i = lo
+        while i < hi and (i * bits) & 7 != 0:  # to a byte boundary
             pos = i * bits
             out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
+            i += 1
+        if bits == 8:
+            for j in range(i, hi):
+                out[j] = table[codes[j]]
+            i = hi
+        elif bits == 4:
+            k0 = i >> 1
+            for k in range((hi - i) >> 1):
+                c = codes[k0 + k]
+                out[i + 2 * k] = table[c & 15]
+                out[i + 2 * k + 1] = table[c >> 4]
+            i += ((hi - i) >> 1) << 1
+        else:
+            k0 = i >> 2
+            for k in range((hi - i) >> 2):
+                c = codes[k0 + k]
+                out[i + 4 * k] = table[c & 3]
+                out[i + 4 * k + 1] = table[(c >> 2) & 3]
+                out[i + 4 * k + 2] = table[(c >> 4) & 3]
+                out[i + 4 * k + 3] = table[c >> 6]
+            i += ((hi - i) >> 2) << 2
+        while i < hi:
+            pos = i * bits
+            out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
+            i += 1
     return out
 
 
