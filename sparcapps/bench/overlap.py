@@ -42,14 +42,12 @@ def calibrate_compute(target_s: float, comm: MPI.Comm, size: int = 1 << 20) -> t
     return work, comm.allreduce(rounds, op=MPI.MAX)
 
 
-def _slowest(comm, fn, reps):
-    times = []
-    for _ in range(reps):
-        comm.Barrier()
-        t0 = time.perf_counter()
-        fn()
-        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
-    return summarize(times)
+def _timed(comm, fn) -> float:
+    """One run of ``fn`` after a barrier: the slowest rank's seconds."""
+    comm.Barrier()
+    t0 = time.perf_counter()
+    fn()
+    return comm.allreduce(time.perf_counter() - t0, op=MPI.MAX)
 
 
 def bench_overlap(comm: MPI.Comm, *, N: int, density: float, algorithm: str, compute_s: float,
@@ -65,17 +63,24 @@ def bench_overlap(comm: MPI.Comm, *, N: int, density: float, algorithm: str, com
         def compute():
             numpy_compute(work, rounds)
 
-    sparcml.iallreduce(vec, comm, algorithm=algorithm).wait()  # thread, Dup, Numba, auto
-    comm_alone = _slowest(comm, lambda: sparcml.iallreduce(vec, comm, algorithm=algorithm)
-                          .wait(), reps)
-    compute_alone = _slowest(comm, compute, reps)
+    def comm_only():
+        sparcml.iallreduce(vec, comm, algorithm=algorithm).wait()
 
     def both():
         req = sparcml.iallreduce(vec, comm, algorithm=algorithm)
         compute()
         req.wait()
 
-    overlapped = _slowest(comm, both, reps)
+    comm_only()  # the thread, the Dup, Numba's cache, auto's calibration
+    # the three are interleaved repetition by repetition, so that load on the machine hits
+    # them alike
+    samples = {"comm": [], "compute": [], "overlapped": []}
+    for _ in range(reps):
+        samples["comm"].append(_timed(comm, comm_only))
+        samples["compute"].append(_timed(comm, compute))
+        samples["overlapped"].append(_timed(comm, both))
+    comm_alone, compute_alone, overlapped = (summarize(samples[k]) for k in
+                                             ("comm", "compute", "overlapped"))
     larger = max(comm_alone["median"], compute_alone["median"])
     return {"comm": comm_alone, "compute": compute_alone, "overlapped": overlapped,
             "ratio_to_max": overlapped["median"] / larger,
