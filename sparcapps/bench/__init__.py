@@ -2,6 +2,6 @@
 
 from .inputs import PATTERNS, make_input
 from .kernel_bench import bench_merge_add
-from .runner import BenchCase, run_case
+from .runner import BenchCase, run_case, run_cell
 
-__all__ = ["PATTERNS", "make_input", "bench_merge_add", "BenchCase", "run_case"]
+__all__ = ["PATTERNS", "make_input", "bench_merge_add", "BenchCase", "run_case", "run_cell"]

@@ -1,6 +1,7 @@
 """``sparc-bench``: time every sparse allreduce algorithm against ``dense``, side by side.
 
-Launch with ``mpiexec -n P sparc-bench ...``. Prints, on rank 0, one row per (N, density,
+Launch with ``mpiexec -n P sparc-bench ...``. The algorithms of one input are timed
+interleaved, repetition by repetition. Prints, on rank 0, one row per (N, density,
 pattern, algorithm): median and spread (q25-q75) of the slowest rank's time, bytes sent per
 rank, the result's density and the speedup over ``dense`` measured in the same run; appends one
 JSON record per row to ``--output``. ``--kernels`` runs the merge-add kernel benchmark instead.
@@ -101,7 +102,7 @@ def run_sweep(args) -> int:
     from sparcml import ALGORITHMS
     from sparcapps.records import append_record, capture_environment, make_record
 
-    from .runner import BenchCase, run_case
+    from .runner import BenchCase, run_cell
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -139,21 +140,21 @@ def run_sweep(args) -> int:
     for dim in dims:
         for density in densities:
             for pattern in patterns:
-                dense_median = None
+                cases = []
                 for algorithm in algorithms:
                     quantized = args.bits is not None and algorithm != "dense"
-                    case = BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                     args.nonblocking, args.bits if quantized else None,
-                                     args.quantize_sparse and quantized)
-                    out = run_case(case, comm, reps=reps, warmup=warmup, seed=args.seed,
-                                   model=model)
+                    cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                           args.nonblocking, args.bits if quantized else None,
+                                           args.quantize_sparse and quantized))
+                outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
+                                model=model)
+                dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
+                for case, out in zip(cases, outs):
                     t = out["timings"]["allreduce"]
-                    if algorithm == "dense":
-                        dense_median = t["median"]
                     speedup = dense_median / t["median"]
                     if rank != 0:
                         continue
-                    name = algorithm if algorithm != "auto" else f"auto:{out['ran']}"
+                    name = case.algorithm if case.algorithm != "auto" else f"auto:{out['ran']}"
                     m = out.get("model")
                     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
                                   if m else f"{'-':>9} {'-':>9}")
@@ -165,7 +166,7 @@ def run_sweep(args) -> int:
                     if args.output:
                         append_record(args.output, make_record(
                             "sparc-bench", config=config, environment=environment,
-                            algorithm=algorithm, P=size, N=dim, density=density,
+                            algorithm=case.algorithm, P=size, N=dim, density=density,
                             timings=out["timings"], bytes=out["bytes"],
                             metrics={"speedup_over_dense": speedup, "pattern": pattern,
                                      "dtype": args.dtype, "ran": out["ran"],

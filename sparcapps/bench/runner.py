@@ -1,9 +1,15 @@
-"""Timing of one benchmark case: median and spread of the slowest rank over repetitions."""
+"""Timing of benchmark cells: the algorithms of one cell interleaved, repetition by repetition.
+
+A cell is one input (N, density, pattern, dtype) timed with several algorithms. Each
+repetition runs every algorithm once, in turn, each after a barrier, so that whatever else
+the machine is doing at that moment hits all of them alike; a repetition's time is the
+slowest rank's. Medians and spread come from those.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from mpi4py import MPI
@@ -13,7 +19,7 @@ from sparcapps.records import summarize
 
 from .inputs import make_input
 
-__all__ = ["BenchCase", "run_case"]
+__all__ = ["BenchCase", "run_case", "run_cell"]
 
 
 @dataclass(frozen=True)
@@ -28,43 +34,56 @@ class BenchCase:
     quantize_sparse: bool = False
 
 
-def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
-             model: "sparcml.CostModel | None" = None) -> dict:
-    """Time ``sparcml.allreduce`` (or ``iallreduce`` + ``wait``) for one case. Collective.
+def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
+             model: "sparcml.CostModel | None" = None) -> list[dict]:
+    """Time ``sparcml.allreduce`` (or ``iallreduce`` + ``wait``) for cases sharing one input.
 
-    Each repetition starts after a barrier and is timed on every rank; the repetition's time is
-    the slowest rank's. Returns ``timings`` (summary of those), ``bytes`` (per-rank bytes sent:
-    max and mean over ranks), the result's nnz / density, the algorithm that ran (what ``auto``
-    chose), and with ``model`` the predicted time and the reference volumes (DESIGN 3.7).
+    Collective. Returns, per case in order: ``timings`` (summary of the slowest rank's time
+    per repetition), ``bytes`` (per-rank bytes sent: max and mean over ranks), the result's
+    nnz / density, the algorithm that ran (what ``auto`` chose), and with ``model`` the
+    predicted time and the reference volumes (DESIGN 3.7).
     """
+    first = cases[0]
+    if any((c.N, c.density, c.pattern, c.dtype) != (first.N, first.density, first.pattern,
+                                                    first.dtype) for c in cases):
+        raise ValueError("run_cell: the cases of a cell must share N, density, pattern, dtype")
     rank, size = comm.Get_rank(), comm.Get_size()
-    vec = make_input(case.N, case.density, case.pattern, rank, size,
-                     dtype=np.dtype(case.dtype), seed=seed)
+    vec = make_input(first.N, first.density, first.pattern, rank, size,
+                     dtype=np.dtype(first.dtype), seed=seed)
+    calls = []
+    for case in cases:
+        quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits,
+                                                               seed=[seed, rank])
+        options = {"algorithm": case.algorithm, "quantizer": quantizer,
+                   "quantize_sparse": case.quantize_sparse}
 
-    quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits, seed=[seed, rank])
-    options = {"algorithm": case.algorithm, "quantizer": quantizer,
-               "quantize_sparse": case.quantize_sparse}
+        def call(stats, options=options, nonblocking=case.nonblocking):
+            if nonblocking:
+                return sparcml.iallreduce(vec, comm, stats=stats, **options).wait()
+            return sparcml.allreduce(vec, comm, stats=stats, **options)
 
-    def call(stats):
-        if case.nonblocking:
-            return sparcml.iallreduce(vec, comm, stats=stats, **options).wait()
-        return sparcml.allreduce(vec, comm, stats=stats, **options)
-
-    call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
-    times = []
-    stats = sparcml.TrafficStats()
-    result = None
+        call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
+        calls.append(call)
+    times = [[] for _ in cases]
+    stats = [sparcml.TrafficStats() for _ in cases]
+    results = [None] * len(cases)
     for rep in range(warmup + reps):
-        stats.reset()
-        comm.Barrier()
-        t0 = time.perf_counter()
-        result = call(stats)
-        elapsed = time.perf_counter() - t0
-        if rep >= warmup:
-            times.append(comm.allreduce(elapsed, op=MPI.MAX))
+        for i, call in enumerate(calls):
+            stats[i].reset()
+            comm.Barrier()
+            t0 = time.perf_counter()
+            results[i] = call(stats[i])
+            elapsed = time.perf_counter() - t0
+            if rep >= warmup:
+                times[i].append(comm.allreduce(elapsed, op=MPI.MAX))
+    k_max = max(comm.allgather(vec.nnz))
+    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model)
+            for i, case in enumerate(cases)]
+
+
+def _describe(case, comm, times, stats, result, k_max, model) -> dict:
     sent = comm.allgather(stats.bytes_sent)
     result_nnz = result.count_nonzero() if result.is_dense else result.nnz
-    k_max = max(comm.allgather(vec.nnz))
     out = {
         "timings": {"allreduce": summarize(times)},
         "bytes": {"sent_per_rank_max": int(max(sent)), "sent_per_rank_mean": float(np.mean(sent)),
@@ -75,6 +94,7 @@ def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: i
         "ran": stats.algorithm,
     }
     if model is not None:
+        size = comm.Get_size()
         s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
         refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
         out["model"] = {
@@ -85,3 +105,9 @@ def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: i
             "rs_ag_s": refs["rs_ag_bytes"] * model.beta,
         }
     return out
+
+
+def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
+             model: "sparcml.CostModel | None" = None) -> dict:
+    """:func:`run_cell` for a single case."""
+    return run_cell([case], comm, reps=reps, warmup=warmup, seed=seed, model=model)[0]
