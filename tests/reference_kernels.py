@@ -35,13 +35,33 @@ def dense_to_sparse(x, offset, index_dtype):
 
 # -- compressors (sparcml.quant_kernels) -------------------------------------------------------
 
+def _lowbias32(x):
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x7FEB352D)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x846CA68B)
+    return x ^ (x >> np.uint32(16))
+
+
 def counter_uniforms(seed, n):
-    """splitmix64 of ``seed + (i + 1) * golden``, top 32 bits scaled to [0, 1)."""
-    z = np.uint64(seed) + np.arange(1, n + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
-    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-    z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(32)).astype(np.float64) * 2.0**-32
+    """(k0, kh) = low/high 32 bits of splitmix64(seed); element i hashes the counter word
+    ``w = low32(i) * 0x9E3779B9 + k0`` with lowbias32, xor-ing in the key of its 2**32-block
+    ``lowbias32(kh ^ (i >> 32) * 0x85EBCA6B)`` after the first multiply; top 24 bits / 2**24."""
+    m64 = (1 << 64) - 1
+    z = (int(seed) + 0x9E3779B97F4A7C15) & m64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m64
+    z ^= z >> 31
+    k0, kh = np.uint32(z & 0xFFFFFFFF), np.uint32(z >> 32)
+    i = np.arange(n, dtype=np.uint64)
+    key = _lowbias32(kh ^ ((i >> np.uint64(32)).astype(np.uint32) * np.uint32(0x85EBCA6B)))
+    w = (i & np.uint64(0xFFFFFFFF)).astype(np.uint32) * np.uint32(0x9E3779B9) + k0
+    h = w ^ (w >> np.uint32(16))
+    h = (h * np.uint32(0x7FEB352D)) ^ key
+    h = h ^ (h >> np.uint32(15))
+    h = h * np.uint32(0x846CA68B)
+    h = h ^ (h >> np.uint32(16))
+    return (h >> np.uint32(8)).astype(np.float32) * np.float32(2.0**-24)
 
 
 def pack_codes(codes, bits):
@@ -64,28 +84,34 @@ def unpack_codes(packed, n, bits):
 
 
 def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap):
-    """``(scales float32, packed codes uint8)`` with the kernel's random stream and snapping."""
+    """``(scales float32, packed codes uint8)`` with the kernel's random stream and snapping; the
+    level arithmetic in the dtype of ``values`` (float32 or float64), as the kernel does it."""
+    dt = values.dtype.type
     s = 2 ** (bits - 1) - 1
-    v = values.astype(np.float64)
-    u = counter_uniforms(seed, v.size)
-    nb = -(-v.size // bucket_size)
+    one, zero = dt(1), dt(0)
+    u = counter_uniforms(seed, values.size)
+    nb = -(-values.size // bucket_size)
     scales = np.zeros(nb, np.float32)
-    codes = np.zeros(v.size, np.uint8)
+    codes = np.zeros(values.size, np.uint8)
     for b in range(nb):
         sl = slice(b * bucket_size, (b + 1) * bucket_size)
-        a = np.abs(v[sl])
-        acc = np.sqrt(np.cumsum(a * a)[-1]) if use_l2 else a.max()  # cumsum: sequential order
+        a = np.abs(values[sl])
+        a64 = a.astype(np.float64)
+        acc = np.sqrt(np.cumsum(a64 * a64)[-1]) if use_l2 else a64.max()  # cumsum: in order
         sc = np.float32(acc)
         if sc < acc:
             sc = np.nextafter(sc, np.float32(np.inf))
         scales[b] = sc
-        if sc == 0:
-            continue
-        r = a * (s / np.float64(sc))
-        near = np.floor(r + 0.5)
-        level = np.where(np.abs(r - near) <= snap * r, near, np.floor(r + u[sl]))
-        level = np.minimum(level, s).astype(np.uint8)
-        sign = ((v[sl] < 0) & (level > 0)).astype(np.uint8) << (bits - 1)
+        scd = dt(sc)
+        pre = dt(2.0**64) if scd < dt(2.0**-64) else one  # exact rescaling of tiny buckets
+        inv = dt(s) / (scd * pre) if sc > 0 else zero
+        r = (a * pre) * inv
+        fl = np.floor(r)
+        f = r - fl
+        t = dt(snap) * r
+        f = np.where(f <= t, zero, np.where(one - f <= t, one, f))
+        level = np.minimum(fl + (u[sl] < f), s).astype(np.uint8)
+        sign = ((values[sl] < 0) & (level > 0)).astype(np.uint8) << (bits - 1)
         codes[sl] = level | sign
     return scales, pack_codes(codes, bits)
 

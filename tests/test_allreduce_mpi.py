@@ -38,3 +38,14 @@ def test_nonblocking_and_other_collectives(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "collectives.py")],
                    timeout=240)
     assert "COLLECTIVES 202 OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_exit_with_requests_never_waited_for_is_clean():
+    code = """
+        import numpy as np, sparcml
+        v = sparcml.SparseVector(100, [1, 2], np.ones(2))
+        requests = [sparcml.iallreduce(v) for _ in range(20)]
+        print("LEAVING", flush=True)
+    """
+    proc = run_mpi(3, code, timeout=60)
+    assert proc.stdout.count("LEAVING") == 3

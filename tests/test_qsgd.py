@@ -133,7 +133,9 @@ def _exact_moments(x, bits, bucket_size, norm):
     s = _levels(bits)
     b = np.abs(x.astype(np.float64)).reshape(-1, bucket_size)
     scale = np.sqrt((b * b).sum(1)) if norm == "l2" else b.max(1)
-    scale = np.repeat(scale.astype(np.float32).astype(np.float64), bucket_size)
+    scale32 = scale.astype(np.float32)  # rounded *up* to float32, as the encoder does
+    scale32 = np.where(scale32 < scale, np.nextafter(scale32, np.float32(np.inf)), scale32)
+    scale = np.repeat(scale32.astype(np.float64), bucket_size)
     r = np.abs(x) / scale * s
     f = r - np.floor(r)
     return scale / s, (scale / s) ** 2 * f * (1 - f)

@@ -12,8 +12,10 @@ Needs MPI initialized with ``MPI_THREAD_MULTIPLE`` (mpi4py's default).
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from typing import Any, Callable
 
 from mpi4py import MPI
@@ -93,9 +95,22 @@ class Engine:
         self._queue.put((request, fn, args))
         return request
 
-    def close(self) -> None:
-        """Stop the thread after the calls already submitted."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread after the calls already submitted (waiting up to ``timeout``)."""
         self._queue.put(None)
+        if timeout is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_atexit_registered = False
+
+
+def _close_all() -> None:
+    # registered after mpi4py's own exit hook, so it runs before MPI_Finalize: a thread still
+    # inside MPI at finalize would crash or hang the process
+    for engine in list(_engines):
+        engine.close(timeout=30)
 
 
 def submit(comm: MPI.Comm | None, label: str, fn: Callable[..., Any], *args) -> Request:
@@ -109,5 +124,10 @@ def submit(comm: MPI.Comm | None, label: str, fn: Callable[..., Any], *args) -> 
     if ctx.engine is None:
         # the thread always waits with sleeps: spinning would steal the core of the compute
         # that the call is meant to overlap with
+        global _atexit_registered
         ctx.engine = Engine(new_context(ctx.comm, Waiter(yield_cpu=True)))
+        _engines.add(ctx.engine)
+        if not _atexit_registered:
+            atexit.register(_close_all)
+            _atexit_registered = True
     return ctx.engine.submit(label, fn, *args)

@@ -29,12 +29,16 @@ __all__ = [
 
 _jit = njit(cache=True, nogil=True)
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN32 = np.uint32(0x9E3779B9)
-_HI32 = np.uint32(0x85EBCA6B)
+_BLOCK32 = np.uint32(0x85EBCA6B)
 _LB1 = np.uint32(0x7FEB352D)
 _LB2 = np.uint32(0x846CA68B)
+_LOW32 = np.uint64(0xFFFFFFFF)
 _TWO_M24 = np.float32(2.0 ** -24)
-_CHUNK = 4096  # values per packing chunk (a multiple of 8: chunks start on a byte)
+_CHUNK = 4096  # values per chunk: a multiple of 8 (chunks start on a byte) dividing 2**32
 
 
 @_jit
@@ -48,40 +52,51 @@ def _lowbias32(x):
 
 
 @_jit
-def _stream_key(seed, block):
-    """Key of the 2**32 elements ``block * 2**32 ..`` of stream ``seed``: hashes the seed's high
-    32 bits with the block number."""
-    hi = np.uint32(seed >> np.uint64(32))
-    return _lowbias32(np.uint32(hi ^ np.uint32(np.uint32(block) * _HI32)))
+def _stream_keys(seed):
+    """``(k0, kh)``: the low and high 32 bits of splitmix64(seed) (scalar, once per call)."""
+    z = seed + _GOLDEN
+    z = (z ^ (z >> np.uint64(30))) * _MIX1
+    z = (z ^ (z >> np.uint64(27))) * _MIX2
+    z = z ^ (z >> np.uint64(31))
+    return np.uint32(z & _LOW32), np.uint32(z >> np.uint64(32))
 
 
 @_jit
-def _uniform(k0, key, i):
-    """Uniform of element i (its low 32 bits) given ``k0`` (low seed bits) and its block's key:
-    ``lowbias32(lowbias32(k0 ^ i * golden32) ^ key)``, top 24 bits scaled to [0, 1) (float32)."""
-    x = _lowbias32(np.uint32(k0 ^ np.uint32(np.uint32(i) * _GOLDEN32)))
-    x = _lowbias32(np.uint32(x ^ key))
-    return np.float32(np.int32(x >> np.uint32(8))) * _TWO_M24
+def _block_key(kh, block):
+    """Key of the elements ``block * 2**32 ..`` (block = i >> 32)."""
+    return _lowbias32(np.uint32(kh ^ np.uint32(np.uint32(block) * _BLOCK32)))
+
+
+@_jit
+def _hash_uniform(w, key):
+    """Uniform in [0, 1) (float32, a multiple of 2**-24) of counter word ``w = i * golden32 + k0``:
+    lowbias32 with the block key xor-ed in after its first multiply, top 24 bits."""
+    h = np.uint32(w ^ (w >> np.uint32(16)))
+    h = np.uint32(h * _LB1)
+    h = np.uint32(h ^ key)
+    h = np.uint32(h ^ (h >> np.uint32(15)))
+    h = np.uint32(h * _LB2)
+    h = np.uint32(h ^ (h >> np.uint32(16)))
+    return np.float32(np.int32(h >> np.uint32(8))) * _TWO_M24
 
 
 @_jit
 def _counter_uniforms(seed, n):
-    k0 = np.uint32(seed & np.uint64(0xFFFFFFFF))
+    k0, kh = _stream_keys(seed)
     out = np.empty(n, dtype=np.float32)
-    a = 0
-    while a < n:
-        block = a >> 32
-        e = min(n, (block + 1) << 32)
-        key = _stream_key(seed, block)
-        for i in range(a, e):
-            out[i] = _uniform(k0, key, i)
-        a = e
+    for c0 in range(0, n, _CHUNK):
+        key = _block_key(kh, c0 >> 32)
+        seg = out[c0:min(c0 + _CHUNK, n)]
+        w = np.uint32(np.uint32(c0) * _GOLDEN32 + k0)
+        for j in range(seg.shape[0]):
+            seg[j] = _hash_uniform(w, key)
+            w = np.uint32(w + _GOLDEN32)
     return out
 
 
 def counter_uniforms(seed, n):
     """The uniforms the encoder draws for elements ``0..n-1`` of stream ``seed`` (float32,
-    multiples of 2**-24 in [0, 1))."""
+    multiples of 2**-24 in [0, 1)); see the module docstring."""
     return _counter_uniforms(np.uint64(seed), n)
 
 
@@ -99,17 +114,19 @@ def _bucket_scale(values, vbits, absmask, infbits, lo, hi, use_l2, word, word_va
     """Scale of ``values[lo:hi]`` as float64 (max |v| or L2 norm), or -1 - (first non-finite
     position). The max is taken over the bits of |v| (``vbits & absmask``: integer order is float
     order for finite values >= 0), which vectorizes and catches NaN/Inf (bits >= ``infbits``)."""
-    m = vbits[lo] & absmask
-    for i in range(lo + 1, hi):
-        m = max(m, vbits[i] & absmask)
+    seg = vbits[lo:hi]  # a view indexed from 0 (see _qsgd_encode)
+    m = seg[0] & absmask
+    for j in range(1, seg.shape[0]):
+        m = max(m, seg[j] & absmask)
     if m >= infbits:
-        for i in range(lo, hi):
-            if (vbits[i] & absmask) >= infbits:
-                return -1.0 - i
+        for j in range(seg.shape[0]):
+            if (seg[j] & absmask) >= infbits:
+                return -1.0 - (lo + j)
     if use_l2:
+        vals = values[lo:hi]
         acc = 0.0
-        for i in range(lo, hi):
-            v = np.float64(values[i])
+        for j in range(vals.shape[0]):
+            v = np.float64(vals[j])
             acc += v * v
         return np.sqrt(acc)
     word[0] = m
@@ -122,12 +139,11 @@ def _qsgd_encode(values, vbits, absmask, infbits, consts, bucket_size, bits, use
     n = values.shape[0]
     snap, fs, one, big, small = consts[0], consts[1], consts[2], consts[3], consts[4]
     zero = one - one
-    s = (1 << (bits - 1)) - 1
-    sign_bit = 1 << (bits - 1)
+    fsign = fs + one  # the sign bit, 2**(bits-1), as a value
     per = 8 // bits
     nbuckets = scales.shape[0]
     scratch = np.zeros(_CHUNK + 8, dtype=np.uint8)
-    k0 = np.uint32(seed & np.uint64(0xFFFFFFFF))
+    k0, kh = _stream_keys(seed)
     scaled = 0  # buckets whose scale is known
     for c0 in range(0, n, _CHUNK):
         c1 = min(c0 + _CHUNK, n)
@@ -150,6 +166,7 @@ def _qsgd_encode(values, vbits, absmask, infbits, consts, bucket_size, bits, use
         else:
             dst = scratch
             off = c0
+        key = _block_key(kh, c0 >> 32)  # a chunk never straddles a 2**32 boundary
         a = c0
         while a < c1:
             b = a // bucket_size
@@ -158,36 +175,36 @@ def _qsgd_encode(values, vbits, absmask, infbits, consts, bucket_size, bits, use
             # tiny scales: work on values * 2**64 (exact) so that s / scale stays finite
             pre = big if sc < small else one
             inv = fs / (sc * pre) if sc > zero else zero
-            while a < e:
-                block = a >> 32
-                e2 = min(e, (block + 1) << 32)
-                key = _stream_key(seed, block)
-                for i in range(a, e2):
-                    v = values[i]
-                    r = (abs(v) * pre) * inv
-                    fl = np.floor(r)
-                    f = r - fl
-                    t = snap * r
-                    u = _uniform(k0, key, i)
-                    up = ((u < f) | (one - f <= t)) & (f > t)
-                    level = min(np.int32(fl) + np.int32(up), s)
-                    code = level | (sign_bit if (v < zero) & (level > 0) else 0)
-                    dst[i - off] = np.uint8(code)
-                a = e2
+            vs = values[a:e]  # views indexed from 0: no negative-index fix-ups, so LLVM vectorizes
+            ds = dst[a - off:e - off]
+            w = np.uint32(np.uint32(a) * _GOLDEN32 + k0)
+            for j in range(e - a):
+                u = _hash_uniform(w, key)
+                w = np.uint32(w + _GOLDEN32)
+                v = vs[j]
+                r = (abs(v) * pre) * inv
+                fl = np.floor(r)
+                f = r - fl
+                t = snap * r
+                # snap: within t of a level means that level; else round up with probability f
+                f = zero if f <= t else (one if one - f <= t else f)
+                level = min(fl + (one if u < f else zero), fs)
+                code = level + (fsign if (v < zero) & (level > zero) else zero)
+                ds[j] = np.uint8(np.int32(code))
+            a = e
         if bits != 8:
             m = c1 - c0
             nbyte = (m * bits + 7) // 8
             for j in range(m, nbyte * per):
                 scratch[j] = 0
-            o = (c0 * bits) // 8
+            out = codes[(c0 * bits) // 8:(c0 * bits) // 8 + nbyte]
             if bits == 4:
                 for k in range(nbyte):
-                    codes[o + k] = np.uint8(scratch[2 * k] | (scratch[2 * k + 1] << 4))
+                    out[k] = np.uint8(scratch[2 * k] | (scratch[2 * k + 1] << 4))
             else:
                 for k in range(nbyte):
-                    codes[o + k] = np.uint8(scratch[4 * k] | (scratch[4 * k + 1] << 2)
-                                            | (scratch[4 * k + 2] << 4)
-                                            | (scratch[4 * k + 3] << 6))
+                    out[k] = np.uint8(scratch[4 * k] | (scratch[4 * k + 1] << 2)
+                                      | (scratch[4 * k + 2] << 4) | (scratch[4 * k + 3] << 6))
     return -1
 
 
