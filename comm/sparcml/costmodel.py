@@ -34,6 +34,7 @@ from .vector import SparseVector
 __all__ = ["CostModel", "calibrate", "union_size", "overlap_from_result"]
 
 _TINY_N = 1024  # the input of the overhead calibration: dim 1024, one nonzero per rank
+_MEDIUM_N = 1 << 20  # the input of the growth calibration: 2% random nonzeros per rank
 _CHOICES = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather", "dense",
             "allgather")
 
@@ -77,6 +78,13 @@ class CostModel:
     overhead_dsar_split_allgather: float = 0.0
     overhead_dense: float = 0.0
     overhead_allgather: float = 0.0
+    # measured / analytic size-dependent time of each algorithm on a medium input (1.0 = the
+    # analytic model as it is): corrects what the building blocks miss on this machine
+    scale_ssar_recursive_double: float = 1.0
+    scale_ssar_split_allgather: float = 1.0
+    scale_dsar_split_allgather: float = 1.0
+    scale_dense: float = 1.0
+    scale_allgather: float = 1.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -99,16 +107,22 @@ class CostModel:
         """Predicted seconds of one allreduce (see :meth:`_analytic`).
 
         Once calibrated, the fixed cost is the one measured for the algorithm on a tiny input
-        (``overhead_<algorithm>``) and the analytic model supplies what grows with the sizes.
+        (``overhead_<algorithm>``), and what grows with the sizes is the analytic model's
+        growth times the factor measured on a medium input (``scale_<algorithm>``).
         """
         t = self._analytic(algorithm, P=P, N=N, k=k, K=K, q=q, s_idx=s_idx, s_val=s_val,
                            check=check)
         overhead = getattr(self, f"overhead_{algorithm}", 0.0)
         if overhead > 0 and P > 1:
-            tiny = self._analytic(algorithm, P=P, N=_TINY_N, k=1, K=min(P, _TINY_N), q=1.0,
-                                  s_idx=s_idx, s_val=s_val, check=check)
-            t = overhead + max(0.0, t - tiny)
+            t = overhead + getattr(self, f"scale_{algorithm}", 1.0) * self._growth(
+                algorithm, t, P=P, s_idx=s_idx, s_val=s_val, check=check)
         return t
+
+    def _growth(self, algorithm, t, *, P, s_idx, s_val, check) -> float:
+        """The analytic time ``t`` less the analytic time of the tiny calibration input."""
+        tiny = self._analytic(algorithm, P=P, N=_TINY_N, k=1, K=min(P, _TINY_N), q=1.0,
+                              s_idx=s_idx, s_val=s_val, check=check)
+        return max(0.0, t - tiny)
 
     def _analytic(self, algorithm: str, *, P: int, N: int, k: float, K: float | None = None,
                   q: float = 1.0, s_idx: int = 4, s_val: int = 4, check: bool = True) -> float:
@@ -217,15 +231,18 @@ def _median_time(fn, reps: int) -> float:
 
 
 def calibrate(comm: MPI.Comm | None = None, *, reps: int = 5) -> CostModel:
-    """Measure the model's parameters on ``comm`` (collective; about 0.1-1 s).
+    """Measure the model's parameters on ``comm`` (collective; about 0.5-2 s).
 
-    Every rank returns the same model (the maximum over ranks of each parameter).
+    Every rank returns the same model (the maximum over ranks of each parameter), and
+    ``algorithm="auto"`` on ``comm`` uses it from then on (otherwise ``auto`` calibrates at
+    its first call).
     """
     from .context import context_for
 
     comm = MPI.COMM_WORLD if comm is None else comm
     ctx = context_for(comm)
-    return _calibrate_on(ctx, reps=reps)
+    model = ctx.history["model"] = _calibrate_on(ctx, reps=reps)  # what auto uses from now on
+    return model
 
 
 def _calibrate_on(ctx, *, reps: int = 5) -> CostModel:
@@ -289,6 +306,27 @@ def _calibrate_on(ctx, *, reps: int = 5) -> CostModel:
             call()
             c.Barrier()
             setattr(model, f"overhead_{algorithm}", _median_time(call, 2 * reps + 1))
+        # size-dependent costs: each algorithm on a medium input, against the analytic growth
+        rng_medium = np.random.default_rng([7, rank])
+        k_medium = _MEDIUM_N // 50
+        medium = SparseVector(_MEDIUM_N, np.sort(rng_medium.choice(_MEDIUM_N, k_medium,
+                                                                   replace=False)),
+                              np.ones(k_medium, np.float32))
+        for algorithm in _CHOICES:
+            def call():
+                return allreduce_in(ctx, medium, algorithm, None, False, None, True)
+
+            result = call()
+            K = result.count_nonzero() if result.is_dense else result.nnz
+            c.Barrier()
+            measured = _median_time(call, reps)
+            growth = model._growth(algorithm, model._analytic(
+                algorithm, P=size, N=_MEDIUM_N, k=k_medium, K=K), P=size, s_idx=4, s_val=4,
+                check=True)
+            overhead = getattr(model, f"overhead_{algorithm}")
+            if growth > 0:
+                factor = (measured - overhead) / growth
+                setattr(model, f"scale_{algorithm}", float(min(max(factor, 0.25), 8.0)))
     params = np.array(list(model.to_dict().values()), np.float64)
     waiter.collective(c, "Allreduce", MPI.IN_PLACE, params, MPI.MAX)
     return CostModel(*params.tolist())
