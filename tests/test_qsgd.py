@@ -367,3 +367,30 @@ def test_encode_decode_kernels_against_reference(bits, dtype, use_l2, bucket_siz
     quant_kernels.qsgd_decode(scales, codes, n, bucket_size, bits, out)
     np.testing.assert_array_equal(out, ref.qsgd_decode(r_scales, r_codes, n, bucket_size, bits,
                                                        dtype))
+
+
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("bucket_size, n", [(1000, 3 * 4096 + 13), (5001, 2 * 4096 + 5000),
+                                            (3, 4096 + 7), (4096, 8192)])
+def test_kernels_against_reference_across_chunks(bits, dtype, bucket_size, n):
+    """Many chunks of the encoder (4096 values), buckets straddling them and bytes, and buckets
+    of tiny (subnormal) values whose s / scale would overflow without the exact rescaling."""
+    rng = np.random.default_rng(bits + bucket_size)
+    x = rng.standard_normal(n).astype(dtype)
+    x[bucket_size:2 * bucket_size] *= dtype(1e-44 if dtype == np.float32 else 1e-40)
+    for use_l2 in (False, True):
+        nb = -(-n // bucket_size)
+        scales = np.empty(nb, np.float32)
+        codes = np.empty(-(-n * bits // 8), np.uint8)
+        assert quant_kernels.qsgd_encode(x, bucket_size, bits, use_l2, np.uint64(2**63 + 5),
+                                         SNAP[dtype], scales, codes) == -1
+        r_scales, r_codes = ref.qsgd_encode(x, bucket_size, bits, use_l2, 2**63 + 5, SNAP[dtype])
+        np.testing.assert_array_equal(scales, r_scales)
+        np.testing.assert_array_equal(codes, r_codes)
+        out = np.empty(n, dtype)
+        quant_kernels.qsgd_decode(scales, codes, n, bucket_size, bits, out)
+        np.testing.assert_array_equal(out, ref.qsgd_decode(r_scales, r_codes, n, bucket_size,
+                                                           bits, dtype))
+    # the tiny bucket keeps nonzero levels
+    assert np.count_nonzero(ref.unpack_codes(codes, n, bits)[bucket_size:2 * bucket_size])

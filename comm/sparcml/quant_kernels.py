@@ -9,8 +9,18 @@ QSGD code layout (``bits`` in {2, 4, 8}, ``s = 2**(bits-1) - 1`` levels): value 
 value i at bit offset ``(i * bits) % 8`` of byte ``(i * bits) // 8`` (4, 2 or 1 values a byte).
 A level of 0 always has sign 0.
 
-Random rounding uses a counter-based generator (splitmix64 of ``seed + (i + 1) * golden``, top 32
-bits): element i of one call always gets the same uniform, whatever the bucketing or thread.
+Random rounding uses a counter-based generator, cheap enough to vectorize in 32-bit lanes:
+``(k0, kh)`` are the low and high halves of splitmix64(seed) (once per call); element i hashes the
+counter word ``w = low32(i) * 0x9E3779B9 + k0`` with lowbias32 (Wellons), xor-ing in the key of its
+2**32-block, ``lowbias32(kh ^ (i >> 32) * 0x85EBCA6B)``, after the first multiply, and takes the
+top 24 bits as a float32 uniform in [0, 1). Element i of one call always gets the same uniform,
+whatever the bucketing; two seeds share a stream only if the 64-bit mixes agree in kh.
+
+Encoding works in chunks of 4096 values: the scale of each bucket (max |v| as an integer max over
+the bits of |v|, which also finds NaN/Inf), then levels in the values' dtype (float32 math for
+float32 input) into a uint8 scratch with branch-free selects, then 4 or 2 codes packed a byte.
+Loops run over array views indexed from 0 so that LLVM vectorizes them (an index that may be
+negative costs a wraparound fix-up and a gather).
 """
 
 from __future__ import annotations
