@@ -275,26 +275,27 @@ def qsgd_decode(scales, codes, n, bucket_size, bits, out):
             pos = i * bits
             out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
             i += 1
+        # whole bytes, over 0-based views (see _qsgd_encode): 1, 2 or 4 values a byte
+        per = 8 // bits
+        nfull = (hi - i) // per
+        ob = out[i:i + nfull * per]
+        cb = codes[(i * bits) >> 3:((i * bits) >> 3) + nfull]
         if bits == 8:
-            for j in range(i, hi):
-                out[j] = table[codes[j]]
-            i = hi
+            for k in range(nfull):
+                ob[k] = table[cb[k]]
         elif bits == 4:
-            k0 = i >> 1
-            for k in range((hi - i) >> 1):
-                c = codes[k0 + k]
-                out[i + 2 * k] = table[c & 15]
-                out[i + 2 * k + 1] = table[c >> 4]
-            i += ((hi - i) >> 1) << 1
+            for k in range(nfull):
+                c = cb[k]
+                ob[2 * k] = table[c & 15]
+                ob[2 * k + 1] = table[c >> 4]
         else:
-            k0 = i >> 2
-            for k in range((hi - i) >> 2):
-                c = codes[k0 + k]
-                out[i + 4 * k] = table[c & 3]
-                out[i + 4 * k + 1] = table[(c >> 2) & 3]
-                out[i + 4 * k + 2] = table[(c >> 4) & 3]
-                out[i + 4 * k + 3] = table[c >> 6]
-            i += ((hi - i) >> 2) << 2
+            for k in range(nfull):
+                c = cb[k]
+                ob[4 * k] = table[c & 3]
+                ob[4 * k + 1] = table[(c >> 2) & 3]
+                ob[4 * k + 2] = table[(c >> 4) & 3]
+                ob[4 * k + 3] = table[c >> 6]
+        i += nfull * per
         while i < hi:
             pos = i * bits
             out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
