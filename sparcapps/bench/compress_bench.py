@@ -1,10 +1,13 @@
 """Compression throughput: QSGD encode/decode at 2/4/8 bits, TopK at 1% of 5M values.
 
-Run ``python -m sparcapps.bench.compress_bench [--n N] [--reps R]``. Prints medians over
-interleaved repetitions (so machine noise hits each variant alike); ratios are the figures to
-trust on a shared machine. The TopK rows compare the selection kernel of :mod:`sparcml.topk`
-(radix select, ties to the lower index, sorted output) with ``np.argpartition`` on ``|x|`` plus a
-sort of the kept positions (ties in no defined order), and time the whole ``TopK.compress``.
+Run ``python -m sparcapps.bench.compress_bench [--n N] [--reps R]``. Prints medians of CPU time
+(``time.process_time``: on a shared machine, what a rank pays) over interleaved repetitions (so
+machine noise hits each variant alike); ratios are the figures to trust on a shared machine. The
+QSGD rows also time the previous kernels (scalar splitmix64 stream, float64 levels, a value at a
+time; kept below as ``_before_encode``/``_before_decode``) on the same data: the "before" column.
+The TopK rows compare the selection kernel of :mod:`sparcml.topk` (radix select, ties to the
+lower index, sorted output) with ``np.argpartition`` on ``|x|`` plus a sort of the kept positions
+(ties in no defined order), and time the whole ``TopK.compress``.
 """
 
 from __future__ import annotations
@@ -13,38 +16,118 @@ import argparse
 import time
 
 import numpy as np
+from numba import njit
 
-from sparcml.qsgd import QSGD
+from sparcml.qsgd import _SNAP, QSGD
 from sparcml.topk import TopK, select_topk
 
 __all__ = ["bench_qsgd", "bench_topk", "main"]
 
 
 def _median_time(fns, reps):
-    """Median seconds of each callable, calls interleaved round-robin after one warm-up call."""
+    """Median CPU seconds of each callable, calls interleaved round-robin after one warm-up."""
     for fn in fns:
         fn()
     times = [[] for _ in fns]
     for _ in range(reps):
         for t, fn in zip(times, fns):
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             fn()
-            t.append(time.perf_counter() - t0)
+            t.append(time.process_time() - t0)
     return [float(np.median(t)) for t in times]
 
 
+# -- the QSGD kernels before commit 71f6c72, for the "before" column (same output format) ------
+
+@njit(cache=True, nogil=True)
+def _before_uniform(seed, i):
+    z = seed + np.uint64(i + 1) * np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    z = z ^ (z >> np.uint64(31))
+    return np.float64(z >> np.uint64(32)) * 2.0**-32
+
+
+@njit(cache=True, nogil=True)
+def _before_encode(values, bucket_size, bits, seed, snap, scales, codes):
+    n = values.shape[0]
+    s = (1 << (bits - 1)) - 1
+    acc_byte = 0
+    acc_shift = 0
+    nbyte = 0
+    for b in range(scales.shape[0]):
+        lo = b * bucket_size
+        hi = min(lo + bucket_size, n)
+        acc = 0.0
+        for i in range(lo, hi):
+            v = np.float64(values[i])
+            if not np.isfinite(v):
+                return i
+            acc = max(acc, abs(v))
+        sc = np.float32(acc)
+        if np.float64(sc) < acc:
+            sc = np.nextafter(sc, np.float32(np.inf))
+        scales[b] = sc
+        inv = s / np.float64(sc) if sc > 0 else 0.0
+        for i in range(lo, hi):
+            v = np.float64(values[i])
+            r = abs(v) * inv
+            near = np.floor(r + 0.5)
+            if abs(r - near) <= snap * r:
+                level = np.int64(near)
+            else:
+                level = np.int64(np.floor(r + _before_uniform(seed, i)))
+            code = min(level, s)
+            if code > 0 and v < 0:
+                code |= 1 << (bits - 1)
+            acc_byte |= code << acc_shift
+            acc_shift += bits
+            if acc_shift == 8:
+                codes[nbyte] = np.uint8(acc_byte)
+                nbyte += 1
+                acc_byte = 0
+                acc_shift = 0
+    if acc_shift > 0:
+        codes[nbyte] = np.uint8(acc_byte)
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _before_decode(scales, codes, n, bucket_size, bits, out):
+    s = (1 << (bits - 1)) - 1
+    ncodes = 1 << bits
+    table = np.empty(ncodes, dtype=out.dtype)
+    for b in range(scales.shape[0]):
+        sc = np.float64(scales[b])
+        for c in range(ncodes):
+            v = sc * (c & s) / s
+            table[c] = -v if (c >> (bits - 1)) else v
+        for i in range(b * bucket_size, min((b + 1) * bucket_size, n)):
+            pos = i * bits
+            out[i] = table[(codes[pos >> 3] >> (pos & 7)) & (ncodes - 1)]
+    return out
+
+
 def bench_qsgd(n: int = 5_000_000, reps: int = 7, dtype=np.float32, seed: int = 0) -> list:
-    """Per bit width: encode and decode medians (s), M values/s, bytes and ratio to ``dtype``."""
+    """Per bit width: encode and decode medians (s), M values/s, bytes and ratio to ``dtype``;
+    ``before_*``: the same for the previous kernels."""
     x = np.random.default_rng(seed).standard_normal(n).astype(dtype)
     rows = []
     for bits in (2, 4, 8):
         q = QSGD(bits=bits, seed=seed)
         buf = q.encode(x)
         out = np.empty(n, dtype)
-        enc, dec = _median_time([lambda: q.encode(x, out=buf), lambda: q.decode(buf, n, out=out)],
-                                reps)
+        nb = q.num_buckets(n)
+        scales, codes = np.empty(nb, np.float32), np.empty(buf.size - 4 * nb, np.uint8)
+        snap = _SNAP[np.dtype(dtype)]
+        enc, dec, old_enc, old_dec = _median_time([
+            lambda: q.encode(x, out=buf), lambda: q.decode(buf, n, out=out),
+            lambda: _before_encode(x, q.bucket_size, bits, np.uint64(seed), snap, scales, codes),
+            lambda: _before_decode(scales, codes, n, q.bucket_size, bits, out)], reps)
         rows.append({"bits": bits, "n": n, "encode_s": enc, "decode_s": dec,
                      "encode_mvals_s": n / enc / 1e6, "decode_mvals_s": n / dec / 1e6,
+                     "before_encode_mvals_s": n / old_enc / 1e6,
+                     "before_decode_mvals_s": n / old_dec / 1e6,
                      "bytes": buf.nbytes, "ratio": x.nbytes / buf.nbytes})
     return rows
 
@@ -79,15 +162,17 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=int, default=7, help="repetitions (default 7)")
     parser.add_argument("--density", type=float, default=0.01, help="TopK density (0.01)")
     args = parser.parse_args(argv)
-    print(f"QSGD, {args.n} float32 values, bucket 1024, max norm (median of {args.reps})")
-    print(f"{'bits':>4} {'encode ms':>10} {'M val/s':>8} {'decode ms':>10} {'M val/s':>8} "
-          f"{'bytes':>10} {'x smaller':>9}")
+    print(f"QSGD, {args.n} float32 values, bucket 1024, max norm (median of {args.reps}, CPU time;"
+          f" M val/s before -> now)")
+    print(f"{'bits':>4} {'encode ms':>10} {'encode M val/s':>16} {'decode ms':>10} "
+          f"{'decode M val/s':>16} {'bytes':>10} {'x smaller':>9}")
     for r in bench_qsgd(args.n, args.reps):
-        print(f"{r['bits']:>4} {r['encode_s'] * 1e3:>10.1f} {r['encode_mvals_s']:>8.0f} "
-              f"{r['decode_s'] * 1e3:>10.1f} {r['decode_mvals_s']:>8.0f} {r['bytes']:>10} "
-              f"{r['ratio']:>9.2f}")
+        enc = f"{r['before_encode_mvals_s']:.0f} -> {r['encode_mvals_s']:.0f}"
+        dec = f"{r['before_decode_mvals_s']:.0f} -> {r['decode_mvals_s']:.0f}"
+        print(f"{r['bits']:>4} {r['encode_s'] * 1e3:>10.1f} {enc:>16} {r['decode_s'] * 1e3:>10.1f} "
+              f"{dec:>16} {r['bytes']:>10} {r['ratio']:>9.2f}")
     t = bench_topk(args.n, args.density, args.reps)
-    print(f"\nTopK, {t['n']} float32 values, k = {t['k']} (median of {args.reps}), ms")
+    print(f"\nTopK, {t['n']} float32 values, k = {t['k']} (median of {args.reps}, CPU time), ms")
     print(f"  select, kernel (radix, sorted, ties to lower index) {t['kernel_s'] * 1e3:8.1f}")
     print(f"  select, np.argpartition(|x|) + sort                 {t['argpartition_s'] * 1e3:8.1f}"
           f"   kernel {t['speedup']:.1f}x faster")
