@@ -120,17 +120,29 @@ def first_nonfinite(x):
 
 
 @_jit
-def _bucket_scale(values, vbits, absmask, infbits, lo, hi, use_l2, word, word_value):
+def _bucket_scale(values, sbits, ubits, absmask, infbits, lo, hi, use_l2, word, word_value):
     """Scale of ``values[lo:hi]`` as float64 (max |v| or L2 norm), or -1 - (first non-finite
-    position). The max is taken over the bits of |v| (``vbits & absmask``: integer order is float
-    order for finite values >= 0), which vectorizes and catches NaN/Inf (bits >= ``infbits``)."""
-    seg = vbits[lo:hi]  # a view indexed from 0 (see _qsgd_encode)
-    m = seg[0] & absmask
-    for j in range(1, seg.shape[0]):
-        m = max(m, seg[j] & absmask)
+    position). The max |v| is taken over the bits (integer order is float order for finite values
+    >= 0), which vectorizes and catches NaN/Inf (magnitude bits >= ``infbits``): the max of the
+    signed view ``sbits`` is the largest positive value's bits (if >= 0), the max of the unsigned
+    view ``ubits`` the sign bit plus the largest negative value's magnitude (if any negative);
+    neither needs a mask, which would widen the lanes to 64 bits."""
+    sseg = sbits[lo:hi]  # views indexed from 0 (see _qsgd_encode)
+    useg = ubits[lo:hi]
+    mpos = sseg[0]
+    mneg = useg[0]
+    for j in range(1, sseg.shape[0]):
+        mpos = max(mpos, sseg[j])
+        mneg = max(mneg, useg[j])
+    # through `word` (unsigned) so that no signed/unsigned mix is typed as float64
+    word[0] = mneg & absmask if mneg > absmask else 0
+    m = word[0]
+    if mpos > 0:
+        word[0] = mpos
+        m = max(m, word[0])
     if m >= infbits:
-        for j in range(seg.shape[0]):
-            if (seg[j] & absmask) >= infbits:
+        for j in range(useg.shape[0]):
+            if (useg[j] & absmask) >= infbits:
                 return -1.0 - (lo + j)
     if use_l2:
         vals = values[lo:hi]
@@ -144,8 +156,8 @@ def _bucket_scale(values, vbits, absmask, infbits, lo, hi, use_l2, word, word_va
 
 
 @_jit
-def _qsgd_encode(values, vbits, absmask, infbits, consts, bucket_size, bits, use_l2, seed,
-                 scales, codes, word, word_value):
+def _qsgd_encode(values, sbits, ubits, absmask, infbits, consts, bucket_size, bits, use_l2,
+                 seed, scales, codes, word, word_value):
     n = values.shape[0]
     snap, fs, one, big, small = consts[0], consts[1], consts[2], consts[3], consts[4]
     zero = one - one
@@ -159,7 +171,7 @@ def _qsgd_encode(values, vbits, absmask, infbits, consts, bucket_size, bits, use
         c1 = min(c0 + _CHUNK, n)
         while scaled < nbuckets and scaled * bucket_size < c1:
             lo = scaled * bucket_size
-            acc = _bucket_scale(values, vbits, absmask, infbits, lo,
+            acc = _bucket_scale(values, sbits, ubits, absmask, infbits, lo,
                                 min(lo + bucket_size, n), use_l2, word, word_value)
             if acc < 0:
                 return np.int64(-1.0 - acc)
@@ -240,13 +252,14 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
     bucket b's scale exceeds the float32 range.
     """
     dt = values.dtype
-    itype = np.uint32 if dt.itemsize == 4 else np.uint64
+    itype, stype = (np.uint32, np.int32) if dt.itemsize == 4 else (np.uint64, np.int64)
     absmask = itype((1 << (8 * dt.itemsize - 1)) - 1)
     infbits = np.array([np.inf], dt).view(itype)[0]
     consts = np.array([snap, (1 << (bits - 1)) - 1, 1.0, 2.0**64, 2.0**-64], dt)
     word = np.zeros(1, itype)
-    return _qsgd_encode(values, values.view(itype), absmask, infbits, consts, bucket_size, bits,
-                        bool(use_l2), np.uint64(seed), scales, codes, word, word.view(dt))
+    return _qsgd_encode(values, values.view(stype), values.view(itype), absmask, infbits, consts,
+                        bucket_size, bits, bool(use_l2), np.uint64(seed), scales, codes, word,
+                        word.view(dt))
 
 
 @_jit
