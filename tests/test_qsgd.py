@@ -277,6 +277,11 @@ def test_out_variants_and_bytes_input():
     wire = np.zeros(out.size + 3, np.uint8)
     wire[3:] = out
     np.testing.assert_array_equal(q.decode(wire[3:], 1000), dec.astype(np.float32))
+    # straight into a slice of a larger array (no copy): the slice itself is returned
+    dense = np.full(1010, 7.0, np.float32)
+    assert q.decode(wire[3:], 1000, out=dense[5:1005]).base is dense
+    np.testing.assert_array_equal(dense[5:1005], dec.astype(np.float32))
+    assert np.all(dense[:5] == 7) and np.all(dense[1005:] == 7)
 
 
 # -- determinism ------------------------------------------------------------------------------
