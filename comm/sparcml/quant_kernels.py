@@ -248,6 +248,11 @@ def qsgd_encode(values, bucket_size, bits, use_l2, seed, snap, scales, codes):
     scales : float32 array of ``ceil(n / bucket_size)`` (output)
     codes : uint8 array of ``ceil(n * bits / 8)`` (output, every byte written)
 
+    Level arithmetic runs in the dtype of ``values``: ``r = (|v| * pre) * (s / (scale * pre))``
+    (``pre = 2**64`` for scales below 2**-64, else 1: exact), ``f = r - floor(r)``; f is snapped
+    to 0 or 1 within ``snap * r``, and the level is ``floor(r) + (u < f)`` with u the element's
+    24-bit uniform, so ``E[level] = r`` up to float rounding (and 2**-24).
+
     Returns -1 on success; else the position of the first non-finite value, or ``-2 - b`` when
     bucket b's scale exceeds the float32 range.
     """
