@@ -293,8 +293,8 @@ def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats,
     out = np.empty(vec.dim, vec.dtype)
     if codec.lossy:  # the dense phase in low precision: every rank decodes every block
         buf, _ = codec.encode(block, known_dense=True)
-        for part in map(decode, _allgather_bytes(ctx, buf, stats)):
-            out[part.offset:part.offset + part.length] = part.values
+        for j, gathered in enumerate(_allgather_bytes(ctx, buf, stats)):
+            decode(gathered, out=out[bounds[j]:bounds[j + 1]])
         return SparseVector._trusted(vec.dim, None, out)
     counts = np.diff(bounds)
     mpi_type = MPI._typedict[vec.dtype.char]

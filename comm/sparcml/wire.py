@@ -172,8 +172,12 @@ def _decoder(code: int):
     return QSGD.from_code(code, seed=0)  # decoding draws no random numbers
 
 
-def decode(buf: np.ndarray) -> Part:
-    """Decode a buffer written by :meth:`Codec.encode` (views where values are raw)."""
+def decode(buf: np.ndarray, out: np.ndarray | None = None) -> Part:
+    """Decode a buffer written by :meth:`Codec.encode` (views where values are raw).
+
+    ``out``: where quantized values are decoded to (``count`` values of the value dtype);
+    raw values are never copied, so the caller copies those itself.
+    """
     if buf.shape[0] < HEADER_SIZE:
         raise SparcmlError(f"corrupt message: {buf.shape[0]} bytes, shorter than the header")
     h = buf[:HEADER_SIZE].view(HEADER)[0]
@@ -190,7 +194,7 @@ def decode(buf: np.ndarray) -> Part:
     if h["quantized"]:
         quantizer = _decoder(int(h["qcode"]))
         nbytes = quantizer.encoded_nbytes(count)
-        values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype)
+        values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype, out=out)
     else:
         values = buf[start:start + count * value_dtype.itemsize].view(value_dtype)
     return Part(offset, length, indices, values)

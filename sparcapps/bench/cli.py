@@ -43,8 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated, from: " + ", ".join(ALGORITHMS) + ", auto; "
                         "'dense' is always timed as the reference")
     p.add_argument("--bits", type=int, choices=[2, 4, 8],
-                   help="quantize dense messages with QSGD of this many bits (the 'dense' "
-                        "reference stays in full precision)")
+                   help="also time each algorithm with dense messages quantized by QSGD of "
+                        "this many bits (rows '+qB'), beside its full-precision row")
     p.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
     p.add_argument("--nonblocking", action="store_true",
@@ -128,8 +128,8 @@ def run_sweep(args) -> int:
     if rank == 0:
         mode = "iallreduce+wait" if args.nonblocking else "allreduce"
         if args.bits:
-            mode += f", QSGD {args.bits}-bit" + (" (sparse values too)"
-                                                  if args.quantize_sparse else "")
+            mode += f", +q{args.bits}: QSGD {args.bits}-bit" + (" (sparse values too)"
+                                                               if args.quantize_sparse else "")
         print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
               f"(+{warmup} warm-up); time = median over reps of the slowest rank [q25-q75]; "
               f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
@@ -142,10 +142,12 @@ def run_sweep(args) -> int:
             for pattern in patterns:
                 cases = []
                 for algorithm in algorithms:
-                    quantized = args.bits is not None and algorithm != "dense"
                     cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                           args.nonblocking, args.bits if quantized else None,
-                                           args.quantize_sparse and quantized))
+                                           args.nonblocking))
+                    if args.bits is not None and algorithm != "dense":  # and quantized, beside
+                        cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                               args.nonblocking, args.bits,
+                                               args.quantize_sparse))
                 outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                                 model=model)
                 dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -155,6 +157,8 @@ def run_sweep(args) -> int:
                     if rank != 0:
                         continue
                     name = case.algorithm if case.algorithm != "auto" else f"auto:{out['ran']}"
+                    if case.bits:
+                        name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
                     m = out.get("model")
                     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
                                   if m else f"{'-':>9} {'-':>9}")
