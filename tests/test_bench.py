@@ -47,9 +47,12 @@ def test_sweep_writes_one_parsable_record_per_row(tmp_path):
     dim, densities, patterns, P = 100_003, (0.001, 0.3), ("random", "overlap", "disjoint"), 3
     proc = run_mpi(P, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", str(dim),
                             "--density", *map(str, densities), "--pattern", *patterns,
-                            "--reps", "2", "--warmup", "0", "--output", str(out)], timeout=240)
+                            "--reps", "2", "--warmup", "0", "--bits", "4",
+                            "--algorithms", "dense,ssar_recursive_double,dsar_split_allgather,auto",
+                            "--output", str(out)], timeout=240)
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(records) == len(densities) * len(patterns) * 5
+    # dense, then each other algorithm at full precision and with QSGD 4-bit beside it
+    assert len(records) == len(densities) * len(patterns) * (1 + 3 * 2)
     assert "speedup" not in proc.stderr.lower()
     for rec in records:
         assert rec["app"] == "sparc-bench" and rec["status"] == "ok" and rec["P"] == P
@@ -59,8 +62,33 @@ def test_sweep_writes_one_parsable_record_per_row(tmp_path):
         if rec["algorithm"] == "dense":
             assert rec["metrics"]["speedup_over_dense"] == 1.0
             assert rec["bytes"]["sent_per_rank_max"] == 2 * (P - 1) * dim * 4 // P
-        if rec["metrics"]["pattern"] == "disjoint":  # supports add up exactly
+        if rec["metrics"]["bits"] == 4 and rec["algorithm"] == "dsar_split_allgather":
+            full = next(r for r in records if r["algorithm"] == "dsar_split_allgather"
+                        and r["metrics"]["bits"] is None and r["density"] == rec["density"]
+                        and r["metrics"]["pattern"] == rec["metrics"]["pattern"])
+            assert rec["bytes"]["sent_per_rank_max"] < full["bytes"]["sent_per_rank_max"]
+            continue
+        if rec["algorithm"] == "auto":
+            assert rec["metrics"]["ran"] in ("dense", "ssar_recursive_double",
+                                             "ssar_split_allgather", "dsar_split_allgather",
+                                             "allgather")
+            assert rec["metrics"]["model"]["predicted_s"] > 0
+        if rec["metrics"]["pattern"] == "disjoint" and not rec["metrics"]["bits"]:
             k = round(rec["density"] * dim)
             assert rec["metrics"]["result_density"] == pytest.approx(P * k / dim)
     # each row is printed on rank 0's table
-    assert proc.stdout.count("random") == len(densities) * 5
+    assert proc.stdout.count("random") == len(densities) * 7
+    assert "dsar_split_allgather+q4" in proc.stdout and "auto:" in proc.stdout
+
+
+def test_overlap_mode_times_comm_compute_and_both(tmp_path):
+    out = tmp_path / "overlap.jsonl"
+    run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--overlap", "5",
+                     "--N", "65536", "--density", "0.01", "--algorithms", "ssar_recursive_double",
+                     "--reps", "2", "--output", str(out)], timeout=120)
+    (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rec["app"] == "sparc-bench-overlap" and rec["P"] == 2
+    t = rec["timings"]
+    assert all(t[k]["n"] == 2 and t[k]["median"] > 0 for k in ("comm", "compute", "overlapped"))
+    larger = max(t["comm"]["median"], t["compute"]["median"])
+    assert rec["metrics"]["ratio_to_max"] == pytest.approx(t["overlapped"]["median"] / larger)
