@@ -1,0 +1,372 @@
+"""``SparseLinearClassifier``: logistic regression or a linear SVM trained by data-parallel
+minibatch SGD over ``sparcml`` -- a scikit-learn estimator.
+
+Under MPI every rank of ``comm`` calls ``fit`` with *its own shard* of the training rows (rank r's
+rows come before rank r+1's in the global row order) and gets the same model. In one process
+(``comm`` of size 1) it is an ordinary scikit-learn estimator. ``predict``,
+``decision_function`` and ``score`` are local: each rank scores the rows it is given.
+
+Example (``mpiexec -n 4 python script.py``)::
+
+    from mpi4py import MPI
+    from sparcapps.data import load_shard
+    from sparcapps.linear import SparseLinearClassifier
+
+    comm = MPI.COMM_WORLD
+    X, y = load_shard("url.h5", comm.rank, comm.size, split="train")
+    clf = SparseLinearClassifier(loss="log", batch_size=128, epochs=5).fit(X, y)
+    clf.coef_    # (1, n_features), identical on every rank
+"""
+
+from __future__ import annotations
+
+import numbers
+import time
+import warnings
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.special import expit
+from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import ConvergenceWarning
+from sklearn.utils.metaestimators import available_if
+from sklearn.utils.validation import check_is_fitted, validate_data
+
+from .collective import collective_errors
+from .errors import CheckpointMismatchError, InputDataError, NotBinaryError
+from .schedule import SCHEDULES, Schedule
+from .state import TrainState
+from .trainer import DataParallelSGD
+
+__all__ = ["SparseLinearClassifier", "LOSSES"]
+
+LOSSES = ("log", "hinge")
+_LOSS_ALIASES = {"log_loss": "log"}
+
+
+def _as_csr(X) -> sp.csr_matrix:
+    """``X`` as a CSR matrix of float32 with finite values (raises ValueError otherwise)."""
+    if sp.issparse(X):
+        X = sp.csr_matrix(X)
+        if X.dtype != np.float32:
+            X = X.astype(np.float32)
+    else:
+        arr = np.asarray(X, dtype=np.float32)
+        if arr.ndim != 2:
+            raise InputDataError(f"X must be 2-d, got shape {arr.shape}")
+        X = sp.csr_matrix(arr)
+    if X.data.size and not np.isfinite(X.data).all():
+        raise InputDataError("X holds NaN or infinite values")
+    return X
+
+
+class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
+    """Binary linear classifier (``loss="log"``: logistic regression; ``"hinge"``: linear SVM)
+    with L2 regularization, trained by data-parallel minibatch SGD.
+
+    Parameters
+    ----------
+    loss : {"log", "hinge"}
+    alpha : float > 0
+        L2 strength: the objective is ``mean(loss) + alpha / 2 * ||w||^2`` (as SGDClassifier).
+    learning_rate : {"optimal", "constant", "invscaling"}
+        SGDClassifier's per-sample schedules; a minibatch uses the mean rate of its samples and
+        the product of their decays (see :mod:`sparcapps.linear.schedule`).
+    eta0, power_t : float
+        Initial rate for "constant" and "invscaling"; exponent of "invscaling".
+    batch_size : int
+        Rows per rank per step: the global batch is ``batch_size * P``. For the same global
+        sequence of batches at another P, keep ``batch_size * P`` fixed.
+    epochs : int
+        Passes over the data (SGDClassifier's ``max_iter``).
+    tol : float or None
+        With a value, stop when the training loss has not improved by ``tol`` for
+        ``n_iter_no_change`` epochs, and warn (``ConvergenceWarning``) when ``epochs`` run out
+        first. None: exactly ``epochs`` epochs, no warning.
+    n_iter_no_change : int
+    algorithm : str
+        ``sparcml.allreduce`` algorithm for the gradient sum; ``"dense"`` is the baseline.
+    quantizer : sparcml.QSGD or None
+        Quantize the gradient's dense messages (and with ``quantize_sparse`` its sparse values).
+    quantize_sparse : bool
+    seed : int
+        Seeds the permutation of every epoch (the same on all ranks).
+    comm : mpi4py communicator or None
+        None: ``MPI.COMM_WORLD`` (size 1 outside ``mpiexec``).
+    fit_intercept, shuffle : bool
+
+    Attributes
+    ----------
+    coef_ : ndarray of shape (1, n_features), float64
+    intercept_ : ndarray of shape (1,)
+    classes_ : ndarray of shape (2,); ``classes_[1]`` is the positive class
+    n_features_in_ : int
+    n_iter_ : int, epochs run
+    t_ : int, samples seen plus one (SGDClassifier's ``t_``)
+    history_ : list of dict, one per epoch: ``loss`` (the objective: running mean loss +
+        ``alpha/2 ||w||^2``), ``data_loss`` and ``train_accuracy`` (running: each row scored
+        just before its step, as SGDClassifier's "Avg. loss"), ``compute_seconds`` and
+        ``comm_seconds`` (slowest rank), ``bytes_sent`` (largest rank), ``gradient_density``
+        (mean nnz / dim of the summed gradient), ``wall_seconds`` since training began
+    """
+
+    def __init__(self, loss="log", *, alpha=1e-4, learning_rate="optimal", eta0=0.01,
+                 power_t=0.5, batch_size=256, epochs=5, tol=None, n_iter_no_change=5,
+                 algorithm="ssar_recursive_double", quantizer=None, quantize_sparse=False,
+                 seed=0, comm=None, fit_intercept=True, shuffle=True):
+        self.loss = loss
+        self.alpha = alpha
+        self.learning_rate = learning_rate
+        self.eta0 = eta0
+        self.power_t = power_t
+        self.batch_size = batch_size
+        self.epochs = epochs
+        self.tol = tol
+        self.n_iter_no_change = n_iter_no_change
+        self.algorithm = algorithm
+        self.quantizer = quantizer
+        self.quantize_sparse = quantize_sparse
+        self.seed = seed
+        self.comm = comm
+        self.fit_intercept = fit_intercept
+        self.shuffle = shuffle
+
+    # -- parameters ---------------------------------------------------------------------------
+
+    def _loss_name(self) -> str:
+        return _LOSS_ALIASES.get(self.loss, self.loss)
+
+    def _check_params(self) -> None:
+        """Raise ValueError for a bad parameter (the same on every rank: parameters agree)."""
+        import sparcml
+
+        if self._loss_name() not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if not (isinstance(self.alpha, numbers.Real) and self.alpha > 0):
+            raise ValueError(f"alpha must be a float > 0, got {self.alpha!r}")
+        if self.learning_rate not in SCHEDULES:
+            raise ValueError(f"learning_rate must be one of {SCHEDULES}, "
+                             f"got {self.learning_rate!r}")
+        if self.learning_rate != "optimal" and not self.eta0 > 0:
+            raise ValueError(f"eta0 must be > 0 with learning_rate={self.learning_rate!r}, "
+                             f"got {self.eta0!r}")
+        for name in ("batch_size", "epochs", "n_iter_no_change"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.tol is not None and not isinstance(self.tol, numbers.Real):
+            raise ValueError(f"tol must be a float or None, got {self.tol!r}")
+        if self.algorithm not in sparcml.ALGORITHMS + ("auto",):
+            raise ValueError(f"algorithm must be one of {sparcml.ALGORITHMS + ('auto',)}, "
+                             f"got {self.algorithm!r}")
+        if self.quantizer is not None:
+            if not isinstance(self.quantizer, sparcml.QSGD):
+                raise ValueError(f"quantizer must be a sparcml.QSGD or None, "
+                                 f"got {self.quantizer!r}")
+            if self.algorithm == "dense":
+                raise ValueError("a quantizer cannot go with algorithm='dense' (MPI_Allreduce "
+                                 "adds full-precision values); use dsar_split_allgather or "
+                                 "another sparse algorithm")
+
+    def _get_comm(self):
+        if self.comm is not None:
+            return self.comm
+        from mpi4py import MPI
+
+        return MPI.COMM_WORLD
+
+    # -- data ---------------------------------------------------------------------------------
+
+    def _prepare(self, X, y, comm, *, classes=None, reset=True):
+        """Collective validation of this rank's ``(X, y)``: the same error on every rank, or
+        ``(X csr float32, y float32 -1/+1)`` with ``classes_`` and ``n_features_in_`` set."""
+        with collective_errors(comm):
+            X = _as_csr(X)
+            y = np.asarray(y)
+            if y.ndim == 2 and y.shape[1] == 1:
+                y = y.ravel()
+            if y.ndim != 1 or y.shape[0] != X.shape[0]:
+                raise InputDataError(f"y must be 1-d with one label per row of X: X has "
+                                     f"{X.shape[0]} rows, y has shape {y.shape}")
+            local_classes = np.unique(y)
+        size = comm.Get_size()
+        info = (int(X.shape[1]), int(X.shape[0]), local_classes)
+        every = comm.allgather(info) if size > 1 else [info]
+        features = sorted({e[0] for e in every})
+        if len(features) > 1:
+            raise InputDataError(f"the ranks' shards differ in feature count: "
+                                 f"{[e[0] for e in every]} (rank order); give every rank the "
+                                 f"same n_features (load_shard does)")
+        if sum(e[1] for e in every) == 0:
+            raise InputDataError("no training rows on any rank")
+        found = np.unique(np.concatenate([e[2] for e in every]))
+        if classes is not None:
+            classes = np.unique(np.asarray(classes))
+            extra = np.setdiff1d(found, classes)
+            if extra.size:
+                raise NotBinaryError(f"labels {extra.tolist()} are not in classes "
+                                     f"{classes.tolist()}")
+        else:
+            classes = found
+        if classes.shape[0] != 2:
+            raise NotBinaryError(
+                f"labels must take exactly two values across all ranks (binary "
+                f"classification); found {classes.shape[0]}: {classes[:10].tolist()}"
+                f"{' ...' if classes.shape[0] > 10 else ''}")
+        n_features = features[0]
+        if reset:
+            self.classes_ = classes
+            self.n_features_in_ = n_features
+        else:
+            if not np.array_equal(classes, self.classes_):
+                raise NotBinaryError(f"labels {classes.tolist()} differ from the classes of "
+                                     f"the earlier fit {self.classes_.tolist()}")
+            if n_features != self.n_features_in_:
+                raise InputDataError(f"X has {n_features} features, but this "
+                                     f"SparseLinearClassifier was fitted with "
+                                     f"{self.n_features_in_}")
+        y_pm = np.where(y == self.classes_[1], 1.0, -1.0).astype(np.float32)
+        return X, y_pm
+
+    def encode_labels(self, y) -> np.ndarray:
+        """``y`` as float32 +1 (``classes_[1]``) / -1 (``classes_[0]``); ValueError on a label
+        outside ``classes_``."""
+        check_is_fitted(self, "classes_")
+        y = np.asarray(y).ravel()
+        known = np.isin(y, self.classes_)
+        if not known.all():
+            raise NotBinaryError(f"label {y[~known][0]!r} is not one of the classes "
+                                 f"{self.classes_.tolist()}")
+        return np.where(y == self.classes_[1], 1.0, -1.0).astype(np.float32)
+
+    # -- training -----------------------------------------------------------------------------
+
+    def _engine(self, X, y_pm, comm) -> DataParallelSGD:
+        schedule = Schedule(self.learning_rate, alpha=self.alpha, eta0=self.eta0,
+                            power_t=self.power_t)
+        return DataParallelSGD(
+            X, y_pm, comm, loss=self._loss_name(), schedule=schedule, alpha=self.alpha,
+            fit_intercept=self.fit_intercept, global_batch=self.batch_size * comm.Get_size(),
+            seed=self.seed, shuffle=self.shuffle, algorithm=self.algorithm,
+            quantizer=self.quantizer, quantize_sparse=self.quantize_sparse)
+
+    def fit(self, X, y, *, monitor=None, resume=None):
+        """Train from zero weights (or from ``resume``, a :class:`TrainState` of a checkpoint)
+        for ``epochs`` epochs. Collective: every rank of ``comm`` calls with its shard.
+
+        ``monitor`` (optional, duck-typed): ``on_step(est, engine, state) -> bool`` after every
+        step and ``on_epoch(est, engine, state, record) -> bool`` after every epoch (it may add
+        keys to ``record``, e.g. a test accuracy); True stops training (all ranks must agree).
+        Returns ``self``.
+        """
+        self._check_params()
+        comm = self._get_comm()
+        X, y_pm = self._prepare(X, y, comm)
+        if resume is not None:
+            if resume.n_features != self.n_features_in_:
+                raise CheckpointMismatchError(
+                    f"the checkpoint has {resume.n_features} features, the data "
+                    f"{self.n_features_in_}; resume with the data set it was trained on")
+            state = resume
+        else:
+            state = TrainState.zeros(self.n_features_in_)
+        self._state = state
+        self._train(X, y_pm, comm, self.epochs, monitor)
+        return self
+
+    def partial_fit(self, X, y, classes=None, *, monitor=None):
+        """One more epoch over ``(X, y)`` (collective). ``classes`` is needed on the first call
+        unless every label occurs in the data of some rank."""
+        self._check_params()
+        comm = self._get_comm()
+        first = not hasattr(self, "_state")
+        X, y_pm = self._prepare(X, y, comm, classes=classes, reset=first)
+        if first:
+            self._state = TrainState.zeros(self.n_features_in_)
+        self._train(X, y_pm, comm, self._state.epoch + 1, monitor, warn=False)
+        return self
+
+    def _train(self, X, y_pm, comm, until_epoch, monitor, warn=True) -> None:
+        state = self._state
+        engine = self._engine(X, y_pm, comm)
+        self.engine_ = engine
+        if self.quantizer is not None and state.quantizer_state is not None:
+            self.quantizer.load_state_dict(state.quantizer_state)
+        start = time.perf_counter()
+        base_wall = state.wall_seconds
+        on_step = None
+        if monitor is not None and hasattr(monitor, "on_step"):
+            def on_step(s):
+                s.wall_seconds = base_wall + time.perf_counter() - start
+                if self.quantizer is not None:
+                    s.quantizer_state = self.quantizer.state_dict()
+                return bool(monitor.on_step(self, engine, s))
+        converged = False
+        stopped = False
+        while state.epoch < until_epoch and not stopped:
+            stopped = engine.run_epoch(state, on_step)
+            if state.step < engine.plan.steps_per_epoch:
+                break  # stopped inside the epoch
+            totals = engine.gather_totals(state.partial)
+            state.wall_seconds = base_wall + time.perf_counter() - start
+            data_loss = totals.pop("running_loss")
+            record = {"epoch": state.epoch + 1, "wall_seconds": state.wall_seconds,
+                      "loss": data_loss + 0.5 * self.alpha * state.squared_norm(),
+                      "data_loss": data_loss, "train_accuracy": totals.pop("running_accuracy"),
+                      "samples_seen": state.t - 1, **totals}
+            if monitor is not None and hasattr(monitor, "on_epoch"):
+                stopped = bool(monitor.on_epoch(self, engine, state, record)) or stopped
+            state.history.append(record)
+            state.epoch += 1
+            state.step = 0
+            state.partial = {}
+            if self.quantizer is not None:
+                state.quantizer_state = self.quantizer.state_dict()
+            if self.tol is not None:
+                if data_loss > state.best_loss - self.tol:
+                    state.no_improvement += 1
+                else:
+                    state.no_improvement = 0
+                state.best_loss = min(state.best_loss, data_loss)
+                if state.no_improvement >= self.n_iter_no_change:
+                    converged = True
+                    break
+        self._publish()
+        if (warn and self.tol is not None and not converged and not stopped
+                and state.epoch >= until_epoch):
+            warnings.warn(f"Maximum number of epochs ({until_epoch}) reached before "
+                          f"convergence. Consider increasing epochs to improve the fit.",
+                          ConvergenceWarning)
+
+    def _publish(self) -> None:
+        state = self._state
+        self.coef_ = state.coef()[np.newaxis, :]
+        self.intercept_ = np.array([state.intercept if self.fit_intercept else 0.0])
+        self.n_iter_ = state.epoch
+        self.t_ = state.t
+        self.history_ = state.history
+
+    # -- prediction (local) -------------------------------------------------------------------
+
+    def decision_function(self, X) -> np.ndarray:
+        """``X @ coef_[0] + intercept_[0]``: shape (n_samples,), float64; > 0 means
+        ``classes_[1]``."""
+        check_is_fitted(self, "coef_")
+        X = validate_data(self, X, accept_sparse="csr", reset=False,
+                          dtype=[np.float64, np.float32])
+        return np.asarray(X @ self.coef_[0]).ravel() + self.intercept_[0]
+
+    def predict(self, X) -> np.ndarray:
+        """The class of each row: ``classes_[1]`` where the decision is > 0."""
+        return self.classes_[(self.decision_function(X) > 0).astype(np.intp)]
+
+    @available_if(lambda self: self._loss_name() == "log")
+    def predict_proba(self, X) -> np.ndarray:
+        """Probabilities of ``classes_`` (log loss only), shape (n_samples, 2)."""
+        p = expit(self.decision_function(X))
+        return np.column_stack([1.0 - p, p])
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.sparse = True
+        return tags

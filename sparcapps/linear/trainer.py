@@ -1,0 +1,223 @@
+"""Data-parallel minibatch SGD over ``sparcml.allreduce`` (the engine under the estimator).
+
+One step, on every rank of ``comm`` (all must call, in the same order):
+
+1. take this rank's rows of the global batch (:class:`~.sampling.BatchPlan`);
+2. compute their summed loss gradient -- nonzero only on the columns the rows touch -- as a
+   sparse vector of dimension ``n_features + 1`` whose last coordinate is the intercept's
+   gradient (:func:`~._kernels.batch_gradient`, :func:`~._kernels.gather_clear`);
+3. sum it over the ranks with ``sparcml.allreduce`` (``algorithm="dense"`` is the dense
+   baseline: the same code, a dense ``MPI_Allreduce``);
+4. apply the same update on every rank: decay the weights by the L2 factor through the scalar
+   ``scale`` (nothing dense is touched or sent), then add ``-step / scale`` times the summed
+   gradient to ``v`` on its support, and ``-step * g_b * INTERCEPT_DECAY`` to the intercept.
+
+Every rank computes the same update from the same allreduce result, so the weights are
+identical on every rank after every step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import sparcml
+from sparcml import SparseVector, TrafficStats, index_dtype_for
+
+from . import _kernels as K
+from .sampling import BatchPlan
+from .schedule import Schedule
+from .state import TrainState
+
+__all__ = ["DataParallelSGD", "INTERCEPT_DECAY", "PARTIAL_KEYS"]
+
+#: scikit-learn scales intercept updates by 0.01 for sparse input (``SPARSE_INTERCEPT_DECAY``).
+INTERCEPT_DECAY = 0.01
+
+#: per-rank totals of the epoch in progress (``TrainState.partial``)
+PARTIAL_KEYS = ("train_seconds", "compute_seconds", "comm_seconds", "bytes_sent",
+                "density_sum", "local_density_sum", "loss_sum", "correct", "rows", "steps")
+
+
+class DataParallelSGD:
+    """The SGD engine for one training set: this rank's rows ``X`` (CSR float32) and labels
+    ``y`` (float32, -1/+1).
+
+    Collective constructor (one ``allgather`` of the row counts). ``X`` rows of rank r precede
+    those of rank r+1 in the global numbering (see :mod:`.sampling`).
+    """
+
+    def __init__(self, X, y, comm, *, loss: str, schedule: Schedule, alpha: float,
+                 fit_intercept: bool, global_batch: int, seed: int, shuffle: bool,
+                 algorithm: str, quantizer=None, quantize_sparse: bool = False):
+        self.X = X
+        self.y = y
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.size = comm.Get_size()
+        self.kind = K.LOSS_CODES[loss]
+        self.schedule = schedule
+        self.alpha = float(alpha)
+        self.fit_intercept = bool(fit_intercept)
+        self.algorithm = algorithm
+        self.quantizer = quantizer
+        self.quantize_sparse = bool(quantize_sparse)
+        self.n_features = int(X.shape[1])
+        self.dim = self.n_features + 1  # the last coordinate carries the intercept gradient
+        self.plan = BatchPlan(comm.allgather(int(X.shape[0])), self.rank, global_batch, seed,
+                              shuffle)
+        self.batch_sizes = self.plan.batch_sizes()
+        self._W = None  # (n_features, 2): weights v and gradient scratch, see attach()
+        self._bits = np.zeros((self.n_features + 63) // 64, dtype=np.uint64)
+        self._touched = np.empty(min(self.n_features, int(X.nnz)) + 1, dtype=np.int64)
+        self._idx_dtype = index_dtype_for(self.dim)
+        self._checked = False
+        self.stats = TrafficStats()
+
+    def attach(self, state: TrainState) -> None:
+        """Move ``state.v`` into this engine's interleaved array ``W[:, 0]``; ``state.v``
+        becomes a (strided) view of it. Called by :meth:`run_epoch`."""
+        if self._W is not None and state.v.base is self._W:
+            return
+        if state.v.shape[0] != self.n_features:
+            raise ValueError(f"state has {state.v.shape[0]} features, the data "
+                             f"{self.n_features}")
+        self._W = np.zeros((self.n_features, 2), dtype=np.float64)
+        self._W[:, 0] = state.v
+        state.v = self._W[:, 0]
+
+    # -- one step -----------------------------------------------------------------------------
+
+    def local_gradient(self, state: TrainState, rows: np.ndarray
+                       ) -> tuple[SparseVector, float, int]:
+        """This rank's summed gradient over ``rows`` as a SparseVector of dim ``n_features+1``
+        (float32 values), the rows' loss sum and how many of them were classified right
+        (both at the weights before the step). Requires :meth:`attach`."""
+        X = self.X
+        n, loss_sum, dsum, correct = K.batch_gradient(
+            X.indptr, X.indices, X.data, self.y, rows, self._W, state.scale, state.intercept,
+            self.kind, self._bits, self._touched)
+        m = n + 1
+        idx = np.empty(m, dtype=self._idx_dtype)
+        val = np.empty(m, dtype=np.float32)
+        K.gather_clear(self._W, self._bits, self._touched, n, idx, val)
+        idx[n] = self.n_features
+        val[n] = dsum if self.fit_intercept else 0.0
+        return SparseVector(self.dim, idx, val, check=False), loss_sum, int(correct)
+
+    def apply(self, state: TrainState, total: SparseVector, count: int) -> None:
+        """The update of a summed gradient ``total`` over ``count`` global rows (identical on
+        every rank given the same ``total``)."""
+        step, decay = self.schedule.batch(state.t, count)
+        state.decay(decay)
+        coef = -step / state.scale
+        nf = self.n_features
+        if total.is_dense:
+            K.add_dense(self._W, total.values, coef)
+            g_b = float(total.values[nf])
+        else:
+            idx, val = total.indices, total.values
+            g_b = 0.0
+            if idx.shape[0] and idx[-1] == nf:
+                g_b = float(val[-1])
+                idx, val = idx[:-1], val[:-1]
+            K.add_scaled(self._W, idx, val, coef)
+        if self.fit_intercept:
+            state.intercept += -step * g_b * INTERCEPT_DECAY
+        state.t += int(count)
+
+    def allreduce(self, vec: SparseVector) -> SparseVector:
+        """Collective: the sum of every rank's ``vec`` (the agreement check on the first call
+        only)."""
+        out = sparcml.allreduce(vec, self.comm, algorithm=self.algorithm,
+                                quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
+                                stats=self.stats, check=not self._checked)
+        self._checked = True
+        return out
+
+    # -- one epoch ----------------------------------------------------------------------------
+
+    def run_epoch(self, state: TrainState, on_step=None) -> bool:
+        """Train from ``state.step`` to the end of epoch ``state.epoch`` (collective).
+
+        ``on_step(state)`` is called after every step; when it returns True training stops
+        there (every rank must decide alike). Returns whether ``on_step`` asked to stop; the
+        epoch is complete when ``state.step == self.plan.steps_per_epoch``. This rank's totals
+        of the epoch so far accumulate in ``state.partial`` (see :data:`PARTIAL_KEYS`), so that
+        a checkpoint keeps them.
+        """
+        self.attach(state)
+        rows, bounds = self.plan.epoch(state.epoch)
+        part = state.partial
+        for key in PARTIAL_KEYS:
+            part.setdefault(key, 0)
+        stats = self.stats
+        while state.step < self.plan.steps_per_epoch:
+            k = state.step
+            bytes0 = stats.bytes_sent
+            t0 = time.perf_counter()
+            vec, loss_sum, correct = self.local_gradient(state, rows[bounds[k]:bounds[k + 1]])
+            t1 = time.perf_counter()
+            total = self.allreduce(vec)
+            t2 = time.perf_counter()
+            self.apply(state, total, int(self.batch_sizes[k]))
+            t3 = time.perf_counter()
+            part["train_seconds"] += t3 - t0
+            part["compute_seconds"] += (t1 - t0) + (t3 - t2)
+            part["comm_seconds"] += t2 - t1
+            part["bytes_sent"] += stats.bytes_sent - bytes0
+            part["density_sum"] += total.nnz / self.dim
+            part["local_density_sum"] += vec.nnz / self.dim
+            part["loss_sum"] += loss_sum
+            part["correct"] += correct
+            part["rows"] += int(bounds[k + 1] - bounds[k])
+            part["steps"] += 1
+            state.step += 1
+            if on_step is not None and on_step(state):
+                return True
+        return False
+
+    # -- evaluation ---------------------------------------------------------------------------
+
+    def evaluate(self, state: TrainState, X, y) -> dict:
+        """Collective: mean loss, accuracy and row count over every rank's ``(X, y)``
+        (labels -1/+1); sums taken in rank order, so identical on every rank."""
+        p = np.empty(X.shape[0], dtype=np.float64)
+        K.margins(X.indptr, X.indices, X.data, state.v, state.scale, state.intercept, p)
+        lo = np.empty_like(p)
+        K.losses(self.kind, y, p, lo)
+        correct = int(np.count_nonzero((p > 0) == (y > 0)))
+        mine = (float(lo.sum()), correct, int(X.shape[0]))
+        every = self.comm.allgather(mine) if self.size > 1 else [mine]
+        loss_sum = 0.0
+        for part in every:
+            loss_sum += part[0]
+        correct = sum(part[1] for part in every)
+        n = sum(part[2] for part in every)
+        return {"loss": loss_sum / n if n else float("nan"),
+                "accuracy": correct / n if n else float("nan"), "n": n}
+
+    def gather_totals(self, partial: dict) -> dict:
+        """Collective: the epoch's per-rank totals (``state.partial``) combined. Times: the
+        slowest rank; bytes: the largest rank and the sum; running loss and accuracy: over all
+        rows (sums in rank order, identical on every rank)."""
+        mine = tuple(partial.get(key, 0) for key in PARTIAL_KEYS)
+        every = self.comm.allgather(mine) if self.size > 1 else [mine]
+        col = {key: [e[i] for e in every] for i, key in enumerate(PARTIAL_KEYS)}
+        steps = max(partial.get("steps", 0), 1)
+        rows = sum(col["rows"])
+        loss_sum = 0.0
+        for x in col["loss_sum"]:
+            loss_sum += x
+        return {"train_seconds": max(col["train_seconds"]),
+                "compute_seconds": max(col["compute_seconds"]),
+                "comm_seconds": max(col["comm_seconds"]),
+                "bytes_sent": max(col["bytes_sent"]),
+                "bytes_sent_total": sum(col["bytes_sent"]),
+                "steps": partial.get("steps", 0),
+                "gradient_density": partial.get("density_sum", 0.0) / steps,
+                "local_gradient_density": max(col["local_density_sum"]) / steps,
+                "running_loss": loss_sum / rows if rows else float("nan"),
+                "running_accuracy": sum(col["correct"]) / rows if rows else float("nan"),
+                "rows": rows}
