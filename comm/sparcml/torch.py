@@ -449,11 +449,16 @@ class DistributedOptimizer:
 
     @property
     def buckets(self) -> list[dict]:
-        """One dict per bucket: ``index``, ``names``, ``numel``, ``dtype``, and ``residual``
-        (the error-feedback memory as a NumPy array, or None)."""
+        """One dict per bucket, in launch order: ``index``, ``names`` (its parameters, in
+        flattening order), ``numel``, ``dtype``, ``residual`` (the error-feedback memory, a
+        NumPy array, or None) and ``sent`` (the :class:`~sparcml.SparseVector` this rank sent
+        in the latest compressed step, values as sent: quantized when ``bits`` is set; None
+        after a dense step)."""
         return [{"index": b.index, "names": list(b.names), "numel": b.numel,
                  "dtype": str(b.dtype),
-                 "residual": None if b.topk is None else b.topk.residual} for b in self._buckets]
+                 "residual": None if b.topk is None else b.topk.residual,
+                 "sent": None if b.dense else b.sent}
+                for b in self._buckets]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.optimizer.zero_grad(set_to_none=set_to_none)
