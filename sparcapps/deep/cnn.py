@@ -1,0 +1,51 @@
+"""``sparc-cnn``: a CNN trained data-parallel with quantized top-k SGD over sparcml.
+
+Data sets: ``digits`` (scikit-learn's bundled 8x8 digits, offline; :class:`DigitsCNN`) and
+``cifar10`` (the binary version from the data home; :class:`ResNetCifar`). Launch with
+``mpiexec -n P sparc-cnn [options]``; see ``--help`` and :mod:`sparcapps.deep.train`.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main", "make_task", "build_parser"]
+
+APP = "sparc-cnn"
+
+
+def build_parser():
+    from .train import build_parser as common
+
+    return common(APP, "Data-parallel CNN training with quantized top-k SGD (sparcml.torch).",
+                  datasets=("digits", "cifar10"), width=16, depth=2, lr=0.1, epochs=20,
+                  batch_size=32)
+
+
+def make_task(args, comm):
+    """The model and this rank's data for ``args`` (collective only through nothing)."""
+    from .data import load_cifar10, load_digits_split
+    from .models import DigitsCNN, ResNetCifar
+    from .train import ClassifyTask
+
+    if args.dataset == "digits":
+        data = load_digits_split()
+        model = DigitsCNN(args.width, args.depth)
+    else:
+        from sparcapps.data import data_home
+
+        data = load_cifar10(data_home(args.data_home) / "cifar10")
+        model = ResNetCifar(args.width, args.depth)
+    return ClassifyTask(model, *data, rank=comm.Get_rank(), size=comm.Get_size(),
+                        batch_size=args.batch_size, seed=args.seed)
+
+
+def main(argv=None) -> int:
+    from .train import run_app
+
+    args = build_parser().parse_args(argv)
+    return run_app(APP, args, make_task)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

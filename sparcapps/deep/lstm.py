@@ -1,0 +1,56 @@
+"""``sparc-lstm``: an LSTM trained data-parallel with quantized top-k SGD over sparcml.
+
+Data sets: ``digits`` (each 8x8 digit read row by row: a sequence of 8 steps of 8 features,
+classified by :class:`SeqLSTM`; offline) and ``ptb`` (Penn Treebank from the data home, a
+word-level :class:`WordLM` with truncated BPTT of ``--bptt`` steps, scored by test perplexity).
+Launch with ``mpiexec -n P sparc-lstm [options]``; see ``--help``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["main", "make_task", "build_parser"]
+
+APP = "sparc-lstm"
+
+
+def build_parser():
+    from .train import build_parser as common
+
+    p = common(APP, "Data-parallel LSTM training with quantized top-k SGD (sparcml.torch).",
+               datasets=("digits", "ptb"), width=128, depth=1, lr=0.3, epochs=40,
+               batch_size=32)
+    p.add_argument("--bptt", type=int, default=35, help="ptb: time steps per window")
+    p.add_argument("--clip", type=float, default=0.25,
+                   help="ptb: clip the averaged gradient's norm to this")
+    return p
+
+
+def make_task(args, comm):
+    from .data import load_digits_split, load_ptb
+    from .models import SeqLSTM, WordLM
+    from .train import ClassifyTask, LanguageModelTask
+
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if args.dataset == "digits":
+        model = SeqLSTM(args.width, args.depth)
+        return ClassifyTask(model, *load_digits_split(), rank=rank, size=size,
+                            batch_size=args.batch_size, seed=args.seed)
+    from sparcapps.data import data_home
+
+    corpus = load_ptb(data_home(args.data_home) / "ptb")
+    model = WordLM(len(corpus.vocab), args.width, args.depth)
+    return LanguageModelTask(model, corpus, rank=rank, size=size, batch_size=args.batch_size,
+                             bptt=args.bptt, clip=args.clip)
+
+
+def main(argv=None) -> int:
+    from .train import run_app
+
+    args = build_parser().parse_args(argv)
+    return run_app(APP, args, make_task)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
