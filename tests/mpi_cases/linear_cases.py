@@ -72,7 +72,9 @@ for loss in ("log", "hinge"):
         assert np.array_equal(base.coef_, ref[0]) and np.array_equal(base.intercept_, ref[1]), \
             "P=1 under mpiexec differs from one process"
     else:
-        np.testing.assert_allclose(base.coef_, ref[0], rtol=1e-4, atol=1e-6 * np.abs(
+        # each rank's partial sum is rounded to float32 before the allreduce adds them: after
+        # 50 steps the weights differ by a few 1e-6 of their largest magnitude
+        np.testing.assert_allclose(base.coef_, ref[0], rtol=1e-4, atol=1e-5 * np.abs(
             ref[0]).max(), err_msg=f"{loss}: P={P} differs from one process")
         np.testing.assert_allclose(base.intercept_, ref[1], rtol=1e-4, atol=1e-9)
     agree = np.mean(base.predict(X_all) == ref[2])
@@ -82,7 +84,7 @@ for loss in ("log", "hinge"):
         other = make(loss, algorithm).fit(X, y)
         assert len(set(comm.allgather(digest(other._state)))) == 1, algorithm
         np.testing.assert_allclose(other.coef_, base.coef_, rtol=1e-4,
-                                   atol=1e-6 * np.abs(base.coef_).max(), err_msg=algorithm)
+                                   atol=1e-5 * np.abs(base.coef_).max(), err_msg=algorithm)
         hist = other.history_[-1]
         assert hist["steps"] == -(-1200 // GLOBAL_BATCH) and hist["bytes_sent"] >= 0
         assert 0 < hist["gradient_density"] <= 1

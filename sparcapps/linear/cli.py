@@ -1,0 +1,325 @@
+"""``sparc-linear`` (and the shortcuts ``sparc-logreg``, ``sparc-svm``): train a sparse logistic
+regression or linear SVM data-parallel over sparcml.
+
+Launch with ``mpiexec -n P sparc-linear --data url.h5 --loss log ...`` (or under ``srun``).
+Each rank reads its shard of the training rows; every epoch prints (rank 0) and records the
+loss, train and test accuracy, compute and communication seconds, bytes sent and the density of
+the summed gradient. ``--algorithm dense`` is the dense-communication baseline.
+
+Checkpoints: ``--checkpoint-every N`` writes the training state every N *steps* (global
+minibatch updates) to ``--checkpoint`` (atomically); ``--resume CKPT`` continues from one and
+ends with the same weights, bit for bit, as an uninterrupted run with the same options.
+``--stop-after N`` stops after N steps in all (checkpointing first): a planned interruption.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["main", "logreg_main", "svm_main", "build_parser"]
+
+
+def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argparse.ArgumentParser:
+    import sparcml
+
+    from .data import SYNTH_PRESETS
+    from .schedule import SCHEDULES
+
+    desc = __doc__.split("\n\n")[0].replace("``", "")
+    if loss is not None:
+        desc = {"log": "sparc-logreg: sparse logistic regression (sparc-linear --loss log)",
+                "hinge": "sparc-svm: sparse linear SVM (sparc-linear --loss hinge)"}[loss]
+    p = argparse.ArgumentParser(prog=prog, description=desc,
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    src = p.add_argument_group("data")
+    one = src.add_mutually_exclusive_group(required=True)
+    one.add_argument("--data", metavar="FILE.h5",
+                     help="sparcml-csr HDF5 file (sparc-data convert / sparc-data synth)")
+    one.add_argument("--synth", choices=sorted(SYNTH_PRESETS),
+                     help="a synthetic twin, generated once into --synth-cache")
+    src.add_argument("--rows", type=int, default=130_000, help="rows of the --synth data set")
+    src.add_argument("--features", type=int,
+                     help="override the --synth feature count (default: the real data set's)")
+    src.add_argument("--synth-cache", metavar="DIR",
+                     help="where --synth files are kept (default: <data home>/synth, "
+                          "see sparc-data)")
+    src.add_argument("--test-fraction", type=float, default=0.2,
+                     help="rows held out for testing (by a hash of the row number)")
+    src.add_argument("--split-seed", type=int, default=0, help="seed of the train/test split")
+    m = p.add_argument_group("model and training")
+    if loss is None:
+        m.add_argument("--loss", choices=["log", "hinge"], default="log",
+                       help="log: logistic regression; hinge: linear SVM")
+    m.add_argument("--alpha", type=float, default=1e-4, help="L2 regularization strength")
+    m.add_argument("--learning-rate", choices=SCHEDULES, default="optimal",
+                   help="SGDClassifier's schedules")
+    m.add_argument("--eta0", type=float, default=0.01,
+                   help="initial rate of constant / invscaling")
+    m.add_argument("--power-t", type=float, default=0.5, help="exponent of invscaling")
+    m.add_argument("--epochs", type=int, default=5)
+    m.add_argument("--batch-size", type=int, default=256,
+                   help="rows per rank per step (global batch = batch size x P)")
+    m.add_argument("--tol", type=float, help="stop when the loss stops improving by this much")
+    m.add_argument("--no-intercept", action="store_true", help="fit no intercept")
+    m.add_argument("--no-shuffle", action="store_true", help="keep the row order")
+    m.add_argument("--seed", type=int, default=0, help="seed of the per-epoch permutation")
+    c = p.add_argument_group("communication")
+    c.add_argument("--algorithm", default="ssar_recursive_double",
+                   choices=list(sparcml.ALGORITHMS) + ["auto"],
+                   help="sparcml.allreduce algorithm; dense is the baseline")
+    c.add_argument("--bits", type=int, choices=[2, 4, 8],
+                   help="QSGD-quantize dense messages with this many bits")
+    c.add_argument("--quantize-sparse", action="store_true",
+                   help="with --bits, quantize the values of sparse messages too")
+    o = p.add_argument_group("output")
+    o.add_argument("--output", metavar="FILE.jsonl", help="append the result record here")
+    o.add_argument("--save-model", metavar="FILE.h5", help="write the final model here")
+    o.add_argument("--checkpoint", metavar="FILE.h5",
+                   help="checkpoint file (default: MODEL.ckpt.h5 beside --save-model, else "
+                        "sparc-linear.ckpt.h5)")
+    o.add_argument("--checkpoint-every", type=int, metavar="STEPS",
+                   help="write a checkpoint every STEPS global steps (and at the end)")
+    o.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint")
+    o.add_argument("--stop-after", type=int, metavar="STEPS",
+                   help="checkpoint and stop after STEPS steps in all (a planned interruption)")
+    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _checkpoint_path(args) -> str:
+    if args.checkpoint:
+        return args.checkpoint
+    if args.save_model:
+        return args.save_model.removesuffix(".h5") + ".ckpt.h5"
+    return "sparc-linear.ckpt.h5"
+
+
+class _Monitor:
+    """Progress bar, test evaluation, checkpoints and planned stops (the CLI's side of fit)."""
+
+    def __init__(self, args, comm, Xte, yte, total_steps_done, ckpt_path):
+        self.args = args
+        self.comm = comm
+        self.rank = comm.Get_rank()
+        self.Xte = Xte
+        self.yte = yte
+        self.ckpt_path = ckpt_path
+        self.bar = None
+        self.done = total_steps_done
+        self.stopped = False
+
+    def _bar(self, engine):
+        if self.bar is None and self.rank == 0 and not self.args.no_progress:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.args.epochs * engine.plan.steps_per_epoch,
+                            initial=self.done, unit="step", file=sys.stderr, dynamic_ncols=True)
+        return self.bar
+
+    def on_step(self, est, engine, state) -> bool:
+        self.done += 1
+        bar = self._bar(engine)
+        if bar is not None:
+            bar.update(1)
+        every = self.args.checkpoint_every
+        stop = self.args.stop_after is not None and self.done >= self.args.stop_after
+        if stop or (every and self.done % every == 0):
+            self.checkpoint(est, engine, state)
+        if stop:
+            self.stopped = True
+        return stop
+
+    def on_epoch(self, est, engine, state, record) -> bool:
+        t0 = time.perf_counter()
+        if self.yte is not None:
+            test = engine.evaluate(state, self.Xte, self.yte)
+            if test["n"]:
+                record["test_accuracy"] = test["accuracy"]
+                record["test_loss"] = test["loss"]
+            record["test_rows"] = test["n"]
+        record["eval_seconds"] = time.perf_counter() - t0
+        bar = self._bar(engine)
+        if self.rank == 0:
+            line = (f"epoch {record['epoch']}: loss {record['loss']:.4f}  train acc "
+                    f"{record['train_accuracy']:.4f}  test acc "
+                    f"{record.get('test_accuracy', float('nan')):.4f}  compute "
+                    f"{record['compute_seconds']:.2f}s  comm {record['comm_seconds']:.2f}s  "
+                    f"sent {record['bytes_sent'] / 2**20:.1f} MiB/rank  density "
+                    f"{record['gradient_density']:.2e}")
+            (bar.write if bar is not None else print)(line)
+        return False
+
+    def checkpoint(self, est, engine, state) -> None:
+        from .collective import agree_or_raise
+        from .errors import CheckpointError
+        from .io import save_checkpoint
+
+        partials = self.comm.allgather(dict(state.partial))
+        error = None
+        if self.rank == 0:
+            try:
+                save_checkpoint(self.ckpt_path, est, state, partials=partials,
+                                global_batch=engine.plan.global_batch,
+                                train_rows=engine.plan.n_total, P=self.comm.Get_size())
+            except OSError as exc:
+                error = CheckpointError(f"cannot write the checkpoint {self.ckpt_path}: {exc}")
+        agree_or_raise(self.comm, error)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
+
+
+_RESUME_MUST_MATCH = ("loss", "alpha", "learning_rate", "eta0", "power_t", "fit_intercept",
+                      "shuffle", "seed")
+
+
+def _resume_state(args, est, comm, n_features, global_batch, train_rows):
+    """Collective: the checkpoint's TrainState, after checking it belongs to this problem."""
+    from .collective import collective_errors
+    from .errors import CheckpointMismatchError
+    from .io import load_checkpoint, model_params
+
+    with collective_errors(comm):
+        ck = load_checkpoint(args.resume)
+        problems = []
+        if ck["n_features"] != n_features:
+            problems.append(f"n_features: checkpoint {ck['n_features']}, data {n_features}")
+        if ck["global_batch"] != global_batch:
+            problems.append(f"global batch: checkpoint {ck['global_batch']}, now "
+                            f"{global_batch} (batch size x P)")
+        if ck["train_rows"] != train_rows:
+            problems.append(f"training rows: checkpoint {ck['train_rows']}, data {train_rows}")
+        now = model_params(est)
+        for key in _RESUME_MUST_MATCH:
+            if ck["params"].get(key) != now[key]:
+                problems.append(f"{key}: checkpoint {ck['params'].get(key)!r}, now {now[key]!r}")
+        if problems:
+            raise CheckpointMismatchError(
+                f"{args.resume} is a checkpoint of another run: " + "; ".join(problems)
+                + ". Resume with the options and data of the checkpointed run.")
+    state = ck["state"]
+    rank = comm.Get_rank()
+    partials = ck["partials"]
+    state.partial = dict(partials[rank]) if len(partials) == comm.Get_size() else {}
+    est.classes_ = ck["classes"]
+    return state
+
+
+def run(args, prog: str) -> int:
+    from mpi4py import MPI
+
+    import sparcml
+    from sparcapps.records import append_record, capture_environment, make_record, summarize
+
+    from .collective import collective_errors
+    from .data import ensure_synth, load_split
+    from .errors import LinearModelError
+    from .estimator import SparseLinearClassifier
+    from .io import save_model
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    environment = capture_environment(comm) if args.output else None
+    try:
+        if args.synth:
+            from sparcapps.data import data_home
+
+            cache = args.synth_cache or (data_home() / "synth")
+            path = ensure_synth(args.synth, args.rows, args.split_seed, args.features, cache,
+                                comm)
+        else:
+            path = args.data
+        Xtr, ytr, Xte, yte = load_split(path, comm, test_fraction=args.test_fraction,
+                                        split_seed=args.split_seed)
+        quantizer = sparcml.QSGD(bits=args.bits, seed=args.seed) if args.bits else None
+        est = SparseLinearClassifier(
+            loss=args.loss, alpha=args.alpha, learning_rate=args.learning_rate, eta0=args.eta0,
+            power_t=args.power_t, batch_size=args.batch_size, epochs=args.epochs, tol=args.tol,
+            algorithm=args.algorithm, quantizer=quantizer, quantize_sparse=args.quantize_sparse,
+            seed=args.seed, comm=comm, fit_intercept=not args.no_intercept,
+            shuffle=not args.no_shuffle)
+        with collective_errors(comm):
+            est._check_params()
+        train_rows = comm.allreduce(int(Xtr.shape[0]))
+        global_batch = args.batch_size * size
+        state = None
+        done = 0
+        if args.resume:
+            state = _resume_state(args, est, comm, int(Xtr.shape[1]), global_batch, train_rows)
+            done = state.epoch * (-(-train_rows // global_batch)) + state.step
+        monitor = _Monitor(args, comm, Xte, yte, done, _checkpoint_path(args))
+        start = time.perf_counter()
+        try:
+            est.fit(Xtr, ytr, monitor=monitor, resume=state)
+        finally:
+            monitor.close()
+        wall = time.perf_counter() - start
+    except LinearModelError as exc:  # raised alike on every rank
+        if rank == 0:
+            print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    if monitor.stopped:
+        if rank == 0:
+            print(f"{prog}: stopped after {monitor.done} steps; checkpoint in "
+                  f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})")
+        return 0
+    if args.checkpoint_every:
+        monitor.checkpoint(est, est.engine_, est._state)
+    history = est.history_
+    if rank == 0:
+        if args.save_model:
+            save_model(est, args.save_model)
+            print(f"{prog}: model written to {args.save_model}")
+        if args.output and history:
+            last = history[-1]
+            train_s = [h["train_seconds"] for h in history]
+            record = make_record(
+                prog, config={**vars(args), "P": size, "global_batch": global_batch,
+                              "train_rows": train_rows, "data_path": str(path)},
+                environment=environment, algorithm=args.algorithm, P=size,
+                N=int(Xtr.shape[1]),
+                density=float(np.mean([h["gradient_density"] for h in history])),
+                timings={"epoch": summarize(train_s),
+                         "compute": summarize([h["compute_seconds"] for h in history]),
+                         "comm": summarize([h["comm_seconds"] for h in history])},
+                metrics={"epochs": history, "loss": last["loss"],
+                         "train_accuracy": last["train_accuracy"],
+                         "test_accuracy": last.get("test_accuracy"),
+                         "comm_share": sum(h["comm_seconds"] for h in history) / max(
+                             sum(train_s), 1e-12),
+                         "rows_per_second": train_rows * len(history) / max(sum(train_s),
+                                                                            1e-12),
+                         "fit_wall_seconds": wall},
+                bytes={"sent_per_rank_max": int(sum(h["bytes_sent"] for h in history)),
+                       "sent_total": int(sum(h["bytes_sent_total"] for h in history))})
+            append_record(args.output, record)
+    return 0
+
+
+def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> int:
+    args = build_parser(prog, loss).parse_args(argv)
+    if loss is not None:
+        args.loss = loss
+    from sparcml import abort_on_error
+
+    with abort_on_error():  # an unexpected error on one rank ends the job instead of a hang
+        return run(args, prog)
+
+
+def logreg_main(argv=None) -> int:
+    """``sparc-logreg``: ``sparc-linear --loss log``."""
+    return main(argv, prog="sparc-logreg", loss="log")
+
+
+def svm_main(argv=None) -> int:
+    """``sparc-svm``: ``sparc-linear --loss hinge``."""
+    return main(argv, prog="sparc-svm", loss="hinge")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

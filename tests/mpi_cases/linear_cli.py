@@ -1,0 +1,111 @@
+"""sparc-linear's command line in one MPI job (P >= 1): a run stopped and resumed ends with the
+same weights, bit for bit, as an uninterrupted one (stopping inside an epoch and at its end);
+--algorithm dense gives the same model up to summation order; records carry the per-epoch
+metrics; bad input exits 2 with the same message on every rank.
+
+Usage: ``mpiexec -n P python -m mpi4py linear_cli.py DIR``. Rank 0 prints ``LINEAR-CLI <n> OK``.
+"""
+
+import io
+import sys
+from contextlib import redirect_stderr
+from pathlib import Path
+
+import h5py
+import numpy as np
+from mpi4py import MPI
+
+from sparcapps.linear.cli import main
+from sparcapps.linear.io import load_model
+from sparcapps.records import read_records
+
+comm = MPI.COMM_WORLD
+rank, P = comm.Get_rank(), comm.Get_size()
+d = Path(sys.argv[1])
+cases = 0
+GB = 60  # global batch, divisible by 1..4
+COMMON = ["--synth", "url", "--rows", "2000", "--features", "8000", "--synth-cache", str(d),
+          "--epochs", "2", "--batch-size", str(GB // P), "--no-progress", "--seed", "3"]
+STEPS_PER_EPOCH = None
+
+
+def run(*extra, expect=0):
+    err = io.StringIO()
+    with redirect_stderr(err):
+        code = main([*COMMON, *extra])
+    assert code == expect, f"exit {code}, expected {expect}: {err.getvalue()}"
+    comm.Barrier()  # rank 0 writes the files
+    return err.getvalue()
+
+
+def model(name):
+    m = load_model(d / name)
+    return m.coef_, m.intercept_, m.history_
+
+
+# uninterrupted, with checkpoints along the way and a record
+run("--save-model", str(d / "full.h5"), "--checkpoint-every", "7", "--checkpoint",
+    str(d / "full.ckpt.h5"), "--output", str(d / "r.jsonl"))
+full = model("full.h5") if rank == 0 else None
+records, problems = read_records([d / "r.jsonl"])
+assert not problems and len(records) == 1
+rec = records[0]
+assert rec["app"] == "sparc-linear" and rec["P"] == P and rec["N"] == 8000
+epochs = rec["metrics"]["epochs"]
+assert [e["epoch"] for e in epochs] == [1, 2]
+for key in ("loss", "train_accuracy", "test_accuracy", "compute_seconds", "comm_seconds",
+            "bytes_sent", "gradient_density", "wall_seconds", "eval_seconds"):
+    assert all(key in e for e in epochs), key
+assert 0.5 < epochs[-1]["test_accuracy"] <= 1.0
+assert epochs[0]["wall_seconds"] < epochs[1]["wall_seconds"]
+STEPS_PER_EPOCH = epochs[0]["steps"]
+cases += 1
+
+# stopped inside epoch 1, resumed, stopped at the end of epoch 1, resumed to the end
+ck = str(d / "stop.ckpt.h5")
+out = run("--stop-after", "5", "--checkpoint", ck)
+run("--resume", ck, "--stop-after", str(STEPS_PER_EPOCH), "--checkpoint", ck)
+run("--resume", ck, "--save-model", str(d / "resumed.h5"), "--checkpoint", ck)
+if rank == 0:
+    resumed = model("resumed.h5")
+    assert np.array_equal(resumed[0], full[0]), "resumed weights differ from uninterrupted"
+    assert np.array_equal(resumed[1], full[1])
+    assert [h["loss"] for h in resumed[2]] == [h["loss"] for h in full[2]]
+    assert [h["test_accuracy"] for h in resumed[2]] == [h["test_accuracy"] for h in full[2]]
+cases += 1
+
+# the dense baseline: same code, one flag, same model up to summation order
+run("--algorithm", "dense", "--save-model", str(d / "dense.h5"))
+run("--algorithm", "ssar_split_allgather", "--bits", "8", "--save-model", str(d / "q.h5"))
+if rank == 0:
+    dense = model("dense.h5")
+    np.testing.assert_allclose(dense[0], full[0], rtol=1e-4, atol=1e-6 * np.abs(full[0]).max())
+    assert np.isfinite(model("q.h5")[0]).all()
+cases += 1
+
+# bad input: exit 2 on every rank with the same message, nothing hangs
+if rank == 0:
+    with h5py.File(d / "foreign.h5", "w") as f:
+        f["x"] = np.arange(3)
+comm.Barrier()
+for extra, needle in [
+        (["--data", str(d / "foreign.h5")], "not a sparcml-csr file"),
+        (["--resume", str(d / "full.ckpt.h5"), "--features", "9000"],
+         "n_features: checkpoint 8000, data 9000"),
+        (["--resume", str(d / "full.ckpt.h5"), "--alpha", "0.5"], "alpha: checkpoint"),
+        (["--resume", str(d / "nothing.h5")], "no such checkpoint file")]:
+    if extra[0] == "--data":
+        saved = COMMON[:]
+        COMMON[:6] = []  # drop --synth url --rows N --features F
+        msg = run(*extra, expect=2)
+        COMMON[:] = saved
+    else:
+        msg = run(*extra, expect=2)
+    every = comm.allgather(msg)
+    assert needle in every[0], every[0]
+    assert all(m == "" for m in every[1:]), "only rank 0 prints the error"
+    cases += 1
+
+if rank == 0:
+    print(f"LINEAR-CLI {cases} OK", flush=True)
+sys.exit(0)
