@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import time
+import weakref
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -70,6 +71,16 @@ __all__ = ["DistributedOptimizer", "CompressionStats", "broadcast_parameters",
 
 DEFAULT_BUCKET_BYTES = 4 << 20  # 1M float32 gradient values per bucket
 _DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+# id(parameter) -> (weakref to it, weakref to the DistributedOptimizer whose hooks it carries):
+# one reduction per gradient (tensors compare element-wise, so no WeakKeyDictionary)
+_OWNERS: dict = {}
+
+
+def _owner(p):
+    entry = _OWNERS.get(id(p))
+    if entry is None or entry[0]() is not p:
+        return None
+    return entry[1]()
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -364,8 +375,20 @@ class DistributedOptimizer:
             f"bucket {b.index}: {n} {tuple(p.shape)} {p.dtype}"
             for b in self._buckets for n, p in zip(b.names, b.params)],
             "the parameters or options of DistributedOptimizer")
-        self._handles = [p.register_post_accumulate_grad_hook(self._hook(b))
-                         for b in self._buckets for p in b.params]
+        for key in [k for k, (pref, oref) in _OWNERS.items() if pref() is None or
+                    oref() is None]:
+            del _OWNERS[key]
+        for b in self._buckets:
+            for name, p in zip(b.names, b.params):
+                if _owner(p) is not None:
+                    raise IncompatibleOptionsError(
+                        f"parameter {name!r} is already reduced by another DistributedOptimizer"
+                        f"; call remove_hooks() on that one first")
+        self._handles = []
+        for b in self._buckets:
+            for p in b.params:
+                self._handles.append(p.register_post_accumulate_grad_hook(self._hook(b)))
+                _OWNERS[id(p)] = (weakref.ref(p), weakref.ref(self))
         self._next_launch = 0
 
     # -- construction ------------------------------------------------------------------------
@@ -490,6 +513,10 @@ class DistributedOptimizer:
         for h in self._handles:
             h.remove()
         self._handles = []
+        for b in self._buckets:
+            for p in b.params:
+                if _owner(p) is self:
+                    del _OWNERS[id(p)]
 
     # -- the reduction -----------------------------------------------------------------------
 
@@ -498,7 +525,13 @@ class DistributedOptimizer:
         return self._step < self.warmup_steps or not self.compressing
 
     def _hook(self, bucket: _Bucket):
+        # a weak reference: the parameters must not keep a discarded optimizer alive
+        ref = weakref.ref(self)
+
         def hook(param: torch.Tensor) -> None:
+            self = ref()
+            if self is None:
+                return
             if bucket.request is not None or id(param) in bucket.ready:
                 name = bucket.names[[id(p) for p in bucket.params].index(id(param))]
                 raise SparcmlError(
@@ -558,7 +591,10 @@ class DistributedOptimizer:
     def synchronize(self) -> None:
         """Finish this step's reductions: launch the buckets not launched yet (a parameter
         without a gradient counts as zeros), wait for all, and set every parameter's ``.grad``
-        to the sum over ranks divided by P. Collective (every rank, same number of calls)."""
+        to the sum over ranks divided by P. Collective (every rank, same number of calls).
+
+        Once per step: a second call before ``step()`` or the next ``backward()`` returns at
+        once (so ``step()`` after an explicit ``synchronize()`` does not reduce again)."""
         if self._synchronized:
             return
         while self._next_launch < len(self._buckets):

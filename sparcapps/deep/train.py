@@ -340,12 +340,13 @@ def _run(app, args, make_task) -> int:
     if rank == 0 and not args.no_progress:
         from tqdm import tqdm
 
-        progress = tqdm(total=args.epochs - start_epoch, unit="epoch", disable=None,
-                        dynamic_ncols=True)
+        progress = tqdm(unit="step", disable=None, dynamic_ncols=True)
     step_times = []
     t_start = time.perf_counter() - wall_offset
     for epoch in range(start_epoch, args.epochs):
         batches = task.start_epoch(epoch)
+        if progress is not None and progress.total is None:
+            progress.reset(total=len(batches) * (args.epochs - start_epoch))
         before = st.CompressionStats()
         before._add(opt.stats)
         t_epoch = time.perf_counter()
@@ -363,6 +364,8 @@ def _run(app, args, make_task) -> int:
             loss_sum += float(loss.detach()) * n
             correct += c
             count += n
+            if progress is not None:
+                progress.update(1)
         epoch_seconds = time.perf_counter() - t_epoch
         ev = task.evaluate(comm)
         s = opt.stats
@@ -393,7 +396,7 @@ def _run(app, args, make_task) -> int:
                     f"{rec['bytes_per_step']:.0f} B/step, sent density "
                     f"{rec['sent_density']:.4f}")
             if progress is not None and not progress.disable:
-                progress.update(1)
+                progress.set_postfix(loss=f"{rec['loss']:.4f}", refresh=False)
                 progress.write(line)
             else:
                 print(line, flush=True)

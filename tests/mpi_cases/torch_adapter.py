@@ -233,6 +233,18 @@ loss_of(model, *batch(1)).backward()
 model[0].weight.requires_grad_(True)
 opt.step()
 ok(identical_everywhere(flat(model)), "a missing gradient on every rank")
+try:
+    st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+    ok(False, "a second optimizer on the same parameters accepted")
+except sparcml.IncompatibleOptionsError as exc:
+    ok("remove_hooks" in str(exc), str(exc))
+opt.remove_hooks()
+opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+del opt  # a discarded optimizer neither reduces nor blocks a new one
+opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), density=0.3)
+loss_of(model, *batch(2)).backward()
+opt.step()
+ok(identical_everywhere(flat(model)) and opt.stats.steps == 1, "after re-wrapping")
 
 total = comm.allreduce(checks)
 if rank == 0:

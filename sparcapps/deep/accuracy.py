@@ -1,0 +1,84 @@
+"""Test accuracy of quantized top-k SGD against the dense baseline, per app and seed.
+
+``python -m sparcapps.deep.accuracy [--nprocs 4] [--seeds 0 1 2] [--apps cnn lstm]`` launches,
+for every app and seed, ``mpiexec -n P`` runs of the app (each with its default epochs, model
+and learning rate) in three configurations: ``dense`` (full gradients, dense allreduce),
+``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same without error
+feedback). It prints the final test accuracy of each run, the mean per configuration and the
+difference to dense in points, and the bytes sent per step and rank. Records go to
+``--output`` (default: a temporary file), one per run, as the apps write them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["main", "CONFIGS"]
+
+CONFIGS = {
+    "dense": ["--dense"],
+    "topk-ef": ["--density", "0.01", "--bits", "4"],
+    "topk-noef": ["--density", "0.01", "--bits", "4", "--no-error-feedback"],
+}
+
+
+def _mpiexec() -> str:
+    here = Path(sys.executable).parent / "mpiexec"
+    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
+
+
+def main(argv=None) -> int:
+    from sparcapps.records import read_records
+
+    p = argparse.ArgumentParser(prog="python -m sparcapps.deep.accuracy", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nprocs", type=int, default=4)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--apps", nargs="+", choices=("cnn", "lstm"), default=["cnn", "lstm"])
+    p.add_argument("--output", default=None, help="records file (JSONL, appended)")
+    p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
+    args = p.parse_args(argv)
+    extra = [a for a in args.extra if a != "--"]
+    out = Path(args.output or tempfile.mkstemp(suffix=".jsonl", prefix="accuracy-")[1])
+    table: dict = {}
+    for app in args.apps:
+        for seed in args.seeds:
+            for name, flags in CONFIGS.items():
+                before = len(read_records([out])[0]) if out.exists() else 0
+                cmd = [_mpiexec(), "-n", str(args.nprocs), sys.executable, "-m",
+                       f"sparcapps.deep.{app}", "--seed", str(seed), "--no-progress",
+                       "--output", str(out), *flags, *extra]
+                proc = subprocess.run(cmd, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    print(proc.stdout + proc.stderr, file=sys.stderr)
+                    return proc.returncode
+                rec = read_records([out])[0][before]
+                acc = rec["metrics"]["test_accuracy"]
+                table[(app, name, seed)] = (acc, rec["bytes"]["sent_per_step"])
+                print(f"sparc-{app} seed {seed} {name:9}: test accuracy {acc:.4f}, "
+                      f"{rec['bytes']['sent_per_step']:,.0f} B/step/rank, "
+                      f"{len(rec['metrics']['epochs'])} epochs", flush=True)
+    print(f"\nP={args.nprocs}, seeds {args.seeds}; records in {out}")
+    print("| app | configuration | test accuracy per seed | mean | vs dense (points) "
+          "| bytes/step/rank |")
+    print("|---|---|---|---|---|---|")
+    for app in args.apps:
+        dense_mean = np.mean([table[(app, "dense", s)][0] for s in args.seeds])
+        for name in CONFIGS:
+            accs = [table[(app, name, s)][0] for s in args.seeds]
+            nbytes = np.mean([table[(app, name, s)][1] for s in args.seeds])
+            print(f"| sparc-{app} | {name} | {', '.join(f'{100 * a:.2f}' for a in accs)} | "
+                  f"{100 * np.mean(accs):.2f} | {100 * (np.mean(accs) - dense_mean):+.2f} | "
+                  f"{nbytes:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Step time of data-parallel training, dense allreduce vs quantized top-k, side by side.
+
+``mpiexec -n 4 python -m sparcapps.deep.bench [--width 100] [--reps 10]`` trains the digits CNN
+(``--width 100``: 5.4M parameters) with one :class:`sparcml.torch.DistributedOptimizer` per
+configuration (``dense``: full gradients, MPI allreduce; ``topk``: density 1% + 4-bit QSGD with
+error feedback over ``ssar_recursive_double``), the configurations interleaved repetition by
+repetition so that both see the same machine load. Per repetition (slowest rank):
+
+- ``step``: forward + backward (the hooks compress and launch the buckets) + ``synchronize()``
+  + optimizer step: the real training step;
+- ``compute``: the same forward + backward + step on a copy of the model without hooks;
+- ``comm``: the reduction alone: the bucket gradients set by hand, then ``synchronize()``
+  (compression + communication, nothing to overlap with), on a second optimizer of the same
+  configuration;
+- ``wait``: the time ``step`` spent blocked in ``synchronize()`` (communication not hidden).
+
+``hidden = (compute + comm - step) / comm`` (clipped to [0, 1]) is the share of the reduction
+that the backward pass hid. Prints medians, the ratios dense / top-k, bytes per step; with
+``--output`` appends one record per configuration (app ``sparc-deep-bench``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import time
+
+import numpy as np
+
+__all__ = ["main", "build_parser"]
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="python -m sparcapps.deep.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--width", type=int, default=100, help="DigitsCNN width (100: 5.4M params)")
+    p.add_argument("--depth", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=32, help="per rank")
+    p.add_argument("--reps", type=int, default=10, help="timed repetitions per configuration")
+    p.add_argument("--warmup", type=int, default=2, help="untimed repetitions first")
+    p.add_argument("--density", type=float, default=0.01)
+    p.add_argument("--bits", type=int, default=4, choices=(2, 4, 8))
+    p.add_argument("--algorithm", default="ssar_recursive_double")
+    p.add_argument("--bucket-mb", type=float, default=4.0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--output", default=None)
+    return p
+
+
+def _slowest(comm, seconds: float) -> float:
+    from mpi4py import MPI
+
+    return comm.allreduce(seconds, op=MPI.MAX)
+
+
+def main(argv=None) -> int:
+    from sparcml import abort_on_error
+
+    args = build_parser().parse_args(argv)
+    with abort_on_error():
+        return _run(args)
+
+
+def _run(args) -> int:
+    import torch
+    from mpi4py import MPI
+
+    import sparcml.torch as st
+    from sparcapps.records import append_record, capture_environment, make_record, summarize
+
+    from .data import load_digits_split
+    from .models import DigitsCNN
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    X, y, _, _ = load_digits_split()
+    rng = np.random.default_rng([1, rank])
+    base = DigitsCNN(args.width, args.depth)
+    st.broadcast_parameters(base, comm=comm)
+    n_params = sum(p.numel() for p in base.parameters())
+    configs = {
+        "dense": {"algorithm": "dense"},
+        "topk": {"density": args.density, "bits": args.bits, "algorithm": args.algorithm},
+    }
+
+    def wrapped(options):
+        model = copy.deepcopy(base)
+        opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                      model.named_parameters(), comm=comm,
+                                      bucket_size=int(args.bucket_mb * 2**20), **options)
+        return model, opt
+
+    runs = {}
+    for name, options in configs.items():
+        model, opt = wrapped(options)
+        comm_model, comm_opt = wrapped(options)
+        plain = copy.deepcopy(base)
+        runs[name] = {"model": model, "opt": opt, "comm_model": comm_model,
+                      "comm_opt": comm_opt, "plain": plain,
+                      "plain_opt": torch.optim.SGD(plain.parameters(), lr=0.01),
+                      "t": {k: [] for k in ("step", "compute", "comm", "wait")}, "bytes": []}
+    loss_fn = torch.nn.functional.cross_entropy
+
+    def batch():
+        idx = rng.integers(0, len(y), args.batch_size)
+        return torch.from_numpy(X[idx]), torch.from_numpy(y[idx])
+
+    if rank == 0:
+        print(f"DigitsCNN width {args.width}: {n_params:,} parameters, P={size}, batch "
+              f"{args.batch_size}/rank, buckets of {args.bucket_mb} MiB, {args.reps} reps",
+              flush=True)
+    load_before = _loadavg()
+    for rep in range(args.warmup + args.reps):
+        timed = rep >= args.warmup
+        for name, r in runs.items():
+            xb, yb = batch()
+            # the training step, communication overlapping backward
+            comm.Barrier()
+            t0 = time.perf_counter()
+            loss_fn(r["model"](xb), yb).backward()
+            t1 = time.perf_counter()
+            r["opt"].synchronize()
+            t2 = time.perf_counter()
+            r["opt"].step()
+            r["opt"].zero_grad()
+            step = _slowest(comm, time.perf_counter() - t0)
+            wait = _slowest(comm, t2 - t1)
+            # compute alone
+            comm.Barrier()
+            t0 = time.perf_counter()
+            loss_fn(r["plain"](xb), yb).backward()
+            r["plain_opt"].step()
+            r["plain_opt"].zero_grad()
+            compute = _slowest(comm, time.perf_counter() - t0)
+            # communication alone (compression included), on gradients of the same size
+            for p in r["comm_model"].parameters():
+                p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(rep)) * 1e-3
+            comm.Barrier()
+            t0 = time.perf_counter()
+            r["comm_opt"].synchronize()
+            comm_s = _slowest(comm, time.perf_counter() - t0)
+            r["comm_opt"].step()  # ends the step (untimed): the next synchronize() reduces
+            r["comm_opt"].zero_grad()
+            if timed:
+                for k, v in (("step", step), ("compute", compute), ("comm", comm_s),
+                             ("wait", wait)):
+                    r["t"][k].append(v)
+                r["bytes"].append(r["opt"].last_step.bytes_sent)
+    load = {"before": load_before, "after": _loadavg()}
+    env = capture_environment(comm)
+    if rank == 0:
+        print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
+        print(f"{'config':8} {'step':>8} {'compute':>8} {'comm':>8} {'wait':>8} {'hidden':>7} "
+              f"{'bytes/step/rank':>16}")
+    summary = {}
+    for name, r in runs.items():
+        med = {k: float(np.median(v)) for k, v in r["t"].items()}
+        hidden = min(1.0, max(0.0, (med["compute"] + med["comm"] - med["step"]) / med["comm"]))
+        per_rank = comm.allreduce(float(np.mean(r["bytes"]))) / size
+        summary[name] = {**med, "hidden": hidden, "bytes": per_rank}
+        if rank == 0:
+            print(f"{name:8} {med['step']:8.4f} {med['compute']:8.4f} {med['comm']:8.4f} "
+                  f"{med['wait']:8.4f} {hidden:7.2f} {per_rank:16,.0f}")
+        if rank == 0 and args.output:
+            append_record(args.output, make_record(
+                "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,
+                algorithm=configs[name]["algorithm"], P=size, N=n_params,
+                density=configs[name].get("density"),
+                timings={k: summarize(v) for k, v in r["t"].items()},
+                metrics={"hidden_share": hidden, "load_average": load},
+                bytes={"sent_per_step": per_rank}))
+    if rank == 0:
+        d, t = summary["dense"], summary["topk"]
+        print(f"dense / top-k: step time {d['step'] / t['step']:.2f}x, communication alone "
+              f"{d['comm'] / t['comm']:.2f}x, exposed wait {d['wait'] / max(t['wait'], 1e-9):.2f}x,"
+              f" bytes {d['bytes'] / t['bytes']:.1f}x", flush=True)
+    return 0
+
+
+def _loadavg():
+    try:
+        with open("/proc/loadavg") as fh:
+            return fh.read().split()[:3]
+    except OSError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())
