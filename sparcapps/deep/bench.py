@@ -12,10 +12,15 @@ repetition so that both see the same machine load. Per repetition (slowest rank)
 - ``comm``: the reduction alone: the bucket gradients set by hand, then ``synchronize()``
   (compression + communication, nothing to overlap with), on a second optimizer of the same
   configuration;
-- ``wait``: the time ``step`` spent blocked in ``synchronize()`` (communication not hidden).
+- ``wait``: the time ``step`` spent blocked in ``synchronize()`` (communication not hidden);
+- ``compress``: the part of ``step`` spent flattening and compressing buckets (top-k, QSGD) in
+  the gradient hooks, on the calling thread.
 
 ``hidden = (compute + comm - step) / comm`` (clipped to [0, 1]) is the share of the reduction
-that the backward pass hid. Prints medians, the ratios dense / top-k, bytes per step; with
+that the backward pass hid, net of any slowdown of the compute by the communication thread
+(ranks that outnumber the cores slow each other down); ``unwaited = 1 - wait / comm`` is the
+share of the reduction (compression included) that did not show up as waiting in
+``synchronize()``. Prints medians, the ratios dense / top-k, bytes per step; with
 ``--output`` appends one record per configuration (app ``sparc-deep-bench``).
 """
 
@@ -101,7 +106,7 @@ def _run(args) -> int:
         runs[name] = {"model": model, "opt": opt, "comm_model": comm_model,
                       "comm_opt": comm_opt, "plain": plain,
                       "plain_opt": torch.optim.SGD(plain.parameters(), lr=0.01),
-                      "t": {k: [] for k in ("step", "compute", "comm", "wait")}, "bytes": []}
+                      "t": {k: [] for k in ("step", "compute", "comm", "wait", "compress")}, "bytes": []}
     loss_fn = torch.nn.functional.cross_entropy
 
     def batch():
@@ -128,6 +133,7 @@ def _run(args) -> int:
             r["opt"].zero_grad()
             step = _slowest(comm, time.perf_counter() - t0)
             wait = _slowest(comm, t2 - t1)
+            compress = _slowest(comm, r["opt"].last_step.compress_seconds)
             # compute alone
             comm.Barrier()
             t0 = time.perf_counter()
@@ -146,31 +152,33 @@ def _run(args) -> int:
             r["comm_opt"].zero_grad()
             if timed:
                 for k, v in (("step", step), ("compute", compute), ("comm", comm_s),
-                             ("wait", wait)):
+                             ("wait", wait), ("compress", compress)):
                     r["t"][k].append(v)
                 r["bytes"].append(r["opt"].last_step.bytes_sent)
     load = {"before": load_before, "after": _loadavg()}
     env = capture_environment(comm)
     if rank == 0:
         print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
-        print(f"{'config':8} {'step':>8} {'compute':>8} {'comm':>8} {'wait':>8} {'hidden':>7} "
-              f"{'bytes/step/rank':>16}")
+        print(f"{'config':8} {'step':>8} {'compute':>8} {'comm':>8} {'wait':>8} "
+              f"{'compress':>8} {'hidden':>7} {'unwaited':>8} {'bytes/step/rank':>16}")
     summary = {}
     for name, r in runs.items():
         med = {k: float(np.median(v)) for k, v in r["t"].items()}
         hidden = min(1.0, max(0.0, (med["compute"] + med["comm"] - med["step"]) / med["comm"]))
+        unwaited = min(1.0, max(0.0, 1.0 - med["wait"] / med["comm"]))
         per_rank = comm.allreduce(float(np.mean(r["bytes"]))) / size
         summary[name] = {**med, "hidden": hidden, "bytes": per_rank}
         if rank == 0:
             print(f"{name:8} {med['step']:8.4f} {med['compute']:8.4f} {med['comm']:8.4f} "
-                  f"{med['wait']:8.4f} {hidden:7.2f} {per_rank:16,.0f}")
+                  f"{med['wait']:8.4f} {med['compress']:8.4f} {hidden:7.2f} {unwaited:8.2f} {per_rank:16,.0f}")
         if rank == 0 and args.output:
             append_record(args.output, make_record(
                 "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,
                 algorithm=configs[name]["algorithm"], P=size, N=n_params,
                 density=configs[name].get("density"),
                 timings={k: summarize(v) for k, v in r["t"].items()},
-                metrics={"hidden_share": hidden, "load_average": load},
+                metrics={"hidden_share": hidden, "unwaited_share": unwaited,
+                         "load_average": load},
                 bytes={"sent_per_step": per_rank}))
     if rank == 0:
         d, t = summary["dense"], summary["topk"]
