@@ -52,9 +52,11 @@ def main(argv=None) -> int:
         for seed in args.seeds:
             for name, flags in CONFIGS.items():
                 before = len(read_records([out])[0]) if out.exists() else 0
-                cmd = [_mpiexec(), "-n", str(args.nprocs), sys.executable, "-m",
-                       f"sparcapps.deep.{app}", "--seed", str(seed), "--no-progress",
-                       "--output", str(out), *flags, *extra]
+                script = Path(sys.executable).parent / f"sparc-{app}"  # the console script
+                launch = [str(script)] if script.exists() else [sys.executable, "-m",
+                                                                f"sparcapps.deep.{app}"]
+                cmd = [_mpiexec(), "-n", str(args.nprocs), *launch, "--seed", str(seed),
+                       "--no-progress", "--output", str(out), *flags, *extra]
                 proc = subprocess.run(cmd, capture_output=True, text=True)
                 if proc.returncode != 0:
                     print(proc.stdout + proc.stderr, file=sys.stderr)

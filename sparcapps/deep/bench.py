@@ -106,7 +106,8 @@ def _run(args) -> int:
         runs[name] = {"model": model, "opt": opt, "comm_model": comm_model,
                       "comm_opt": comm_opt, "plain": plain,
                       "plain_opt": torch.optim.SGD(plain.parameters(), lr=0.01),
-                      "t": {k: [] for k in ("step", "compute", "comm", "wait", "compress")}, "bytes": []}
+                      "t": {k: [] for k in ("step", "compute", "comm", "wait", "compress")},
+                      "bytes": []}
     loss_fn = torch.nn.functional.cross_entropy
 
     def batch():
@@ -170,7 +171,8 @@ def _run(args) -> int:
         summary[name] = {**med, "hidden": hidden, "bytes": per_rank}
         if rank == 0:
             print(f"{name:8} {med['step']:8.4f} {med['compute']:8.4f} {med['comm']:8.4f} "
-                  f"{med['wait']:8.4f} {med['compress']:8.4f} {hidden:7.2f} {unwaited:8.2f} {per_rank:16,.0f}")
+                  f"{med['wait']:8.4f} {med['compress']:8.4f} {hidden:7.2f} {unwaited:8.2f} "
+                  f"{per_rank:16,.0f}")
         if rank == 0 and args.output:
             append_record(args.output, make_record(
                 "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,

@@ -1,4 +1,5 @@
-"""The training loop shared by ``sparc-cnn`` and ``sparc-lstm``: options, steps, records, checkpoints.
+"""The training loop shared by ``sparc-cnn`` and ``sparc-lstm``: options, steps, records,
+checkpoints.
 
 An app supplies a *task* (:class:`ClassifyTask`, :class:`LanguageModelTask`, or anything with
 the same methods) through a factory ``make_task(args, comm) -> task``, and calls
