@@ -11,9 +11,11 @@ Import it as ``import sparcml.torch`` (``import sparcml`` alone never imports to
 2. a gradient hook (``register_post_accumulate_grad_hook``) notes each gradient as it is
    accumulated; when every gradient of a bucket is ready *and* every earlier bucket has been
    launched, the bucket is flattened into a host buffer (pinned when the model lives on an
-   accelerator), compressed and handed to :func:`sparcml.iallreduce`, so the reduction runs on
-   sparcml's communication thread while ``backward()`` goes on. Buckets are launched in bucket
-   order on every rank, whatever order their gradients come in;
+   accelerator) and handed to sparcml's communication thread (the one of
+   :func:`sparcml.iallreduce`), which compresses it and runs the allreduce while ``backward()``
+   goes on: the calling thread only copies gradients, so an accelerator is never kept waiting
+   for top-k. Buckets are launched in bucket order on every rank, whatever order their
+   gradients come in, and the thread takes them in that order;
 3. compression (the *compressor*/*memory* split of GRACE): :class:`sparcml.TopK` keeps the
    ``density`` (or ``k``) largest entries of ``gradient + residual`` per bucket and keeps the
    rest in the bucket's residual (error feedback); with ``bits`` the kept values are quantized
@@ -58,8 +60,9 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
-from .algorithms import ALGORITHMS, AUTO, iallreduce
+from .algorithms import ALGORITHMS, AUTO, allreduce_in
 from .context import TrafficStats
+from .nonblocking import submit
 from .errors import (IncompatibleOptionsError, RankMismatchError, SparcmlError,
                      UnknownAlgorithmError, UnsupportedDtypeError)
 from .qsgd import QSGD
@@ -200,9 +203,11 @@ class CompressionStats:
     (N when dense, about ``density * N`` with top-k); ``result_values``: nonzeros of the summed
     gradients; ``bytes_sent``: bytes this rank sent (:class:`sparcml.TrafficStats`);
     ``dense_bytes``: what a bandwidth-optimal dense allreduce of the same gradients would send
-    per rank, ``2 (P-1)/P * N * itemsize``; ``compress_seconds``: top-k and quantization on the
-    calling thread (inside ``backward()``); ``wait_seconds``: time blocked in
-    :meth:`DistributedOptimizer.synchronize` (the communication not hidden behind backward).
+    per rank, ``2 (P-1)/P * N * itemsize``; ``flatten_seconds``: copying the gradients into the
+    host buffers, on the calling thread (inside ``backward()``); ``compress_seconds``: top-k and
+    quantization, on the communication thread (overlapping backward); ``wait_seconds``: time
+    blocked in :meth:`DistributedOptimizer.synchronize` (the communication not hidden behind
+    backward).
     """
 
     steps: int = 0
@@ -213,6 +218,7 @@ class CompressionStats:
     bytes_sent: int = 0
     messages: int = 0
     dense_bytes: int = 0
+    flatten_seconds: float = 0.0
     compress_seconds: float = 0.0
     wait_seconds: float = 0.0
 
@@ -262,7 +268,21 @@ class _Bucket:
     request: object = None
     sent: SparseVector | None = None        # this step's message (for tests and statistics)
     dense: bool = False
+    compress_seconds: float = 0.0
     traffic: TrafficStats = field(default_factory=TrafficStats)
+
+
+def _reduce_bucket(ctx, b: _Bucket, dense: bool, q, algorithm, quantizer, check: bool):
+    """On the communication thread: compress bucket ``b`` (unless dense), then allreduce it.
+
+    Runs in submission order, so every rank compresses and reduces its buckets in the same
+    order; top-k and QSGD (Numba kernels, GIL released) overlap the rest of ``backward()``.
+    """
+    t0 = time.perf_counter()
+    vec = SparseVector.dense(b.flat) if dense else b.topk.compress(b.flat, quantizer=q)
+    b.sent = vec
+    b.compress_seconds = time.perf_counter() - t0
+    return allreduce_in(ctx, vec, algorithm, quantizer, quantizer is not None, b.traffic, check)
 
 
 class _SeededQuantizer:
@@ -567,21 +587,18 @@ class DistributedOptimizer:
                 else:
                     dst.copy_(p.grad.reshape(-1))
         dense = self._dense_now
+        q = None
         if dense:
-            vec = SparseVector.dense(b.flat)
             algorithm = "dense" if self.compressing else self.algorithm
             quantizer = None if algorithm == "dense" else self._wire_q
         else:
-            q = None
             if self._wire_q is not None:
                 q = _SeededQuantizer(self._wire_q, self._sender_seed(b.index))
-            vec = b.topk.compress(b.flat, quantizer=q)
             algorithm, quantizer = self.algorithm, self._wire_q
-        b.sent, b.dense = vec, dense
-        self._current.compress_seconds += time.perf_counter() - t0
-        b.request = iallreduce(vec, self.comm, algorithm=algorithm, quantizer=quantizer,
-                               quantize_sparse=quantizer is not None, stats=b.traffic,
-                               check=self._step == 0)
+        b.dense = dense
+        self._current.flatten_seconds += time.perf_counter() - t0
+        b.request = submit(self.comm, f"DistributedOptimizer bucket {b.index}", _reduce_bucket,
+                           b, dense, q, algorithm, quantizer, self._step == 0)
         self._next_launch += 1
 
     def _sender_seed(self, bucket: int) -> int:
@@ -614,6 +631,7 @@ class DistributedOptimizer:
                                       else result.nnz)
                 cur.dense_bytes += 2 * (self.size - 1) * b.numel * b.dtype.itemsize // self.size
                 dense_count += b.dense
+                cur.compress_seconds += b.compress_seconds
                 with torch.no_grad():
                     for p, off in zip(b.params, b.offsets):
                         src = b.host[off:off + p.numel()].view_as(p)

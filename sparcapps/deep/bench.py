@@ -13,8 +13,8 @@ repetition so that both see the same machine load. Per repetition (slowest rank)
   (compression + communication, nothing to overlap with), on a second optimizer of the same
   configuration;
 - ``wait``: the time ``step`` spent blocked in ``synchronize()`` (communication not hidden);
-- ``compress``: the part of ``step`` spent flattening and compressing buckets (top-k, QSGD) in
-  the gradient hooks, on the calling thread.
+- ``compress``: top-k and QSGD of the buckets, on the communication thread (it overlaps the
+  backward pass and is part of the reduction: included in ``comm``).
 
 ``hidden = (compute + comm - step) / comm`` (clipped to [0, 1]) is the share of the reduction
 that the backward pass hid, net of any slowdown of the compute by the communication thread

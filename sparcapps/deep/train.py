@@ -4,16 +4,19 @@ checkpoints.
 An app supplies a *task* (:class:`ClassifyTask`, :class:`LanguageModelTask`, or anything with
 the same methods) through a factory ``make_task(args, comm) -> task``, and calls
 :func:`run_app`. Per step, on every rank: forward and backward on this rank's minibatch (the
-gradient hooks of :class:`sparcml.torch.DistributedOptimizer` compress and launch the
-reductions during backward), ``synchronize()`` (the exposed communication), optional gradient
-clipping, the optimizer step.
+gradient hooks of :class:`sparcml.torch.DistributedOptimizer` hand each bucket to the
+communication thread, which compresses and reduces it during backward), ``synchronize()`` (the
+exposed communication), optional gradient clipping, the optimizer step.
 
 Options common to both apps are built by :func:`build_parser`; ``--batch-size`` is per rank
 (the global batch is P times it). Every run appends one record (``sparcapps.records``) to
 ``--output`` on rank 0, with ``metrics["epochs"]`` a list of per-epoch dicts (``epoch``,
 ``wall_seconds``, ``loss``, ``train_accuracy``, ``test_accuracy`` or ``test_perplexity``,
-``compute_seconds``, ``comm_seconds``, ``compress_seconds``, ``bytes_per_step``,
-``sent_density``, ``result_density``).
+``compute_seconds``, ``comm_seconds``, ``flatten_seconds``, ``compress_seconds``,
+``bytes_per_step``, ``sent_density``, ``result_density``). Seconds are the slowest rank's:
+``comm_seconds`` is the time blocked in ``synchronize()`` (communication not hidden),
+``flatten_seconds`` copying gradients into the reduction buffers, ``compute_seconds`` the rest
+of the epoch; ``compress_seconds`` (top-k, QSGD) ran on the communication thread, overlapping.
 
 Checkpoints (``--checkpoint-every E`` epochs into ``--checkpoint FILE``; ``--resume FILE``):
 the model, every rank's optimizer state (momentum, error-feedback residuals, quantizer RNG),
@@ -370,19 +373,20 @@ def _run(app, args, make_task) -> int:
         epoch_seconds = time.perf_counter() - t_epoch
         ev = task.evaluate(comm)
         s = opt.stats
-        comm_s, compress_s = (s.wait_seconds - before.wait_seconds,
-                              s.compress_seconds - before.compress_seconds)
+        comm_s, flatten_s, compress_s = (s.wait_seconds - before.wait_seconds,
+                                         s.flatten_seconds - before.flatten_seconds,
+                                         s.compress_seconds - before.compress_seconds)
         steps = s.steps - before.steps
         sums = _reduce(comm, [loss_sum, correct, count,
                                         s.bytes_sent - before.bytes_sent,
                                         s.sent_values - before.sent_values,
                                         s.result_values - before.result_values,
                                         s.values - before.values])
-        slowest = _reduce(comm, [epoch_seconds, comm_s, compress_s], "max")
+        slowest = _reduce(comm, [epoch_seconds, comm_s, flatten_s, compress_s], "max")
         rec = {"epoch": epoch + 1, "wall_seconds": time.perf_counter() - t_start,
                "loss": sums[0] / sums[2], "train_accuracy": sums[1] / sums[2], **ev,
                "epoch_seconds": slowest[0], "comm_seconds": slowest[1],
-               "compress_seconds": slowest[2],
+               "flatten_seconds": slowest[2], "compress_seconds": slowest[3],
                "compute_seconds": slowest[0] - slowest[1] - slowest[2], "steps": steps,
                "bytes_per_step": sums[3] / size / max(steps, 1),
                "sent_density": sums[4] / sums[6], "result_density": sums[5] / sums[6]}
