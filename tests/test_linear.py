@@ -159,6 +159,10 @@ def test_sklearn_contract(small):
     logreg = SparseLinearClassifier("log", batch_size=32, epochs=1).fit(Xtr, (ytr > 0) * 1)
     proba = logreg.predict_proba(Xte)
     assert proba.shape == (Xte.shape[0], 2) and np.allclose(proba.sum(axis=1), 1)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(clf))
+    assert np.array_equal(again.predict(Xte), pred)
     assert len(clf.history_) == 2
     h = clf.history_[-1]
     for key in ("loss", "train_accuracy", "compute_seconds", "comm_seconds", "bytes_sent",
@@ -243,3 +247,31 @@ def test_url_like_accuracy_close_to_sgdclassifier():
         theirs = np.mean([sklearn_accuracy(Xtr, ytr, Xte, yte, loss=loss, alpha=1e-3, epochs=5,
                                            seed=s) for s in range(3)])
         assert ours.score(Xte, yte) >= theirs - 0.02, (loss, ours.score(Xte, yte), theirs)
+
+
+def test_imports_without_torch_and_public_api():
+    import subprocess
+    import sys
+
+    import sparcapps.linear as linear
+
+    for name in linear.__all__:
+        assert hasattr(linear, name), name
+    code = ("import sys, sparcapps.linear, sparcapps.linear.cli, sparcapps.linear.bench; "
+            "assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_bench_script_runs(tmp_path, capsys):
+    from sparcapps.linear.bench import main
+
+    common = ["--synth", "url", "--rows", "600", "--features", "3000", "--synth-cache",
+              str(tmp_path), "--epochs", "1", "--batch-size", "64"]
+    assert main(common + ["--throughput", "--reps", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "rows/s per core" in out and "ratio (ours / sklearn" in out
+    assert main(common + ["--algorithms", "ssar_recursive_double",
+                          "--output", str(tmp_path / "b.jsonl")]) == 0
+    out = capsys.readouterr().out
+    assert "best sparse: ssar_recursive_double" in out and "comm share" in out
+    assert (tmp_path / "b.jsonl").read_text().count("\n") == 2  # dense + the sparse one

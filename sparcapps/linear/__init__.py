@@ -12,12 +12,17 @@
 from .errors import (CheckpointError, CheckpointMismatchError, InputDataError, LinearModelError,
                      ModelFileError, NotBinaryError)
 from .estimator import LOSSES, SparseLinearClassifier
+from .io import load_checkpoint, load_model, save_checkpoint, save_model
 from .schedule import SCHEDULES, Schedule
 from .state import TrainState
 
 __all__ = [
     "SparseLinearClassifier",
     "LOSSES",
+    "save_model",
+    "load_model",
+    "save_checkpoint",
+    "load_checkpoint",
     "SCHEDULES",
     "Schedule",
     "TrainState",

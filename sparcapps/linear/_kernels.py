@@ -78,12 +78,12 @@ def batch_gradient(indptr, indices, data, y, rows, W, scale, intercept, kind, bi
     dloss_sum = 0.0
     correct = 0
     for t in range(rows.shape[0]):
-        r = rows[t]
+        r = np.uint64(rows[t])  # unsigned indices: no negative-index fix-up on every access
         a = indptr[r]
-        b = indptr[r + 1]
+        b = indptr[r + np.uint64(1)]
         dot = 0.0
         for k in range(a, b):
-            dot += data[k] * W[indices[k], 0]
+            dot += data[k] * W[np.uint64(indices[k]), 0]
         p = scale * dot + intercept
         yr = np.float64(y[r])
         loss_sum += _loss(kind, yr, p)
@@ -93,13 +93,14 @@ def batch_gradient(indptr, indices, data, y, rows, W, scale, intercept, kind, bi
         if d == 0.0:
             continue
         for k in range(a, b):
-            j = indices[k]
-            word = j >> 6
-            mask = np.uint64(1) << np.uint64(j & 63)
-            if bits[word] & mask == 0:
-                bits[word] |= mask
-                touched[n] = j
-                n += 1
+            j = np.uint64(indices[k])
+            if W[j, 1] == 0.0:  # first touch, or a sum that cancelled to 0: ask the bitmap
+                word = j >> np.uint64(6)
+                mask = np.uint64(1) << (j & np.uint64(63))
+                if bits[word] & mask == 0:
+                    bits[word] |= mask
+                    touched[n] = j
+                    n += 1
             W[j, 1] += d * data[k]
     return n, loss_sum, dloss_sum, correct
 
@@ -150,7 +151,7 @@ def margins(indptr, indices, data, v, scale, intercept, out):
     for r in range(indptr.shape[0] - 1):
         dot = 0.0
         for k in range(indptr[r], indptr[r + 1]):
-            dot += data[k] * v[indices[k]]
+            dot += data[k] * v[np.uint64(indices[k])]
         out[r] = scale * dot + intercept
 
 

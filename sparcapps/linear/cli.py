@@ -40,7 +40,8 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     one.add_argument("--data", metavar="FILE.h5",
                      help="sparcml-csr HDF5 file (sparc-data convert / sparc-data synth)")
     one.add_argument("--synth", choices=sorted(SYNTH_PRESETS),
-                     help="a synthetic twin, generated once into --synth-cache")
+                     help="a synthetic twin (generator seed 0), generated once into "
+                          "--synth-cache")
     src.add_argument("--rows", type=int, default=130_000, help="rows of the --synth data set")
     src.add_argument("--features", type=int,
                      help="override the --synth feature count (default: the real data set's)")
@@ -111,6 +112,7 @@ class _Monitor:
         self.bar = None
         self.done = total_steps_done
         self.stopped = False
+        self.engine = None  # the estimator's engine, seen at each step
 
     def _bar(self, engine):
         if self.bar is None and self.rank == 0 and not self.args.no_progress:
@@ -121,6 +123,7 @@ class _Monitor:
         return self.bar
 
     def on_step(self, est, engine, state) -> bool:
+        self.engine = engine
         self.done += 1
         bar = self._bar(engine)
         if bar is not None:
@@ -230,8 +233,7 @@ def run(args, prog: str) -> int:
             from sparcapps.data import data_home
 
             cache = args.synth_cache or (data_home() / "synth")
-            path = ensure_synth(args.synth, args.rows, args.split_seed, args.features, cache,
-                                comm)
+            path = ensure_synth(args.synth, args.rows, 0, args.features, cache, comm)
         else:
             path = args.data
         Xtr, ytr, Xte, yte = load_split(path, comm, test_fraction=args.test_fraction,
@@ -268,8 +270,8 @@ def run(args, prog: str) -> int:
             print(f"{prog}: stopped after {monitor.done} steps; checkpoint in "
                   f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})")
         return 0
-    if args.checkpoint_every:
-        monitor.checkpoint(est, est.engine_, est._state)
+    if args.checkpoint_every and monitor.engine is not None:
+        monitor.checkpoint(est, monitor.engine, est._state)  # the final state
     history = est.history_
     if rank == 0:
         if args.save_model:

@@ -288,8 +288,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def _train(self, X, y_pm, comm, until_epoch, monitor, warn=True) -> None:
         state = self._state
-        engine = self._engine(X, y_pm, comm)
-        self.engine_ = engine
+        engine = self._engine(X, y_pm, comm)  # holds the data: not kept on the estimator
         if self.quantizer is not None and state.quantizer_state is not None:
             self.quantizer.load_state_dict(state.quantizer_state)
         start = time.perf_counter()

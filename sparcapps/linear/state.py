@@ -49,7 +49,7 @@ class TrainState:
 
     def coef(self) -> np.ndarray:
         """``scale * v`` as a new float64 array."""
-        return self.scale * self.v
+        return np.multiply(self.v, self.scale, dtype=np.float64)
 
     def decay(self, factor: float) -> None:
         """Multiply the weights by ``factor`` (O(1); folds ``scale`` into ``v`` when tiny)."""
@@ -59,4 +59,5 @@ class TrainState:
             self.scale = 1.0
 
     def squared_norm(self) -> float:
-        return float(self.scale * self.scale * np.dot(self.v, self.v))
+        v = self.v if self.v.dtype == np.float64 else self.v.astype(np.float64)
+        return float(self.scale * self.scale * np.dot(v, v))

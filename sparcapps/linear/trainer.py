@@ -35,6 +35,9 @@ __all__ = ["DataParallelSGD", "INTERCEPT_DECAY", "PARTIAL_KEYS"]
 #: scikit-learn scales intercept updates by 0.01 for sparse input (``SPARSE_INTERCEPT_DECAY``).
 INTERCEPT_DECAY = 0.01
 
+#: dtype of the weights ``v`` and the gradient scratch (interleaved in ``W``)
+WEIGHT_DTYPE = np.float64
+
 #: per-rank totals of the epoch in progress (``TrainState.partial``)
 PARTIAL_KEYS = ("train_seconds", "compute_seconds", "comm_seconds", "bytes_sent",
                 "density_sum", "local_density_sum", "loss_sum", "correct", "rows", "steps")
@@ -83,7 +86,7 @@ class DataParallelSGD:
         if state.v.shape[0] != self.n_features:
             raise ValueError(f"state has {state.v.shape[0]} features, the data "
                              f"{self.n_features}")
-        self._W = np.zeros((self.n_features, 2), dtype=np.float64)
+        self._W = np.zeros((self.n_features, 2), dtype=WEIGHT_DTYPE)
         self._W[:, 0] = state.v
         state.v = self._W[:, 0]
 
