@@ -61,7 +61,24 @@ def bench_algorithms(Xtr, ytr, comm, *, algorithms, epochs: int, batch_size: int
 
 def bench_throughput(Xtr, ytr, *, epochs: int, batch_size: int, loss: str, alpha: float,
                      reps: int) -> dict:
-    """One process: ``fit`` CPU and wall seconds of ours and of SGDClassifier, alternating."""
+    """One process: ``fit`` CPU and wall seconds of ours and of SGDClassifier, alternating,
+    with BLAS/OpenMP pools limited to one thread."""
+    from contextlib import nullcontext
+
+    try:  # installed with scikit-learn
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover
+        def threadpool_limits(_):
+            return nullcontext()
+
+    out = {"ours": [], "sklearn": [], "ours_wall": [], "sklearn_wall": []}
+    with threadpool_limits(1):  # one core each: idle BLAS threads would spin on CPU time
+        _alternate(out, Xtr, ytr, epochs=epochs, batch_size=batch_size, loss=loss,
+                   alpha=alpha, reps=reps)
+    return out
+
+
+def _alternate(out, Xtr, ytr, *, epochs, batch_size, loss, alpha, reps) -> None:
     import warnings
 
     from mpi4py import MPI
@@ -69,7 +86,6 @@ def bench_throughput(Xtr, ytr, *, epochs: int, batch_size: int, loss: str, alpha
 
     from .estimator import SparseLinearClassifier
 
-    out = {"ours": [], "sklearn": [], "ours_wall": [], "sklearn_wall": []}
     for rep in range(reps):
         for name in ("ours", "sklearn"):
             if name == "ours":
@@ -84,7 +100,6 @@ def bench_throughput(Xtr, ytr, *, epochs: int, batch_size: int, loss: str, alpha
                 est.fit(Xtr, ytr)
                 out[name].append(time.process_time() - c0)
                 out[name + "_wall"].append(time.perf_counter() - w0)
-    return out
 
 
 def main(argv=None) -> int:
