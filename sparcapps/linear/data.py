@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import h5py
 import numpy as np
 
 from .collective import agree_or_raise, collective_errors
@@ -93,11 +92,3 @@ def load_split(path, comm, *, test_fraction: float, split_seed: int):
             raise NotBinaryError(f"{path}: labels must be -1/+1, found {bad[:5].tolist()} in "
                                  f"rank {rank}'s rows")
     return Xtr, ytr, Xte, yte
-
-
-def is_hdf5(path) -> bool:
-    """Whether ``path`` is an HDF5 file (any content)."""
-    try:
-        return h5py.is_hdf5(path)
-    except OSError:
-        return False
