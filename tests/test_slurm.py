@@ -124,10 +124,16 @@ def test_templates_under_slurm(slurm, tmp_path):
                   "dsar_split_allgather", app_args=TINY[2:])
     app = _sweep(env, "app.sbatch", "--results", str(res), app_args=["sparc-bench", *TINY,
                                                                      "--algorithms", "dense"])
+    # the applications through the generic template, at tiny sizes
+    linear = _sweep(env, "app.sbatch", "--results", str(res),
+                    app_args=["sparc-linear", "--synth", "url", "--rows", "3000", "--features",
+                              "20000", "--epochs", "1", "--no-progress"])
+    cnn = _sweep(env, "app.sbatch", "--results", str(res),
+                 app_args=["sparc-cnn", "--epochs", "1", "--no-progress"])
     bad = _sweep(env, "app.sbatch", "--results", str(res),
                  app_args=["sparc-bench", *TINY, "--algorithms", "no_such_algorithm"])
     assert [row[1:] for row in strong] == [["1", "allgather"], ["1", "ssar_split_allgather"]]
-    ids = [row[0] for row in strong + weak + app + bad]
+    ids = [row[0] for row in strong + weak + app + linear + cnn + bad]
     wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "240", *ids], env=env,
                           capture_output=True, text=True, timeout=300)
     states = dict(line.split("\t") for line in wait.stdout.splitlines())
@@ -151,6 +157,10 @@ def test_templates_under_slurm(slurm, tmp_path):
     assert {(r["algorithm"], r["N"]) for r in weak_recs} == {("dense", 2048),
                                                               ("dsar_split_allgather", 2048)}
     assert [r["algorithm"] for r in records(app[0][0])] == ["dense"]
+    for rows, app_name in ((linear, "sparc-linear"), (cnn, "sparc-cnn")):
+        (rec,) = records(rows[0][0])
+        assert rec["status"] == "ok" and rec["app"] == app_name and rec["P"] == 2, rec
+        assert len(rec["metrics"]["epochs"]) == 1
     (failed,) = records(bad[0][0])
     assert failed["status"] == "failed" and failed["P"] == 2
     assert "no_such_algorithm" in failed["error"] and "exited with status" in failed["error"]
