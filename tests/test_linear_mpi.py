@@ -29,8 +29,7 @@ def test_cli_resume_is_bitwise_dense_baseline_and_bad_input(nprocs, tmp_path):
 def test_console_scripts(tmp_path):
     bindir = Path(sys.executable).parent
     svm = shutil.which("sparc-svm", path=str(bindir)) or shutil.which("sparc-svm")
-    if svm is None:
-        pytest.skip("console scripts not installed (pip install -e .)")
+    assert svm is not None, "console scripts not installed: run scripts/test.sh (pip install -e .)"
     proc = run_mpi(2, args=[svm, "--synth", "url", "--rows", "800", "--features", "3000",
                             "--synth-cache", str(tmp_path), "--epochs", "1", "--no-progress",
                             "--output", str(tmp_path / "r.jsonl")], timeout=120)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import numpy as np
 
 PRESETS = {
     # the main job: a quick sweep that shows the switch from sparse to dense

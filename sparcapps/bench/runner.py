@@ -9,7 +9,7 @@ slowest rank's. Medians and spread come from those.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI

@@ -28,7 +28,7 @@ scenarios = [
     ("lengths", (100, np.array([1, 5]), np.ones(3, np.float32)), {},
      InvalidVectorError, "2 indices, 3 values"),
     ("dim", (101, np.array([1, 5]), np.ones(2, np.float32)), {},
-     RankMismatchError, f"dim (rank 0: 100"),
+     RankMismatchError, "dim (rank 0: 100"),
     ("dtype", (100, np.array([1, 5]), np.ones(2, np.float64)), {},
      RankMismatchError, "value dtype (rank 0: float32"),
     ("int values", (100, np.array([1, 5]), np.ones(2, np.int64)), {},
