@@ -42,6 +42,15 @@ def _value_dtype(values) -> np.dtype:
     return dt
 
 
+def _dense_values(x, caller: str) -> np.ndarray:
+    """A contiguous 1-d float32/float64 array, or the error that says what is wrong."""
+    x = np.ascontiguousarray(x)
+    _value_dtype(x)
+    if x.ndim != 1:
+        raise InvalidVectorError(f"{caller} expects a 1-d array, got shape {x.shape}")
+    return x
+
+
 def _check_dim(dim) -> int:
     if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)):
         raise InvalidVectorError(f"dim must be an integer, got {dim!r}")
@@ -116,19 +125,13 @@ class SparseVector:
     @classmethod
     def dense(cls, values) -> "SparseVector":
         """A dense-backed vector holding all of ``values`` (no copy when contiguous)."""
-        values = np.asarray(values)
-        _value_dtype(values)
-        if values.ndim != 1:
-            raise InvalidVectorError(f"dense values must be 1-d, got shape {values.shape}")
-        return cls._trusted(values.shape[0], None, np.ascontiguousarray(values))
+        values = _dense_values(values, "dense")
+        return cls._trusted(values.shape[0], None, values)
 
     @classmethod
     def from_dense(cls, x) -> "SparseVector":
         """From a dense 1-d array: sparse (its nonzeros) or dense-backed, by the switch rule."""
-        x = np.ascontiguousarray(x)
-        _value_dtype(x)
-        if x.ndim != 1:
-            raise InvalidVectorError(f"from_dense expects a 1-d array, got shape {x.shape}")
+        x = _dense_values(x, "from_dense")
         dim = x.shape[0]
         idx_dt = index_dtype_for(dim)
         if should_be_dense(kernels.count_nonzero(x), dim, idx_dt, x.dtype):
