@@ -125,7 +125,7 @@ def test_templates_under_slurm(slurm, tmp_path):
     app = _sweep(env, "app.sbatch", "--results", str(res), app_args=["sparc-bench", *TINY,
                                                                      "--algorithms", "dense"])
     # the applications through the generic template, at tiny sizes
-    linear = _sweep(env, "app.sbatch", "--results", str(res),
+    linear = _sweep({**env, "SPARC_GLOBAL_BATCH": "64"}, "app.sbatch", "--results", str(res),
                     app_args=["sparc-linear", "--synth", "url", "--rows", "3000", "--features",
                               "20000", "--epochs", "1", "--no-progress"])
     cnn = _sweep(env, "app.sbatch", "--results", str(res),
@@ -161,6 +161,8 @@ def test_templates_under_slurm(slurm, tmp_path):
         (rec,) = records(rows[0][0])
         assert rec["status"] == "ok" and rec["app"] == app_name and rec["P"] == 2, rec
         assert len(rec["metrics"]["epochs"]) == 1
+    # strong scaling: the global batch of 64 split over the job's 2 ranks
+    assert records(linear[0][0])[0]["config"]["batch_size"] == 32
     (failed,) = records(bad[0][0])
     assert failed["status"] == "failed" and failed["P"] == 2
     assert "no_such_algorithm" in failed["error"] and "exited with status" in failed["error"]
