@@ -70,6 +70,35 @@ def test_batch_gradient_matches_numpy(kind, n_features):
         assert np.array_equal(W[:, 0], v)
 
 
+@pytest.mark.parametrize("kind", [K.LOG, K.HINGE])
+def test_direct_kernels_match_numpy(kind):
+    """row_margins + add_rows: the rows' update applied straight into v, and the support
+    count of the summed gradient (exact cancellations included, as batch_gradient finds it)."""
+    rng = np.random.default_rng(5 + kind)
+    n_features = 500
+    X = sp.random(300, n_features, density=0.03, format="csr", random_state=3, dtype=np.float32)
+    X.data[:] = rng.choice([-1.0, 1.0, 0.5], X.nnz)
+    y = rng.choice([-1.0, 1.0], 300).astype(np.float32)
+    v0 = rng.standard_normal(n_features) * 0.5
+    stamp = np.zeros(n_features, np.uint8)
+    active, dloss = np.empty(300, np.int64), np.empty(300)
+    for mark, rows in enumerate((rng.permutation(300)[:120], np.arange(300),
+                                 np.array([], np.int64)), start=1):
+        v = v0.copy()
+        loss, dsum, correct, m = K.row_margins(X.indptr, X.indices, X.data, y, rows, v, 0.7, 0.1,
+                                               kind, active, dloss)
+        g, touched, ref_loss, ref_dsum, ref_correct = _ref_gradient(
+            X.astype(np.float64), y, rows, v0, 0.7, 0.1, kind)
+        assert loss == pytest.approx(ref_loss) and dsum == pytest.approx(ref_dsum)
+        assert correct == ref_correct and np.array_equal(v, v0)
+        z = y[rows] * (0.7 * (X[rows] @ v0) + 0.1)
+        assert m == (len(rows) if kind == K.LOG else np.count_nonzero(z <= 1.0))
+        n = K.add_rows(X.indptr, X.indices, X.data, active[:m], dloss[:m], v, -0.3, stamp,
+                       np.uint8(mark))
+        assert n == touched.shape[0]
+        np.testing.assert_allclose(v, v0 - 0.3 * g, rtol=1e-12, atol=1e-12)
+
+
 def test_update_kernels_and_margins():
     rng = np.random.default_rng(0)
     W = np.zeros((50, 2))
@@ -117,6 +146,66 @@ def test_batch_of_one_is_sgdclassifier(small, loss, learning_rate):
     np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-4, atol=1e-6 * scale)
     np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-4, atol=1e-6 * scale)
     assert ours.t_ == ref.t_
+
+
+@pytest.mark.parametrize("loss", ["log", "hinge"])
+def test_direct_path_matches_sparse_gradient_path(small, loss):
+    """One rank: the direct path (rows applied straight into the weights) and the general path
+    (sparse gradient, allreduce, update) give the same weights up to float order and the
+    float32 rounding of the gradient; 300 steps wrap the direct path's column marks around.
+    (A constant, moderate rate: with "optimal" at this alpha and batch the early steps are so
+    large that any rounding difference grows ~10x every 20 steps.)"""
+    from mpi4py import MPI
+
+    from sparcapps.linear.state import TrainState
+    from sparcapps.linear.trainer import DataParallelSGD
+
+    X, y = small[0], small[1]
+    y_pm = np.where(y > 0, 1.0, -1.0).astype(np.float32)
+    runs = {}
+    for direct in (True, False):
+        engine = DataParallelSGD(
+            X, y_pm, MPI.COMM_SELF, loss=loss, alpha=1e-3, fit_intercept=True,
+            schedule=Schedule("constant", alpha=1e-3, eta0=0.002, power_t=0.5), global_batch=64,
+            seed=3, shuffle=True, algorithm="ssar_recursive_double", direct=direct)
+        assert engine.direct is direct
+        state = TrainState.zeros(X.shape[1])
+        records = []
+        for epoch in range(16):  # 19 steps each
+            engine.run_epoch(state)
+            records.append(engine.gather_totals(state.partial))
+            state.epoch, state.step, state.partial = epoch + 1, 0, {}
+        runs[direct] = (state, records)
+    (fast, fast_rec), (ref, ref_rec) = runs[True], runs[False]
+    assert fast.t == ref.t == 16 * 1200 + 1
+    np.testing.assert_allclose(fast.coef(), ref.coef(), rtol=1e-5,
+                               atol=1e-6 * np.abs(ref.coef()).max())
+    assert fast.intercept == pytest.approx(ref.intercept, rel=1e-4, abs=1e-9)
+    for a, b in zip(fast_rec, ref_rec):
+        assert a["comm_seconds"] == 0 and a["bytes_sent"] == 0 and a["steps"] == 19
+        assert 0 < a["gradient_density"] <= 1
+        assert a["gradient_density"] == pytest.approx(b["gradient_density"], rel=1e-3)
+        assert a["running_loss"] == pytest.approx(b["running_loss"], rel=1e-3)
+    with pytest.raises(ValueError, match="one rank"):
+        DataParallelSGD(X, y_pm, _FakeComm(2), loss=loss, alpha=1e-3, fit_intercept=True,
+                        schedule=Schedule("constant", alpha=1e-3, eta0=0.1, power_t=0.5),
+                        global_batch=64, seed=0, shuffle=True, algorithm="dense", direct=True)
+
+
+class _FakeComm:
+    """Just enough of a communicator for an engine's constructor."""
+
+    def __init__(self, size):
+        self.size = size
+
+    def Get_rank(self):
+        return 0
+
+    def Get_size(self):
+        return self.size
+
+    def allgather(self, x):
+        return [x] * self.size
 
 
 # -- sampling ----------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from . import _kernels as K
+
 __all__ = ["SCHEDULES", "Schedule"]
 
 SCHEDULES = ("optimal", "constant", "invscaling")
@@ -39,6 +41,7 @@ class Schedule:
         self.alpha = float(alpha)
         self.eta0 = float(eta0)
         self.power_t = float(power_t)
+        self.t0 = 0.0
         if kind == "optimal":
             typw = math.sqrt(1.0 / math.sqrt(self.alpha))
             self.t0 = 1.0 / (typw * self.alpha)
@@ -54,7 +57,8 @@ class Schedule:
 
     def batch(self, t: int, count: int) -> tuple[float, float]:
         """``(step, decay)`` of a minibatch of ``count >= 1`` samples starting at sample ``t``:
-        ``step`` is the mean rate, ``decay`` the product of ``max(0, 1 - eta * alpha)``."""
-        etas = self.etas(t, count)
-        decay = float(np.prod(np.maximum(0.0, 1.0 - etas * self.alpha)))
-        return float(etas.mean()), decay
+        ``step`` is the mean rate, ``decay`` the product of ``max(0, 1 - eta * alpha)``, both
+        accumulated in sample order (a compiled loop: NumPy's per-call overhead was 5% of a
+        single-rank epoch at 1024 rows per step)."""
+        return K.batch_rates(K.SCHEDULE_CODES[self.kind], int(t), int(count), self.alpha,
+                             self.t0, self.eta0, self.power_t)

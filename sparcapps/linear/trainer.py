@@ -14,6 +14,16 @@ One step, on every rank of ``comm`` (all must call, in the same order):
 
 Every rank computes the same update from the same allreduce result, so the weights are
 identical on every rank after every step.
+
+With one rank (``comm`` of size 1) nothing needs summing, and the engine takes a direct path
+(:meth:`DataParallelSGD.direct_step`): the margins of the whole minibatch first, at the weights
+of its start (:func:`~._kernels.row_margins`), then the same decay and the scaled rows added
+into ``v`` one by one (:func:`~._kernels.add_rows`) -- the update of steps 2-4 without building
+the sparse gradient, with the same schedule and ``scale``. It differs from the general path only
+in float summation order (and in not rounding the gradient to float32). Its records say 0
+communication seconds and 0 bytes; the gradient density is computed (the support of the
+minibatch's gradient, intercept included, as the general path's sparse vector; the general
+path at P = 1 reported 1.0 for ``algorithm="dense"``, whose result is dense).
 """
 
 from __future__ import annotations
@@ -48,12 +58,16 @@ class DataParallelSGD:
     ``y`` (float32, -1/+1).
 
     Collective constructor (one ``allgather`` of the row counts). ``X`` rows of rank r precede
-    those of rank r+1 in the global numbering (see :mod:`.sampling`).
+    those of rank r+1 in the global numbering (see :mod:`.sampling`). ``direct``: apply each
+    minibatch straight from its rows (:meth:`direct_step`); None: when ``comm`` has one rank.
+    With one rank the ``algorithm`` and ``quantizer`` then play no part (the quantizer's random
+    stream does not advance).
     """
 
     def __init__(self, X, y, comm, *, loss: str, schedule: Schedule, alpha: float,
                  fit_intercept: bool, global_batch: int, seed: int, shuffle: bool,
-                 algorithm: str, quantizer=None, quantize_sparse: bool = False):
+                 algorithm: str, quantizer=None, quantize_sparse: bool = False,
+                 direct: bool | None = None):
         self.X = X
         self.y = y
         self.comm = comm
@@ -71,21 +85,42 @@ class DataParallelSGD:
         self.plan = BatchPlan(comm.allgather(int(X.shape[0])), self.rank, global_batch, seed,
                               shuffle)
         self.batch_sizes = self.plan.batch_sizes()
+        if direct is None:
+            direct = self.size == 1
+        if direct and self.size != 1:
+            raise ValueError(f"direct=True needs a communicator of one rank, got {self.size}")
+        self.direct = bool(direct)
         self._W = None  # (n_features, 2): weights v and gradient scratch, see attach()
-        self._bits = np.zeros((self.n_features + 63) // 64, dtype=np.uint64)
-        self._touched = np.empty(min(self.n_features, int(X.nnz)) + 1, dtype=np.int64)
+        if self.direct:
+            most = int(self.batch_sizes.max(initial=0))
+            self._active = np.empty(most, dtype=np.int64)
+            self._dloss = np.empty(most, dtype=np.float64)
+            # column marks of add_rows: one byte each, cleared when the marks wrap around
+            # (every 255 steps; with tiny batches a wider mark, so that clearing stays rare)
+            wide = global_batch < 64
+            self._stamp = np.zeros(self.n_features, dtype=np.uint16 if wide else np.uint8)
+            self._stamp_max = int(np.iinfo(self._stamp.dtype).max)
+            self._stamp_last = 0
+        else:
+            self._bits = np.zeros((self.n_features + 63) // 64, dtype=np.uint64)
+            self._touched = np.empty(min(self.n_features, int(X.nnz)) + 1, dtype=np.int64)
         self._idx_dtype = index_dtype_for(self.dim)
         self._checked = False
         self.stats = TrafficStats()
 
     def attach(self, state: TrainState) -> None:
         """Move ``state.v`` into this engine's interleaved array ``W[:, 0]``; ``state.v``
-        becomes a (strided) view of it. Called by :meth:`run_epoch`."""
-        if self._W is not None and state.v.base is self._W:
-            return
+        becomes a (strided) view of it. On the direct path ``state.v`` is made a contiguous
+        float64 array instead (no scratch is needed). Called by :meth:`run_epoch`."""
         if state.v.shape[0] != self.n_features:
             raise ValueError(f"state has {state.v.shape[0]} features, the data "
                              f"{self.n_features}")
+        if self.direct:
+            if state.v.dtype != WEIGHT_DTYPE or not state.v.flags.c_contiguous:
+                state.v = np.ascontiguousarray(state.v, dtype=WEIGHT_DTYPE)
+            return
+        if self._W is not None and state.v.base is self._W:
+            return
         self._W = np.zeros((self.n_features, 2), dtype=WEIGHT_DTYPE)
         self._W[:, 0] = state.v
         state.v = self._W[:, 0]
@@ -96,7 +131,7 @@ class DataParallelSGD:
                        ) -> tuple[SparseVector, float, int]:
         """This rank's summed gradient over ``rows`` as a SparseVector of dim ``n_features+1``
         (float32 values), the rows' loss sum and how many of them were classified right
-        (both at the weights before the step). Requires :meth:`attach`."""
+        (both at the weights before the step). Requires :meth:`attach`; general path only."""
         X = self.X
         n, loss_sum, dsum, correct = K.batch_gradient(
             X.indptr, X.indices, X.data, self.y, rows, self._W, state.scale, state.intercept,
@@ -130,6 +165,30 @@ class DataParallelSGD:
             state.intercept += -step * g_b * INTERCEPT_DECAY
         state.t += int(count)
 
+    def direct_step(self, state: TrainState, rows: np.ndarray, count: int
+                    ) -> tuple[float, int, int]:
+        """One rank: the update of :meth:`local_gradient` + :meth:`apply` for ``rows``
+        (``count`` of them) applied straight from the rows. Returns the rows' loss sum, how many
+        were classified right (both before the step) and the number of nonzero coordinates of
+        their summed gradient, intercept included. Requires :meth:`attach`."""
+        X = self.X
+        loss_sum, dsum, correct, m = K.row_margins(
+            X.indptr, X.indices, X.data, self.y, rows, state.v, state.scale, state.intercept,
+            self.kind, self._active, self._dloss)
+        step, decay = self.schedule.batch(state.t, count)
+        state.decay(decay)
+        mark = self._stamp_last + 1
+        if mark > self._stamp_max:
+            self._stamp[:] = 0
+            mark = 1
+        self._stamp_last = mark
+        n = K.add_rows(X.indptr, X.indices, X.data, self._active[:m], self._dloss[:m], state.v,
+                       -step / state.scale, self._stamp, self._stamp.dtype.type(mark))
+        if self.fit_intercept:
+            state.intercept += -step * dsum * INTERCEPT_DECAY
+        state.t += int(count)
+        return loss_sum, int(correct), n + 1
+
     def allreduce(self, vec: SparseVector) -> SparseVector:
         """Collective: the sum of every rank's ``vec`` (the agreement check on the first call
         only)."""
@@ -158,20 +217,31 @@ class DataParallelSGD:
         stats = self.stats
         while state.step < self.plan.steps_per_epoch:
             k = state.step
-            bytes0 = stats.bytes_sent
-            t0 = time.perf_counter()
-            vec, loss_sum, correct = self.local_gradient(state, rows[bounds[k]:bounds[k + 1]])
-            t1 = time.perf_counter()
-            total = self.allreduce(vec)
-            t2 = time.perf_counter()
-            self.apply(state, total, int(self.batch_sizes[k]))
-            t3 = time.perf_counter()
-            part["train_seconds"] += t3 - t0
-            part["compute_seconds"] += (t1 - t0) + (t3 - t2)
-            part["comm_seconds"] += t2 - t1
-            part["bytes_sent"] += stats.bytes_sent - bytes0
-            part["density_sum"] += total.nnz / self.dim
-            part["local_density_sum"] += vec.nnz / self.dim
+            mine = rows[bounds[k]:bounds[k + 1]]
+            if self.direct:
+                t0 = time.perf_counter()
+                loss_sum, correct, nnz = self.direct_step(state, mine,
+                                                          int(self.batch_sizes[k]))
+                seconds = time.perf_counter() - t0
+                part["train_seconds"] += seconds
+                part["compute_seconds"] += seconds
+                part["density_sum"] += nnz / self.dim
+                part["local_density_sum"] += nnz / self.dim
+            else:
+                bytes0 = stats.bytes_sent
+                t0 = time.perf_counter()
+                vec, loss_sum, correct = self.local_gradient(state, mine)
+                t1 = time.perf_counter()
+                total = self.allreduce(vec)
+                t2 = time.perf_counter()
+                self.apply(state, total, int(self.batch_sizes[k]))
+                t3 = time.perf_counter()
+                part["train_seconds"] += t3 - t0
+                part["compute_seconds"] += (t1 - t0) + (t3 - t2)
+                part["comm_seconds"] += t2 - t1
+                part["bytes_sent"] += stats.bytes_sent - bytes0
+                part["density_sum"] += total.nnz / self.dim
+                part["local_density_sum"] += vec.nnz / self.dim
             part["loss_sum"] += loss_sum
             part["correct"] += correct
             part["rows"] += int(bounds[k + 1] - bounds[k])
