@@ -192,6 +192,29 @@ def test_direct_path_matches_sparse_gradient_path(small, loss):
                         global_batch=64, seed=0, shuffle=True, algorithm="dense", direct=True)
 
 
+def test_direct_path_step_by_step_is_bitwise_the_whole_epoch(small):
+    """With an on_step monitor the direct path runs one step per call, without one a whole
+    epoch per call: the same weights and records, bit for bit."""
+
+    class Watch:
+        steps = 0
+
+        def on_step(self, est, engine, state):
+            Watch.steps += 1
+            return False
+
+    X, y = small[0], small[1]
+    kw = dict(alpha=1e-4, batch_size=100, epochs=3, seed=1)
+    whole = SparseLinearClassifier("hinge", **kw).fit(X, y)
+    stepped = SparseLinearClassifier("hinge", **kw).fit(X, y, monitor=Watch())
+    assert Watch.steps == 3 * 12
+    assert np.array_equal(whole.coef_, stepped.coef_)
+    assert np.array_equal(whole.intercept_, stepped.intercept_) and whole.t_ == stepped.t_
+    for a, b in zip(whole.history_, stepped.history_):
+        for key in ("loss", "train_accuracy", "gradient_density", "bytes_sent", "comm_seconds"):
+            assert a[key] == b[key], key
+
+
 class _FakeComm:
     """Just enough of a communicator for an engine's constructor."""
 

@@ -29,8 +29,8 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 __all__ = ["LOG", "HINGE", "LOSS_CODES", "ROWS_AHEAD", "SCHEDULE_CODES", "batch_gradient",
-           "gather_clear", "add_scaled", "row_margins", "add_rows", "batch_rates", "margins",
-           "losses", "add_dense"]
+           "gather_clear", "add_scaled", "row_margins", "add_rows", "batch_rates",
+           "direct_steps", "margins", "losses", "add_dense"]
 
 LOG = 0
 HINGE = 1
@@ -276,6 +276,62 @@ def batch_rates(code, t, count, alpha, t0, eta0, power_t):
         total += eta
         decay *= max(0.0, 1.0 - eta * alpha)
     return total / count, decay
+
+
+@_jit
+def direct_steps(indptr, indices, data, y, rows, bounds, sizes, k0, k1, v, fstate, istate,
+                 totals, counts, kind, code, rates, fit_intercept, intercept_decay,
+                 rescale_below, active, dloss, stamp, mark_max):
+    """Steps ``k0 .. k1-1`` of the single-rank direct path, each the update of one minibatch:
+    step ``k`` trains on ``rows[bounds[k]:bounds[k+1]]`` (``sizes[k]`` samples).
+
+    1. :func:`row_margins` at the weights of the step's start;
+    2. ``(step, decay)`` of the schedule (:func:`batch_rates`; ``code`` and ``rates`` =
+       ``(alpha, t0, eta0, power_t)``); ``scale *= decay``, folded into ``v`` below
+       ``rescale_below`` (as :meth:`~.state.TrainState.decay`);
+    3. :func:`add_rows` with ``coef = -step / scale`` and the next mark (``stamp`` cleared when
+       the mark would pass ``mark_max``); the intercept moves by ``-step * dloss_sum *
+       intercept_decay``.
+
+    In/out: ``fstate`` = (scale, intercept) float64, ``istate`` = (t, last mark) int64,
+    ``totals`` = (loss sum, density sum, local density sum) float64 and ``counts`` = (correct,
+    rows, steps) int64, the sums added to step by step. The same code runs one step or a whole
+    epoch, so both give bitwise the same weights.
+    """
+    scale = fstate[0]
+    intercept = fstate[1]
+    t = istate[0]
+    mark = istate[1]
+    dim = v.shape[0] + 1  # the intercept's coordinate included
+    for k in range(k0, k1):
+        mine = rows[bounds[k]:bounds[k + 1]]
+        loss_sum, dsum, correct, m = row_margins(indptr, indices, data, y, mine, v, scale,
+                                                 intercept, kind, active, dloss)
+        step, decay = batch_rates(code, t, sizes[k], rates[0], rates[1], rates[2], rates[3])
+        scale *= decay
+        if scale < rescale_below:
+            for j in range(v.shape[0]):
+                v[j] *= scale
+            scale = 1.0
+        mark += 1
+        if mark > mark_max:
+            stamp[:] = 0
+            mark = 1
+        n = add_rows(indptr, indices, data, active[:m], dloss[:m], v, -step / scale, stamp,
+                     mark)
+        if fit_intercept:
+            intercept += -step * dsum * intercept_decay
+        t += sizes[k]
+        totals[0] += loss_sum
+        totals[1] += (n + 1) / dim
+        totals[2] += (n + 1) / dim
+        counts[0] += correct
+        counts[1] += mine.shape[0]
+        counts[2] += 1
+    fstate[0] = scale
+    fstate[1] = intercept
+    istate[0] = t
+    istate[1] = mark
 
 
 @_jit

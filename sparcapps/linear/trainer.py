@@ -16,7 +16,8 @@ Every rank computes the same update from the same allreduce result, so the weigh
 identical on every rank after every step.
 
 With one rank (``comm`` of size 1) nothing needs summing, and the engine takes a direct path
-(:meth:`DataParallelSGD.direct_step`): the margins of the whole minibatch first, at the weights
+(:meth:`DataParallelSGD.direct_steps`, a whole epoch in one compiled call when no ``on_step``
+callback watches each step): the margins of the whole minibatch first, at the weights
 of its start (:func:`~._kernels.row_margins`), then the same decay and the scaled rows added
 into ``v`` one by one (:func:`~._kernels.add_rows`) -- the update of steps 2-4 without building
 the sparse gradient, with the same schedule and ``scale``. It differs from the general path only
@@ -38,7 +39,7 @@ from sparcml import SparseVector, TrafficStats, index_dtype_for
 from . import _kernels as K
 from .sampling import BatchPlan
 from .schedule import Schedule
-from .state import TrainState
+from .state import RESCALE_BELOW, TrainState
 
 __all__ = ["DataParallelSGD", "INTERCEPT_DECAY", "PARTIAL_KEYS"]
 
@@ -59,7 +60,7 @@ class DataParallelSGD:
 
     Collective constructor (one ``allgather`` of the row counts). ``X`` rows of rank r precede
     those of rank r+1 in the global numbering (see :mod:`.sampling`). ``direct``: apply each
-    minibatch straight from its rows (:meth:`direct_step`); None: when ``comm`` has one rank.
+    minibatch straight from its rows (:meth:`direct_steps`); None: when ``comm`` has one rank.
     With one rank the ``algorithm`` and ``quantizer`` then play no part (the quantizer's random
     stream does not advance).
     """
@@ -101,6 +102,9 @@ class DataParallelSGD:
             self._stamp = np.zeros(self.n_features, dtype=np.uint16 if wide else np.uint8)
             self._stamp_max = int(np.iinfo(self._stamp.dtype).max)
             self._stamp_last = 0
+            self._rate_code = K.SCHEDULE_CODES[schedule.kind]
+            self._rates = np.array([schedule.alpha, schedule.t0, schedule.eta0,
+                                    schedule.power_t], dtype=np.float64)
         else:
             self._bits = np.zeros((self.n_features + 63) // 64, dtype=np.uint64)
             self._touched = np.empty(min(self.n_features, int(X.nnz)) + 1, dtype=np.int64)
@@ -165,29 +169,31 @@ class DataParallelSGD:
             state.intercept += -step * g_b * INTERCEPT_DECAY
         state.t += int(count)
 
-    def direct_step(self, state: TrainState, rows: np.ndarray, count: int
-                    ) -> tuple[float, int, int]:
-        """One rank: the update of :meth:`local_gradient` + :meth:`apply` for ``rows``
-        (``count`` of them) applied straight from the rows. Returns the rows' loss sum, how many
-        were classified right (both before the step) and the number of nonzero coordinates of
-        their summed gradient, intercept included. Requires :meth:`attach`."""
-        X = self.X
-        loss_sum, dsum, correct, m = K.row_margins(
-            X.indptr, X.indices, X.data, self.y, rows, state.v, state.scale, state.intercept,
-            self.kind, self._active, self._dloss)
-        step, decay = self.schedule.batch(state.t, count)
-        state.decay(decay)
-        mark = self._stamp_last + 1
-        if mark > self._stamp_max:
-            self._stamp[:] = 0
-            mark = 1
-        self._stamp_last = mark
-        n = K.add_rows(X.indptr, X.indices, X.data, self._active[:m], self._dloss[:m], state.v,
-                       -step / state.scale, self._stamp, self._stamp.dtype.type(mark))
-        if self.fit_intercept:
-            state.intercept += -step * dsum * INTERCEPT_DECAY
-        state.t += int(count)
-        return loss_sum, int(correct), n + 1
+    def direct_steps(self, state: TrainState, rows: np.ndarray, bounds: np.ndarray,
+                     k1: int) -> None:
+        """One rank: steps ``state.step .. k1-1`` of the epoch (``rows``, ``bounds`` of
+        :meth:`~.sampling.BatchPlan.epoch`), each the update of :meth:`local_gradient` +
+        :meth:`apply` applied straight from the rows (:func:`~._kernels.direct_steps`); this
+        rank's totals go to ``state.partial``. Requires :meth:`attach`."""
+        X, part = self.X, state.partial
+        fstate = np.array([state.scale, state.intercept], dtype=np.float64)
+        istate = np.array([state.t, self._stamp_last], dtype=np.int64)
+        totals = np.array([part["loss_sum"], part["density_sum"], part["local_density_sum"]],
+                          dtype=np.float64)
+        counts = np.array([part["correct"], part["rows"], part["steps"]], dtype=np.int64)
+        t0 = time.perf_counter()
+        K.direct_steps(X.indptr, X.indices, X.data, self.y, rows, bounds, self.batch_sizes,
+                       state.step, k1, state.v, fstate, istate, totals, counts, self.kind,
+                       self._rate_code, self._rates, self.fit_intercept, INTERCEPT_DECAY,
+                       RESCALE_BELOW, self._active, self._dloss, self._stamp, self._stamp_max)
+        seconds = time.perf_counter() - t0
+        state.scale, state.intercept = float(fstate[0]), float(fstate[1])
+        state.t, self._stamp_last = int(istate[0]), int(istate[1])
+        part["loss_sum"], part["density_sum"], part["local_density_sum"] = map(float, totals)
+        part["correct"], part["rows"], part["steps"] = map(int, counts)
+        part["train_seconds"] += seconds
+        part["compute_seconds"] += seconds
+        state.step = k1
 
     def allreduce(self, vec: SparseVector) -> SparseVector:
         """Collective: the sum of every rank's ``vec`` (the agreement check on the first call
@@ -217,31 +223,26 @@ class DataParallelSGD:
         stats = self.stats
         while state.step < self.plan.steps_per_epoch:
             k = state.step
-            mine = rows[bounds[k]:bounds[k + 1]]
-            if self.direct:
-                t0 = time.perf_counter()
-                loss_sum, correct, nnz = self.direct_step(state, mine,
-                                                          int(self.batch_sizes[k]))
-                seconds = time.perf_counter() - t0
-                part["train_seconds"] += seconds
-                part["compute_seconds"] += seconds
-                part["density_sum"] += nnz / self.dim
-                part["local_density_sum"] += nnz / self.dim
-            else:
-                bytes0 = stats.bytes_sent
-                t0 = time.perf_counter()
-                vec, loss_sum, correct = self.local_gradient(state, mine)
-                t1 = time.perf_counter()
-                total = self.allreduce(vec)
-                t2 = time.perf_counter()
-                self.apply(state, total, int(self.batch_sizes[k]))
-                t3 = time.perf_counter()
-                part["train_seconds"] += t3 - t0
-                part["compute_seconds"] += (t1 - t0) + (t3 - t2)
-                part["comm_seconds"] += t2 - t1
-                part["bytes_sent"] += stats.bytes_sent - bytes0
-                part["density_sum"] += total.nnz / self.dim
-                part["local_density_sum"] += vec.nnz / self.dim
+            if self.direct:  # all the epoch's steps in one call unless someone watches each
+                self.direct_steps(state, rows, bounds,
+                                  k + 1 if on_step is not None else self.plan.steps_per_epoch)
+                if on_step is not None and on_step(state):
+                    return True
+                continue
+            bytes0 = stats.bytes_sent
+            t0 = time.perf_counter()
+            vec, loss_sum, correct = self.local_gradient(state, rows[bounds[k]:bounds[k + 1]])
+            t1 = time.perf_counter()
+            total = self.allreduce(vec)
+            t2 = time.perf_counter()
+            self.apply(state, total, int(self.batch_sizes[k]))
+            t3 = time.perf_counter()
+            part["train_seconds"] += t3 - t0
+            part["compute_seconds"] += (t1 - t0) + (t3 - t2)
+            part["comm_seconds"] += t2 - t1
+            part["bytes_sent"] += stats.bytes_sent - bytes0
+            part["density_sum"] += total.nnz / self.dim
+            part["local_density_sum"] += vec.nnz / self.dim
             part["loss_sum"] += loss_sum
             part["correct"] += correct
             part["rows"] += int(bounds[k + 1] - bounds[k])
