@@ -329,11 +329,12 @@ def _epochs_section(doc: _Doc, records, out: Path) -> None:
     rows = []
     for r in runs:
         last = r["metrics"]["epochs"][-1]
-        rows.append([r["app"], r.get("algorithm"), r.get("P"), r.get("density"),
-                     len(r["metrics"]["epochs"]), last.get("loss"), last.get("train_accuracy"),
-                     last.get("test_accuracy"), last.get("wall_seconds")])
-    doc.table(["app", "algorithm", "P", "density", "epochs", "final loss", "train accuracy",
-               "test accuracy", "wall s"], rows)
+        rows.append([r["app"], r.get("algorithm"), _compression(r), r.get("P"),
+                     r.get("density"), len(r["metrics"]["epochs"]), last.get("loss"),
+                     last.get("train_accuracy"), last.get("test_accuracy"),
+                     last.get("wall_seconds")])
+    doc.table(["app", "algorithm", "compression", "P", "density", "epochs", "final loss",
+               "train accuracy", "test accuracy", "wall s"], rows)
     for (app,), grp in _group([{"app": r["app"], "rec": r} for r in runs], ("app",)):
         metric = next((m for m in ("test_accuracy", "train_accuracy", "loss")
                        if any(m in e for g in grp for e in g["rec"]["metrics"]["epochs"])), None)
@@ -346,12 +347,25 @@ def _epochs_section(doc: _Doc, records, out: Path) -> None:
                    if e.get("wall_seconds") is not None and e.get(metric) is not None]
             if pts:
                 ax.plot(*zip(*pts), "o-", label=f"{r.get('algorithm')} P={r.get('P')} "
-                                                f"d={_fmt(r.get('density'))}")
+                                                f"d={_fmt(r.get('density'))} {_compression(r)}")
         ax.legend(fontsize=8)
         name = f"{metric}-vs-time-{_slug(app)}.png"
         _save(fig, out / name)
         doc.img(name, f"{app} {metric} vs wall time")
         _rerun_block(doc, [{"command": rerun_command(g["rec"])} for g in grp])
+
+
+def _compression(record) -> str:
+    """How a training run compressed: the dense baseline, QSGD bits, error feedback off."""
+    cfg = record.get("config") or {}
+    if cfg.get("dense"):
+        return "dense"
+    parts = []
+    if cfg.get("bits"):
+        parts.append(f"q{cfg['bits']}")
+    if cfg.get("no_error_feedback") or cfg.get("error_feedback") is False:
+        parts.append("no EF")
+    return " ".join(parts) or "-"
 
 
 def _environment_section(doc: _Doc, records) -> None:

@@ -43,7 +43,9 @@ def sweep(tmp_path):
             expected[(P, d, "allgather")] = (2 * t, 1.2345)
     epochs = [{"epoch": e, "wall_seconds": 1.5 * e, "loss": 1 / e, "test_accuracy": 0.5 + e / 10}
               for e in (1, 2, 3)]
-    append_record(path, make_record("sparc-linear", config={}, environment=ENV, P=2,
+    append_record(path, make_record("sparc-linear", config={"bits": 4,
+                                                            "no_error_feedback": True},
+                                    environment=ENV, P=2,
                                     algorithm="ssar_split_allgather", density=0.01,
                                     metrics={"epochs": epochs}))
     append_record(path, make_record("sparc-bench", config={"command": ["mpiexec", "sparc-bench"]},
@@ -96,7 +98,8 @@ def test_report_tables_match_records(sweep, tmp_path):
     # training run table: final epoch values
     train = _table(md, "## Training runs")[0]
     assert (train["app"], train["epochs"], float(train["test accuracy"]),
-            float(train["wall s"])) == ("sparc-linear", "3", 0.8, 4.5)
+            float(train["wall s"]), train["compression"]) == ("sparc-linear", "3", 0.8, 4.5,
+                                                               "q4 no EF")
     # environment and rerun commands
     assert "MPICH Version: 5" in md and "abc123" in md and "77" in md
     assert "mpiexec -n 4 sparc-bench --N 1000" in md
