@@ -159,8 +159,8 @@ def _allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
 
 # -- the algorithms -------------------------------------------------------------------------
 
-def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec,
-                           seed: int = 0) -> SparseVector:
+def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats,
+                           codec: Codec) -> SparseVector:
     rank, size = ctx.rank, ctx.size
     cur = vec
     pof2 = 1 << (size.bit_length() - 1)
@@ -183,7 +183,7 @@ def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats, codec: C
             peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
             # after round t the 2^t ranks of a group hold the same stream; with a quantizer
             # they must also send the same message, so the random stream is the group's
-            group_seed = _group_seed(seed, mask, newrank // mask) if codec.lossy else None
+            group_seed = _group_seed(codec.seed, mask, newrank // mask) if codec.lossy else None
             mine, other = _exchange_vector(ctx, cur, peer, _TAG_ROUND, stats, codec,
                                            group_seed)
             cur = _add(mine, other, codec) if newrank < newpeer else _add(other, mine, codec)
@@ -431,7 +431,7 @@ def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check) 
     elif local_error is not None:
         raise local_error
     stats.calls += 1
-    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse)
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed)
     chosen = algorithm
     if algorithm == AUTO:
         chosen = _choose(ctx, vec, nnz_max, codec)
@@ -446,8 +446,6 @@ def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check) 
         return out
     if chosen in ("dense", "dsar_split_allgather"):
         result = _IMPLEMENTATIONS[chosen](ctx, vec, stats, codec)
-    elif chosen == "ssar_recursive_double":
-        result = _ssar_recursive_double(ctx, _normalize(vec, codec), stats, codec, seed)
     else:
         result = _IMPLEMENTATIONS[chosen](ctx, _normalize(vec, codec), stats, codec)
     if algorithm == AUTO:

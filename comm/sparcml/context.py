@@ -21,9 +21,9 @@ class TrafficStats:
     """What one rank moved in sparcml calls; pass one as ``stats=`` to accumulate into it.
 
     ``bytes_sent``: exact for point-to-point messages; inside MPI collectives it is the per-rank
-    volume of the bandwidth-optimal algorithm ((P-1)/P of the gathered bytes for an allgather,
-    2 (P-1)/P of the vector for a dense allreduce). ``dense_messages`` counts messages that went
-    dense by the switch rule.
+    volume of the bandwidth-optimal algorithm (for an allgather, the gathered bytes this rank
+    does not hold itself; for a dense allreduce, 2 (P-1)/P of the vector). ``dense_messages``
+    counts messages that went dense by the switch rule.
     """
 
     bytes_sent: int = 0

@@ -76,13 +76,16 @@ class Codec:
     a few values).
     """
 
-    __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "_item", "_entry")
+    __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "seed", "_item",
+                 "_entry")
 
-    def __init__(self, index_dtype, value_dtype, quantizer=None, quantize_sparse: bool = False):
+    def __init__(self, index_dtype, value_dtype, quantizer=None, quantize_sparse: bool = False,
+                 seed: int = 0):
         self.index_dtype = np.dtype(index_dtype)
         self.value_dtype = np.dtype(value_dtype)
         self.quantizer = quantizer
         self.quantize_sparse = bool(quantize_sparse and quantizer is not None)
+        self.seed = seed  # random seed common to all ranks of the call (for shared streams)
         s_val = self.value_dtype.itemsize
         s_q = s_val if quantizer is None else quantizer.bits / 8 + 4 / quantizer.bucket_size
         self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
