@@ -11,6 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import algorithms as _ar
+from . import kernels
 from .agreement import agree
 from .context import TrafficStats, context_for
 from .errors import InvalidVectorError, SparcmlError
@@ -85,14 +86,10 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
         parts = _ar._split_reduce(ctx, vec, stats, bounds, codec)
     block = _ar._fold_parts(parts, lo, hi - lo, codec)
     if block.is_dense:
-        return SparseVector(vec.dim, *_dense_block_nonzeros(block, vec.index_dtype), check=False)
+        idx, val = kernels.dense_to_sparse(block.values, block.offset,
+                                           np.empty(0, vec.index_dtype))
+        return SparseVector._trusted(vec.dim, idx, val)
     return SparseVector._trusted(vec.dim, block.indices.copy(), block.values.copy())
-
-
-def _dense_block_nonzeros(block: Part, index_dtype):
-    from . import kernels
-
-    return kernels.dense_to_sparse(block.values, block.offset, np.empty(0, index_dtype))
 
 
 def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
