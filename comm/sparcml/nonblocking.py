@@ -22,7 +22,7 @@ from mpi4py import MPI
 
 from .context import CommContext, context_for, new_context
 from .errors import SparcmlError
-from .progress import Waiter
+from .progress import BACKGROUND_MAX_SLEEP_SECONDS, Waiter
 
 __all__ = ["Request", "Engine", "submit"]
 
@@ -122,10 +122,11 @@ def submit(comm: MPI.Comm | None, label: str, fn: Callable[..., Any], *args) -> 
             "mpi4py.rc.thread_level before importing mpi4py.MPI")
     ctx = context_for(comm)
     if ctx.engine is None:
-        # the thread always waits with sleeps: spinning would steal the core of the compute
-        # that the call is meant to overlap with
+        # the thread always waits with sleeps, backing off on long waits: spinning or frequent
+        # wake-ups would steal the core of the compute that the call is meant to overlap with
         global _atexit_registered
-        ctx.engine = Engine(new_context(ctx.comm, Waiter(yield_cpu=True)))
+        waiter = Waiter(yield_cpu=True, max_sleep=BACKGROUND_MAX_SLEEP_SECONDS)
+        ctx.engine = Engine(new_context(ctx.comm, waiter))
         _engines.add(ctx.engine)
         if not _atexit_registered:
             atexit.register(_close_all)
