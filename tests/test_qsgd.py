@@ -399,3 +399,56 @@ def test_kernels_against_reference_across_chunks(bits, dtype, bucket_size, n):
                                                            bits, dtype))
     # the tiny bucket keeps nonzero levels
     assert np.count_nonzero(ref.unpack_codes(codes, n, bits)[bucket_size:2 * bucket_size])
+
+
+# -- the streaming decode (large float32 outputs) ----------------------------------------------
+
+@pytest.mark.parametrize("bits", BITS)
+@pytest.mark.parametrize("bucket_size", [1, 3, 7, 1024])
+def test_streaming_decode_kernel_against_reference(bits, bucket_size):
+    """Every start parity of a bucket and of ``out`` (4-byte but not 8-byte aligned), ends that do
+    not fill a word, and nothing written outside ``out``."""
+    rng = np.random.default_rng(bits * 10 + bucket_size)
+    for n in (0, 1, 2, 3, 5, 1001, 4099):
+        x = rng.standard_normal(n).astype(np.float32)
+        x[::13] = 0
+        q = QSGD(bits=bits, bucket_size=bucket_size, seed=5)
+        buf = q.encode(x)
+        nb = q.num_buckets(n)
+        scales, codes = buf[:4 * nb].view("<f4"), buf[4 * nb:]
+        expect = ref.qsgd_decode(scales, codes, n, bucket_size, bits, np.float32)
+        for shift in (0, 1):
+            guarded = np.full(n + 2, 7.0, np.float32)
+            out = guarded[shift:shift + n]
+            assert quant_kernels.qsgd_decode_streaming(scales, codes, n, bucket_size, bits,
+                                                       out) is out
+            np.testing.assert_array_equal(out, expect)
+            assert guarded[shift + n] == 7.0 and (shift == 0 or guarded[0] == 7.0)
+
+
+@pytest.mark.parametrize("bits", BITS)
+def test_public_decode_of_a_large_output_streams_the_same_values(bits, monkeypatch):
+    """QSGD.decode(streaming=True) takes the streaming kernel from STREAMING_DECODE_BYTES on
+    (float32, aligned); the values are those of the ordinary kernel either way."""
+    import sparcml.qsgd as qsgd_module
+
+    n = qsgd_module.STREAMING_DECODE_BYTES // 4 + 3
+    x = np.random.default_rng(bits).standard_normal(n).astype(np.float32)
+    q = QSGD(bits=bits, seed=9)
+    buf = q.encode(x)
+    calls = []
+    streaming = quant_kernels.qsgd_decode_streaming
+    monkeypatch.setattr(quant_kernels, "qsgd_decode_streaming",
+                        lambda *a: calls.append(1) or streaming(*a))
+    big = np.empty(n + 1, np.float32)
+    assert q.decode(buf, n, out=big[1:]) is not None and calls == []  # not asked to stream
+    got = q.decode(buf, n, out=big[1:], streaming=True)  # 4-byte aligned, not 8
+    assert calls == [1]
+    nb = q.num_buckets(n)
+    plain = quant_kernels.qsgd_decode(buf[:4 * nb].view("<f4"), buf[4 * nb:], n, q.bucket_size,
+                                      bits, np.empty(n, np.float32))
+    np.testing.assert_array_equal(got, plain)
+    # float64 and small outputs take the ordinary kernel
+    q.decode(buf, n, dtype=np.float64, streaming=True)
+    q.decode(q.encode(x[:1000]), 1000, streaming=True)
+    assert calls == [1]

@@ -9,8 +9,8 @@ from .costmodel import CostModel, calibrate
 from .collectives import allgather, bcast, reduce_scatter
 from .nonblocking import Request
 from .context import TrafficStats
-from .errors import (CompressionError, IncompatibleOptionsError, InvalidVectorError,
-                     QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
+from .errors import (CompressionError, IncompatibleOptionsError, InvalidOutputError,
+                     InvalidVectorError, QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
                      UnsupportedDtypeError)
 from .qsgd import QSGD
 from .topk import TopK
@@ -34,6 +34,7 @@ __all__ = [
     "should_be_dense",
     "SparcmlError",
     "InvalidVectorError",
+    "InvalidOutputError",
     "RankMismatchError",
     "UnknownAlgorithmError",
     "UnsupportedDtypeError",

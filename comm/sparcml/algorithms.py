@@ -16,7 +16,8 @@ from . import kernels
 from .agreement import agree
 from .context import TrafficStats, context_for
 from .costmodel import _calibrate_on, overlap_from_result
-from .errors import (IncompatibleOptionsError, SparcmlError, UnknownAlgorithmError,
+from .errors import (IncompatibleOptionsError, InvalidOutputError, SparcmlError,
+                     UnknownAlgorithmError,
                      UnsupportedDtypeError)
 from .vector import SparseVector
 from .wire import Codec, Part, decode
@@ -157,6 +158,27 @@ def _allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
     return [recv[d:d + s] for d, s in zip(displs, sizes)]
 
 
+def _allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
+                            stats: TrafficStats) -> list[np.ndarray]:
+    """Allgatherv of every rank's dense block message (block j spans ``bounds[j:j+2]``).
+
+    Every size is known from ``bounds``, so no sizes travel first, and this rank encodes
+    straight into its slot of the receive buffer (MPI_IN_PLACE).
+    """
+    sizes = np.array([codec.dense_nbytes(int(bounds[j + 1] - bounds[j]))
+                      for j in range(ctx.size)], np.int64)
+    displs = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], out=displs[1:])
+    recv = np.empty(int(sizes.sum()), np.uint8)
+    mine = slice(int(displs[ctx.rank]), int(displs[ctx.rank] + sizes[ctx.rank]))
+    codec.encode_dense(block.values, block.offset, out=recv[mine])
+    ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
+                          [recv, sizes, displs, MPI.BYTE])
+    stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
+    stats.messages += 1
+    return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+
 # -- the algorithms -------------------------------------------------------------------------
 
 def _ssar_recursive_double(ctx, vec: SparseVector, stats: TrafficStats,
@@ -283,18 +305,21 @@ def _assemble(blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
                                  np.concatenate(val))
 
 
-def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats,
-                          codec: Codec) -> SparseVector:
+def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec,
+                          out: np.ndarray | None = None) -> SparseVector:
     rank, size = ctx.rank, ctx.size
     bounds = block_bounds(vec.dim, size)
     parts = _split_reduce(ctx, vec, stats, bounds, codec)
     block = _fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]), codec,
                         force_dense=True)
-    out = np.empty(vec.dim, vec.dtype)
+    # a caller's buffer is (usually) already in memory: write around the caches into it; a fresh
+    # one is not, and the kernel's zeroing of its pages then makes ordinary stores cheaper
+    streaming = out is not None
+    if out is None:
+        out = np.empty(vec.dim, vec.dtype)
     if codec.lossy:  # the dense phase in low precision: every rank decodes every block
-        buf, _ = codec.encode(block, known_dense=True)
-        for j, gathered in enumerate(_allgather_bytes(ctx, buf, stats)):
-            decode(gathered, out=out[bounds[j]:bounds[j + 1]])
+        for j, gathered in enumerate(_allgather_dense_blocks(ctx, block, bounds, codec, stats)):
+            decode(gathered, out=out[bounds[j]:bounds[j + 1]], streaming=streaming)
         return SparseVector._trusted(vec.dim, None, out)
     counts = np.diff(bounds)
     mpi_type = MPI._typedict[vec.dtype.char]
@@ -305,8 +330,9 @@ def _dsar_split_allgather(ctx, vec: SparseVector, stats: TrafficStats,
     return SparseVector._trusted(vec.dim, None, out)
 
 
-def _dense(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec) -> SparseVector:
-    out = vec.to_dense()
+def _dense(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec,
+           out: np.ndarray | None = None) -> SparseVector:
+    out = vec.to_dense() if out is None else _write_dense(vec, out)
     ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, out, MPI.SUM)
     size = ctx.size
     stats.bytes_sent += 2 * (size - 1) * out.nbytes // size
@@ -321,6 +347,20 @@ def _allgather(ctx, vec: SparseVector, stats: TrafficStats, codec: Codec) -> Spa
     total = _fold_parts(parts, 0, vec.dim, codec)
     return _as_vector(total, vec.dim)
 
+
+def _write_dense(vec: SparseVector, out: np.ndarray) -> np.ndarray:
+    """``out[:] = vec`` (every entry, zeros included); returns ``out``."""
+    if vec.is_dense:
+        if vec.values is not out:
+            np.copyto(out, vec.values)
+    else:
+        out.fill(0)
+        out[vec.indices] = vec.values
+    return out
+
+
+# the algorithms that compute a dense result anyway take ``out=`` and fill it themselves
+_WRITE_INTO_OUT = ("dense", "dsar_split_allgather")
 
 _IMPLEMENTATIONS = {
     "ssar_recursive_double": _ssar_recursive_double,
@@ -362,7 +402,7 @@ _DESCRIBE = {"algorithm": {**dict(enumerate(ALGORITHMS + (AUTO,))), -1: "(invali
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",
               quantizer=None, quantize_sparse: bool = False, stats: TrafficStats | None = None,
-              check: bool = True) -> SparseVector:
+              check: bool = True, out: np.ndarray | None = None) -> SparseVector:
     """Sum one sparse vector per rank; every rank gets the same result.
 
     Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) must call, in the same order
@@ -390,17 +430,25 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recur
         on ``dim``, dtype, ``algorithm`` and quantizer and that no rank's input was invalid,
         and raises the same :class:`SparcmlError` on every rank otherwise. ``False`` skips it
         (one latency less, but a mismatch is then undefined behaviour).
+    out : a buffer for the result, as MPI's receive buffer: a writeable C-contiguous 1-d
+        ndarray of ``dim`` values of the value dtype, not overlapping ``vec``. The sum is
+        written there in full (zeros included) and the result is dense-backed on ``out``.
+        Iterative callers that pass the same buffer every time skip allocating, and the kernel
+        zeroing, a fresh result (a large part of a dense-phase call on shared memory). Each
+        rank passes its own buffer or None, independently of the others.
 
     Returns
     -------
-    SparseVector of the same dim and value dtype, newly allocated (never aliasing ``vec``).
+    SparseVector of the same dim and value dtype: newly allocated (never aliasing ``vec``), or
+    dense on ``out``.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     return allreduce_in(context_for(comm), vec, algorithm, quantizer, quantize_sparse, stats,
-                        check)
+                        check, out)
 
 
-def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check) -> SparseVector:
+def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check,
+                 out=None) -> SparseVector:
     """:func:`allreduce` on a context (the blocking path's, or the communication thread's)."""
     stats = TrafficStats() if stats is None else stats
     local_error = None
@@ -419,6 +467,8 @@ def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check) 
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
         nnz = vec.nnz
+        if out is not None:
+            _check_out(out, vec)
     except SparcmlError as exc:
         local_error = exc
     # a quantizer needs one random seed common to all ranks: it rides on the check
@@ -437,20 +487,41 @@ def allreduce_in(ctx, vec, algorithm, quantizer, quantize_sparse, stats, check) 
         chosen = _choose(ctx, vec, nnz_max, codec)
     stats.algorithm = chosen
     if ctx.size == 1:  # nothing travels, so nothing is quantized
-        if chosen in ("dense", "dsar_split_allgather"):
+        if out is not None:
+            return SparseVector._trusted(vec.dim, None, _write_dense(vec, out))
+        if chosen in _WRITE_INTO_OUT:
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
-        out = _normalize(vec, codec)
-        if out is vec:
-            out = SparseVector._trusted(vec.dim, None if vec.is_dense else vec.indices.copy(),
-                                        vec.values.copy())
-        return out
-    if chosen in ("dense", "dsar_split_allgather"):
-        result = _IMPLEMENTATIONS[chosen](ctx, vec, stats, codec)
+        result = _normalize(vec, codec)
+        if result is vec:
+            result = SparseVector._trusted(vec.dim, None if vec.is_dense else vec.indices.copy(),
+                                           vec.values.copy())
+        return result
+    if chosen in _WRITE_INTO_OUT:
+        result = _IMPLEMENTATIONS[chosen](ctx, vec, stats, codec, out=out)
     else:
         result = _IMPLEMENTATIONS[chosen](ctx, _normalize(vec, codec), stats, codec)
     if algorithm == AUTO:
         _learn_overlap(ctx, vec, nnz_max, result)
+    if out is not None and result.values is not out:
+        result = SparseVector._trusted(vec.dim, None, _write_dense(result, out))
     return result
+
+
+def _check_out(out, vec: SparseVector) -> None:
+    """Raise :class:`InvalidOutputError` unless ``out`` can hold ``vec``'s sum."""
+    if not isinstance(out, np.ndarray):
+        raise InvalidOutputError(f"out must be a NumPy array, got {type(out).__name__}")
+    if out.ndim != 1 or out.shape[0] != vec.dim or out.dtype != vec.dtype:
+        raise InvalidOutputError(
+            f"out must be a 1-d array of {vec.dim} {vec.dtype} values (the input's dim and "
+            f"value dtype), got shape {out.shape} and dtype {out.dtype}")
+    if not (out.flags.c_contiguous and out.flags.writeable):
+        raise InvalidOutputError("out must be C-contiguous and writeable (pass a fresh "
+                                 "np.empty(dim, dtype) or a contiguous copy)")
+    if np.shares_memory(out, vec.values) or (vec.indices is not None
+                                             and np.shares_memory(out, vec.indices)):
+        raise InvalidOutputError("out overlaps the input vector; the input must stay intact "
+                                 "while the collective runs, so pass a separate buffer")
 
 
 def _quantizer_code(quantizer) -> int:
@@ -498,15 +569,16 @@ def _learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -
 
 def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = "ssar_recursive_double",
                quantizer=None, quantize_sparse: bool = False,
-               stats: TrafficStats | None = None, check: bool = True):
+               stats: TrafficStats | None = None, check: bool = True,
+               out: np.ndarray | None = None):
     """Non-blocking :func:`allreduce`: returns a :class:`~sparcml.nonblocking.Request` at once.
 
     Same arguments and result (``request.wait()``) as :func:`allreduce`. Collective: every
     rank must submit its non-blocking calls on ``comm`` in the same order. ``vec`` must not be
-    modified until the request completes (as with MPI buffers). ``stats``, when given, is
-    updated by the communication thread.
+    modified, nor ``out`` read, until the request completes (as with MPI buffers). ``stats``,
+    when given, is updated by the communication thread.
     """
     from .nonblocking import submit
 
     return submit(comm, f"iallreduce({algorithm})", allreduce_in, vec, algorithm, quantizer,
-                  quantize_sparse, stats, check)
+                  quantize_sparse, stats, check, out)

@@ -11,6 +11,7 @@ __all__ = [
     "IncompatibleOptionsError",
     "CompressionError",
     "QuantizationError",
+    "InvalidOutputError",
 ]
 
 
@@ -44,3 +45,7 @@ class CompressionError(SparcmlError, ValueError):
 
 class QuantizationError(CompressionError):
     """Values QSGD cannot quantize (NaN, Inf, beyond float32), or an encoding of the wrong size."""
+
+
+class InvalidOutputError(SparcmlError, ValueError):
+    """An ``out=`` buffer of the wrong shape, dtype or layout, or one that overlaps the input."""

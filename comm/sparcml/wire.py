@@ -127,13 +127,28 @@ class Codec:
         h["length"] = length
         h["offset"] = offset
 
-    def _dense_buffer(self, values: np.ndarray, offset: int, seed) -> np.ndarray:
+    def dense_nbytes(self, n: int) -> int:
+        """Bytes of the dense message of ``n`` entries (what :meth:`encode_dense` writes)."""
+        return _pad8(HEADER_SIZE + self._values_nbytes(n, self.quantizer is not None))
+
+    def encode_dense(self, values: np.ndarray, offset: int, *, seed: int | None = None,
+                     out: np.ndarray | None = None) -> np.ndarray:
+        """The dense message of ``values`` (entries ``offset...``), into ``out`` when given
+        (``dense_nbytes(len(values))`` uint8, e.g. this rank's slot of a receive buffer)."""
         quantized = self.quantizer is not None
         n = values.shape[0]
-        buf = np.zeros(_pad8(HEADER_SIZE + self._values_nbytes(n, quantized)), np.uint8)
-        self._header(buf, DENSE, quantized, n, n, offset)
-        self._write_values(buf, HEADER_SIZE, values, quantized, seed)
-        return buf
+        nbytes = self.dense_nbytes(n)
+        if out is None:
+            out = np.zeros(nbytes, np.uint8)
+        else:
+            if out.dtype != np.uint8 or out.shape != (nbytes,):
+                raise SparcmlError(f"encode_dense: out must be {nbytes} uint8, got {out.dtype} "
+                                   f"of shape {out.shape}")
+            used = HEADER_SIZE + self._values_nbytes(n, quantized)
+            out[used:] = 0  # the padding: the same bytes on every run
+        self._header(out, DENSE, quantized, n, n, offset)
+        self._write_values(out, HEADER_SIZE, values, quantized, seed)
+        return out
 
     def encode(self, part: Part, *, known_dense: bool = False,
                seed: int | None = None) -> tuple[np.ndarray, bool]:
@@ -148,7 +163,7 @@ class Codec:
         if part.indices is None:
             if known_dense or self.should_be_dense(kernels.count_nonzero(part.values),
                                                    part.length):
-                return self._dense_buffer(part.values, part.offset, seed), True
+                return self.encode_dense(part.values, part.offset, seed=seed), True
             idx, val = kernels.dense_to_sparse(part.values, part.offset,
                                                np.empty(0, self.index_dtype))
             part = Part(part.offset, part.length, idx, val)
@@ -156,7 +171,7 @@ class Codec:
         if self.should_be_dense(n, part.length):
             block = np.zeros(part.length, self.value_dtype)
             kernels.scatter_add(block, part.indices, part.values, part.offset)
-            return self._dense_buffer(block, part.offset, seed), True
+            return self.encode_dense(block, part.offset, seed=seed), True
         quantized = self.quantize_sparse
         idx_bytes = _pad8(n * self.index_dtype.itemsize)
         buf = np.zeros(_pad8(HEADER_SIZE + idx_bytes + self._values_nbytes(n, quantized)),
@@ -175,11 +190,12 @@ def _decoder(code: int):
     return QSGD.from_code(code, seed=0)  # decoding draws no random numbers
 
 
-def decode(buf: np.ndarray, out: np.ndarray | None = None) -> Part:
+def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = False) -> Part:
     """Decode a buffer written by :meth:`Codec.encode` (views where values are raw).
 
     ``out``: where quantized values are decoded to (``count`` values of the value dtype);
-    raw values are never copied, so the caller copies those itself.
+    raw values are never copied, so the caller copies those itself. ``streaming``: see
+    :meth:`sparcml.QSGD.decode` (for an ``out`` that is already in memory).
     """
     if buf.shape[0] < HEADER_SIZE:
         raise SparcmlError(f"corrupt message: {buf.shape[0]} bytes, shorter than the header")
@@ -197,7 +213,8 @@ def decode(buf: np.ndarray, out: np.ndarray | None = None) -> Part:
     if h["quantized"]:
         quantizer = _decoder(int(h["qcode"]))
         nbytes = quantizer.encoded_nbytes(count)
-        values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype, out=out)
+        values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype, out=out,
+                                  streaming=streaming)
     else:
         values = buf[start:start + count * value_dtype.itemsize].view(value_dtype)
     return Part(offset, length, indices, values)

@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --bits, quantize the values of sparse messages too")
     p.add_argument("--nonblocking", action="store_true",
                    help="time iallreduce + wait instead of the blocking call")
+    p.add_argument("--reuse-output", action="store_true",
+                   help="pass the same out= buffer to every call, as iterative training does "
+                        "(default: a newly allocated result each call)")
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -126,6 +129,8 @@ def run_sweep(args) -> int:
               "cost_model": None if model is None else model.to_dict()}
     if rank == 0:
         mode = "iallreduce+wait" if args.nonblocking else "allreduce"
+        if args.reuse_output:
+            mode += " into a reused out= buffer"
         if args.bits:
             mode += f", +q{args.bits}: QSGD {args.bits}-bit" + (" (sparse values too)"
                                                                if args.quantize_sparse else "")
@@ -142,11 +147,11 @@ def run_sweep(args) -> int:
                 cases = []
                 for algorithm in algorithms:
                     cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                           args.nonblocking))
+                                           args.nonblocking, reuse_output=args.reuse_output))
                     if args.bits is not None and algorithm != "dense":  # and quantized, beside
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, args.bits,
-                                               args.quantize_sparse))
+                                               args.quantize_sparse, args.reuse_output))
                 outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                                 model=model)
                 dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -176,6 +181,7 @@ def run_sweep(args) -> int:
                                      "bits": case.bits,
                                      "quantize_sparse": case.quantize_sparse,
                                      "nonblocking": args.nonblocking,
+                                     "reuse_output": args.reuse_output,
                                      "model": out.get("model"),
                                      "result_density": out["result"]["density"],
                                      "result_dense": out["result"]["dense"]}))

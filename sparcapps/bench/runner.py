@@ -32,6 +32,7 @@ class BenchCase:
     nonblocking: bool = False
     bits: int | None = None         # QSGD bits for quantized messages (None: full precision)
     quantize_sparse: bool = False
+    reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -56,6 +57,8 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
                                                                seed=[seed, rank])
         options = {"algorithm": case.algorithm, "quantizer": quantizer,
                    "quantize_sparse": case.quantize_sparse}
+        if case.reuse_output:
+            options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
 
         def call(stats, options=options, nonblocking=case.nonblocking):
             if nonblocking:

@@ -6,8 +6,9 @@ Run under mpiexec (any P) with ``python -m mpi4py``: a failing rank aborts the j
 int64 *stored* indices (the int32 limit lowered for the run, then a real dim above 2**31);
 float32 and float64; a dim that is not a multiple of P; indices 0 and N-1 always present on
 some rank. Checks: exact equality with the dense sum for integer values (allclose for random
-floats), the same result on every rank, and the switch rule: sparse algorithms return a
-dense-backed result exactly when the result's support crosses the rule.
+floats), the same result on every rank, the switch rule (sparse algorithms return a
+dense-backed result exactly when the result's support crosses the rule), and the same bits
+written into a caller's ``out=`` buffer.
 """
 
 import sys
@@ -76,6 +77,11 @@ def check(vec, algorithm, integer_values, label):
     elif algorithm in ("dense", "dsar_split_allgather"):
         assert result.is_dense, tag
     assert not np.shares_memory(result.values, vec.values), tag
+    # into a caller's buffer (out=, full of NaN beforehand): every entry written, the same bits
+    buffer = np.full(vec.dim, np.nan, vec.dtype)
+    into = sparcml.allreduce(vec, algorithm=algorithm, out=buffer)
+    assert into.is_dense and into.values is buffer, f"{tag} out="
+    assert buffer.tobytes() == got.tobytes(), f"{tag} out= differs"
     cases += 1
 
 

@@ -9,8 +9,8 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
-from sparcml import (InvalidVectorError, RankMismatchError, SparseVector, UnknownAlgorithmError,
-                     UnsupportedDtypeError)
+from sparcml import (InvalidOutputError, InvalidVectorError, RankMismatchError, SparseVector,
+                     UnknownAlgorithmError, UnsupportedDtypeError)
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -35,6 +35,12 @@ scenarios = [
      UnsupportedDtypeError, "float32 or float64, got int64"),
     ("algorithm", good, {"algorithm": "OTHER"}, RankMismatchError, "algorithm (rank 0:"),
     ("unknown algorithm", good, {"algorithm": "magic"}, UnknownAlgorithmError, "unknown algorithm"),
+    ("out shape", good, {"out": np.empty(99, np.float32)}, InvalidOutputError,
+     "out must be a 1-d array of 100 float32 values"),
+    ("out dtype", good, {"out": np.empty(100, np.float64)}, InvalidOutputError,
+     "got shape (100,) and dtype float64"),
+    ("out strided", good, {"out": np.empty(200, np.float32)[::2]}, InvalidOutputError,
+     "C-contiguous"),
 ]
 
 for name, bad_args, bad_kwargs, exc_type, needle in scenarios:

@@ -129,7 +129,28 @@ for algorithm in ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_a
                 assert np.abs(got.to_dense() - exact).max() <= tol, (label, np.abs(got.to_dense() - exact).max(), tol)
                 if algorithm == "dsar_split_allgather" and P > 1:  # its dense phase shrinks
                     assert q_stats.bytes_sent < exact_stats.bytes_sent, (label, q_stats)
+                # into out=, with the same random stream: the same bits
+                buffer = np.full(vec.dim, np.nan, np.float32)
+                sparcml.allreduce(vec, algorithm=algorithm, quantizer=sparcml.QSGD(
+                    bits=bits, seed=rank), quantize_sparse=quantize_sparse, out=buffer)
+                assert buffer.tobytes() == got.to_dense().tobytes(), ("out=", label)
                 cases += 1
+
+# a dense phase large enough for the streaming decode (blocks of >= 4 MiB) into out=, blocking
+# and non-blocking: the same bits as into a new result
+big = inputs(P * (1 << 20) + 5, 0.01, np.float32, 11)
+for nonblocking in (False, True):
+    fresh = sparcml.allreduce(big, algorithm="dsar_split_allgather",
+                              quantizer=sparcml.QSGD(bits=4, seed=rank))
+    buffer = np.full(big.dim, np.nan, np.float32)
+    options = {"algorithm": "dsar_split_allgather", "quantizer": sparcml.QSGD(bits=4, seed=rank),
+               "out": buffer}
+    into = (sparcml.iallreduce(big, **options).wait(timeout=120) if nonblocking
+            else sparcml.allreduce(big, **options))
+    assert into.values is buffer and buffer.tobytes() == fresh.values.tobytes(), nonblocking
+    assert len(set(comm.allgather(zlib.crc32(buffer.tobytes())))) == 1, "ranks differ"
+    cases += 1
+del big, fresh, buffer, into
 try:
     sparcml.allreduce(inputs(100, 0.1, np.float32, 1), algorithm="dense",
                       quantizer=sparcml.QSGD())
