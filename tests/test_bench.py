@@ -1,6 +1,7 @@
 """sparc-bench: inputs, the kernel benchmark, and a small multi-rank sweep whose records parse."""
 
 import json
+import subprocess
 import sys
 
 import numpy as np
@@ -92,3 +93,31 @@ def test_overlap_mode_times_comm_compute_and_both(tmp_path):
     assert all(t[k]["n"] == 2 and t[k]["median"] > 0 for k in ("comm", "compute", "overlapped"))
     larger = max(t["comm"]["median"], t["compute"]["median"])
     assert rec["metrics"]["ratio_to_max"] == pytest.approx(t["overlapped"]["median"] / larger)
+    assert rec["metrics"]["compute"] == "numpy" and rec["metrics"]["compute_ms"] == 5
+    # PyTorch compute at another P, then both side by side in the report
+    run_mpi(3, args=[sys.executable, "-m", "sparcapps.bench.cli", "--overlap", "5",
+                     "--N", "65536", "--density", "0.01", "--algorithms", "ssar_recursive_double",
+                     "--reps", "2", "--compute", "torch", "--output", str(out)], timeout=180)
+    report = subprocess.run([sys.executable, "-m", "sparcapps.bench.overlap_report", str(out),
+                             "--tolerance", "1e9"], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    lines = report.stdout.splitlines()
+    assert "| P=2:" in lines[1] and "| P=3:" in lines[1]
+    rows = [line for line in lines if "ssar_recursive_double" in line]
+    assert len(rows) == 2 and any(" numpy " in r for r in rows) and any(" torch " in r for r in rows)
+    assert lines[-1].startswith("shared memory: overlapped within") and "2/2 cells" in lines[-1]
+    empty = tmp_path / "none.jsonl"
+    empty.write_text("")
+    assert subprocess.run([sys.executable, "-m", "sparcapps.bench.overlap_report", str(empty)],
+                          capture_output=True, timeout=60).returncode == 1
+
+
+def test_reuse_output_rows_record_it(tmp_path):
+    out = tmp_path / "reuse.jsonl"
+    proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",
+                            "--density", "0.1", "--algorithms", "dsar_split_allgather", "--bits",
+                            "4", "--reps", "2", "--no-model", "--reuse-output", "--output",
+                            str(out)], timeout=120)
+    assert "into a reused out= buffer" in proc.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(records) == 3 and all(r["metrics"]["reuse_output"] for r in records)

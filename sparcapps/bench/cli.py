@@ -61,8 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kernels", action="store_true",
                    help="benchmark merge-add against scipy.sparse instead (one process)")
     p.add_argument("--overlap", type=float, nargs="+", metavar="COMPUTE_MS",
-                   help="instead of the sweep: time iallreduce overlapped with this much NumPy "
-                        "compute (milliseconds; several values allowed), against each alone")
+                   help="instead of the sweep: time iallreduce overlapped with this much compute "
+                        "(milliseconds; several values allowed), against each alone")
+    p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
+                   help="with --overlap: NumPy ufuncs or PyTorch matmuls, one thread per rank")
     return p
 
 
@@ -200,8 +202,9 @@ def run_overlap(args) -> int:
     algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
     environment = capture_environment(comm) if args.output else None
     if comm.Get_rank() == 0:
-        print(f"sparc-bench --overlap: P={comm.Get_size()}; medians of the slowest rank; "
-              f"ratio = overlapped / max(comm alone, compute alone) (1.0 = fully hidden)")
+        print(f"sparc-bench --overlap: P={comm.Get_size()}, {args.compute} compute; medians of "
+              f"the slowest rank; ratio = overlapped / max(comm alone, compute alone) (1.0 = "
+              f"fully hidden)")
         print(f"{'N':>10} {'density':>8} {'algorithm':>22} {'compute ms':>10} {'comm ms':>9} "
               f"{'both ms':>9} {'ratio':>6} {'serial':>6}")
     for dim in args.N or preset["N"]:
@@ -209,7 +212,7 @@ def run_overlap(args) -> int:
             for algorithm in algorithms:
                 for compute_ms in args.overlap:
                     r = bench_overlap(comm, N=dim, density=density, algorithm=algorithm,
-                                      compute_s=compute_ms / 1e3,
+                                      compute_s=compute_ms / 1e3, kind=args.compute,
                                       reps=args.reps or 7, seed=args.seed)
                     if comm.Get_rank() != 0:
                         continue
@@ -225,7 +228,8 @@ def run_overlap(args) -> int:
                             P=comm.Get_size(), N=dim, density=density,
                             timings={k: r[k] for k in ("comm", "compute", "overlapped")},
                             metrics={"ratio_to_max": r["ratio_to_max"],
-                                     "sequential_ratio": r["sequential_ratio"]}))
+                                     "sequential_ratio": r["sequential_ratio"],
+                                     "compute": args.compute, "compute_ms": compute_ms}))
     return 0
 
 

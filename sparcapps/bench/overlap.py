@@ -1,4 +1,5 @@
-"""Overlap of a non-blocking sparse allreduce with compute on the calling thread.
+"""Overlap of a non-blocking sparse allreduce with compute (NumPy or PyTorch) on the calling
+thread.
 
 For one input, three timings side by side (median over repetitions, slowest rank): the
 collective alone (``iallreduce`` + ``wait``), the compute alone, and both: ``iallreduce``
@@ -19,7 +20,10 @@ from sparcapps.records import summarize
 
 from .inputs import make_input
 
-__all__ = ["numpy_compute", "calibrate_compute", "bench_overlap"]
+__all__ = ["COMPUTE_KINDS", "numpy_compute", "torch_compute", "calibrate_compute",
+           "bench_overlap"]
+
+COMPUTE_KINDS = ("numpy", "torch")
 
 
 def numpy_compute(work: np.ndarray, rounds: int) -> float:
@@ -32,14 +36,49 @@ def numpy_compute(work: np.ndarray, rounds: int) -> float:
     return acc
 
 
-def calibrate_compute(target_s: float, comm: MPI.Comm, size: int = 1 << 20) -> tuple:
-    """Rounds of :func:`numpy_compute` taking ``target_s`` (agreed over ranks: the max)."""
-    work = np.random.default_rng(0).random(size)
-    t0 = time.perf_counter()
-    numpy_compute(work, 3)
-    per_round = (time.perf_counter() - t0) / 3
-    rounds = max(1, int(round(target_s / per_round)))
-    return work, comm.allreduce(rounds, op=MPI.MAX)
+def torch_compute(work, rounds: int) -> float:
+    """PyTorch work on one intra-op thread: a 256 x 256 matmul chain and a tanh (a small MLP's
+    forward; PyTorch releases the GIL inside each op). ``work``: a (256, 256) float32 tensor."""
+    import torch
+
+    acc = 0.0
+    x = work
+    for _ in range(rounds):
+        x = torch.tanh(x @ work) * 0.5
+        acc += float(x[0, 0])
+    return acc
+
+
+def _make_work(kind: str, size: int):
+    if kind == "numpy":
+        return np.random.default_rng(0).random(size), numpy_compute
+    if kind == "torch":
+        import torch
+
+        # one thread, like the NumPy work: the compute occupies one core per rank, and the
+        # intra-op pool would otherwise claim every core for each rank
+        torch.set_num_threads(1)
+        generator = torch.Generator().manual_seed(0)
+        return torch.rand(256, 256, generator=generator) / 16, torch_compute
+    raise ValueError(f"compute must be one of {', '.join(COMPUTE_KINDS)}, got {kind!r}")
+
+
+def calibrate_compute(target_s: float, comm: MPI.Comm, size: int = 1 << 20,
+                      kind: str = "numpy") -> tuple:
+    """Work and rounds of ``kind`` compute taking about ``target_s`` (agreed over ranks: the
+    max). Returns ``(work, rounds, fn)``; ``fn(work, rounds)`` runs it."""
+    work, fn = _make_work(kind, size)
+    fn(work, 1)  # first-call costs (thread pools, page faults) out of the timing
+    trial = 1
+    while True:  # until a trial is long enough to time (at least 20 ms, or a fifth of the target)
+        t0 = time.perf_counter()
+        fn(work, trial)
+        elapsed = time.perf_counter() - t0
+        if elapsed >= min(0.02, target_s / 5) or trial >= 1 << 20:
+            break
+        trial *= 2
+    rounds = max(1, int(round(target_s * trial / elapsed)))
+    return work, comm.allreduce(rounds, op=MPI.MAX), fn
 
 
 def _timed(comm, fn) -> float:
@@ -51,17 +90,18 @@ def _timed(comm, fn) -> float:
 
 
 def bench_overlap(comm: MPI.Comm, *, N: int, density: float, algorithm: str, compute_s: float,
-                  reps: int = 7, seed: int = 0, compute=None) -> dict:
+                  reps: int = 7, seed: int = 0, compute=None, kind: str = "numpy") -> dict:
     """Time comm alone, compute alone, and overlapped. Collective over ``comm``.
 
-    ``compute`` is a zero-argument callable (default: NumPy work of about ``compute_s``).
+    ``compute`` is a zero-argument callable (default: ``kind`` work, NumPy or PyTorch, of
+    about ``compute_s``).
     """
     vec = make_input(N, density, "random", comm.Get_rank(), comm.Get_size(), seed=seed)
     if compute is None:
-        work, rounds = calibrate_compute(compute_s, comm)
+        work, rounds, fn = calibrate_compute(compute_s, comm, kind=kind)
 
         def compute():
-            numpy_compute(work, rounds)
+            fn(work, rounds)
 
     def comm_only():
         sparcml.iallreduce(vec, comm, algorithm=algorithm).wait()

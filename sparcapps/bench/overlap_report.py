@@ -1,0 +1,114 @@
+"""Judge the overlap of ``iallreduce`` with compute on the records of ``sparc-bench --overlap``.
+
+``python -m sparcapps.bench.overlap_report RESULTS.jsonl...`` puts the runs of different process
+counts side by side: one row per network (shared memory, or the link rate of the emulated one the
+records were taken on, e.g. "net 1gbit" for 2x1gbit and 4x1gbit alike), compute kind (NumPy, PyTorch), N, density, algorithm and compute target, and per P the
+comm, compute and overlapped times with the ratio overlapped / max(comm, compute). A cell is
+*within* when that ratio is at most ``--tolerance`` (default 1.25). "serial" is the ratio that
+no overlap at all would give, (comm + compute) / max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import defaultdict
+
+__all__ = ["summarize_overlap", "main"]
+
+
+def _network(rec) -> str:
+    """"shared memory", or the emulated network's link rate (and ranks per node when not 1),
+    without its node count: runs at different P on the same kind of network share a row."""
+    emulated = rec.get("environment", {}).get("emulated_network")
+    if not emulated:
+        return "shared memory"
+    match = re.fullmatch(r"\d+x([^,]+)(?:,ppn=(\d+))?", emulated)
+    if match is None:
+        return emulated
+    rate, ppn = match.group(1), match.group(2) or "1"
+    return f"net {rate}" + ("" if ppn == "1" else f" {ppn}/node")
+
+
+def _row_key(rec) -> tuple:
+    m = rec["metrics"]
+    network = _network(rec)
+    compute_ms = m.get("compute_ms", rec.get("config", {}).get("compute_ms"))
+    return (network, m.get("compute", "numpy"), rec["N"], rec["density"], rec["algorithm"],
+            compute_ms)
+
+
+def summarize_overlap(records, tolerance: float = 1.25) -> dict:
+    """Rows (one per cell, a dict per P) and, per network, the cells within ``tolerance``."""
+    rows = defaultdict(dict)
+    for rec in records:
+        if rec.get("app") != "sparc-bench-overlap" or rec.get("status") != "ok":
+            continue
+        t = rec["timings"]
+        ratio = rec["metrics"]["ratio_to_max"]
+        rows[_row_key(rec)][rec["P"]] = {
+            "comm_ms": t["comm"]["median"] * 1e3, "compute_ms": t["compute"]["median"] * 1e3,
+            "both_ms": t["overlapped"]["median"] * 1e3, "ratio": ratio,
+            "serial": rec["metrics"]["sequential_ratio"], "within": ratio <= tolerance}
+    counts = defaultdict(lambda: [0, 0])
+    for key, by_p in rows.items():
+        for cell in by_p.values():
+            counts[key[0]][0] += cell["within"]
+            counts[key[0]][1] += 1
+    process_counts = sorted({p for by_p in rows.values() for p in by_p})
+    return {"rows": dict(sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0])))),
+            "process_counts": process_counts,
+            "within": {net: tuple(c) for net, c in counts.items()}}
+
+
+def _read(paths) -> list:
+    records = []
+    for path in paths:
+        with open(path) as fh:
+            for n, line in enumerate(fh, 1):
+                try:
+                    records.append(json.loads(line))
+                except json.JSONDecodeError:
+                    print(f"{path}:{n}: skipped a corrupt record line", file=sys.stderr)
+    return records
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m sparcapps.bench.overlap_report",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+")
+    p.add_argument("--tolerance", type=float, default=1.25)
+    args = p.parse_args(argv)
+    s = summarize_overlap(_read(args.results), args.tolerance)
+    if not s["rows"]:
+        print("no sparc-bench-overlap records: run sparc-bench --overlap ... --output FILE")
+        return 1
+    ps = s["process_counts"]
+    head = f"{'network':>14} {'compute':>7} {'N':>9} {'density':>7} {'algorithm':>22} {'target':>6}"
+    for P in ps:
+        head += f" | P={P}: {'compute':>7} {'comm':>6} {'both':>6} {'ratio':>5} {'serial':>6}"
+    print("times in ms (medians of the slowest rank); ratio = both / max(compute, comm); "
+          f"* = above {args.tolerance}")
+    print(head)
+    for (network, kind, N, density, algorithm, target), by_p in s["rows"].items():
+        line = (f"{network:>14} {kind:>7} {N:>9} {density:>7.2g} {algorithm:>22} "
+                f"{target if target is not None else '-':>6}")
+        for P in ps:
+            c = by_p.get(P)
+            if c is None:
+                line += f" | {'':>5} {'-':>7} {'-':>6} {'-':>6} {'-':>5} {'-':>6}"
+                continue
+            mark = " " if c["within"] else "*"
+            line += (f" | {'':>5} {c['compute_ms']:>7.1f} {c['comm_ms']:>6.1f} "
+                     f"{c['both_ms']:>6.1f} {c['ratio']:>4.2f}{mark} {c['serial']:>6.2f}")
+        print(line)
+    for network, (within, total) in sorted(s["within"].items()):
+        print(f"{network}: overlapped within {args.tolerance}x of the larger alone in "
+              f"{within}/{total} cells ({100 * within / total:.0f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
