@@ -121,3 +121,19 @@ def test_reuse_output_rows_record_it(tmp_path):
     assert "into a reused out= buffer" in proc.stdout
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 3 and all(r["metrics"]["reuse_output"] for r in records)
+
+
+def test_compress_bench_times_every_variant_on_a_small_input(capsys):
+    from sparcapps.bench import compress_bench
+
+    rows = compress_bench.bench_qsgd(n=50_000, reps=1)
+    assert [r["bits"] for r in rows] == [2, 4, 8]
+    for r in rows:
+        assert all(r[k] > 0 for k in ("encode_s", "decode_s", "decode_streaming_s",
+                                      "before_encode_mvals_s", "before_decode_mvals_s"))
+        assert r["ratio"] == pytest.approx(200_000 / r["bytes"])
+    t = compress_bench.bench_topk(n=50_000, density=0.01, reps=1)
+    assert t["k"] == 500 and t["kernel_s"] > 0 and t["argpartition_s"] > 0
+    compress_bench.main(["--n", "20000", "--reps", "1"])
+    out = capsys.readouterr().out
+    assert "streaming ms" in out and "TopK, 20000 float32 values, k = 200" in out

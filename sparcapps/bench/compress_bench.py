@@ -3,7 +3,8 @@
 Run ``python -m sparcapps.bench.compress_bench [--n N] [--reps R]``. Prints medians of CPU time
 (``time.process_time``: on a shared machine, what a rank pays) over interleaved repetitions (so
 machine noise hits each variant alike); ratios are the figures to trust on a shared machine. The
-QSGD rows also time the previous kernels (scalar splitmix64 stream, float64 levels, a value at a
+QSGD rows also time the streaming decode (``decode(..., streaming=True)``: non-temporal stores,
+for outputs that are reused) and the previous kernels (scalar splitmix64 stream, float64 levels, a value at a
 time; kept below as ``_before_encode``/``_before_decode``) on the same data: the "before" column.
 The TopK rows compare the selection kernel of :mod:`sparcml.topk` (radix select, ties to the
 lower index, sorted output) with ``np.argpartition`` on ``|x|`` plus a sort of the kept positions
@@ -110,6 +111,7 @@ def _before_decode(scales, codes, n, bucket_size, bits, out):
 
 def bench_qsgd(n: int = 5_000_000, reps: int = 7, dtype=np.float32, seed: int = 0) -> list:
     """Per bit width: encode and decode medians (s), M values/s, bytes and ratio to ``dtype``;
+    ``decode_streaming_s``: the decode with ``streaming=True`` (into the same, reused, output);
     ``before_*``: the same for the previous kernels."""
     x = np.random.default_rng(seed).standard_normal(n).astype(dtype)
     rows = []
@@ -120,11 +122,13 @@ def bench_qsgd(n: int = 5_000_000, reps: int = 7, dtype=np.float32, seed: int = 
         nb = q.num_buckets(n)
         scales, codes = np.empty(nb, np.float32), np.empty(buf.size - 4 * nb, np.uint8)
         snap = _SNAP[np.dtype(dtype)]
-        enc, dec, old_enc, old_dec = _median_time([
+        enc, dec, stream, old_enc, old_dec = _median_time([
             lambda: q.encode(x, out=buf), lambda: q.decode(buf, n, out=out),
+            lambda: q.decode(buf, n, out=out, streaming=True),
             lambda: _before_encode(x, q.bucket_size, bits, np.uint64(seed), snap, scales, codes),
             lambda: _before_decode(scales, codes, n, q.bucket_size, bits, out)], reps)
         rows.append({"bits": bits, "n": n, "encode_s": enc, "decode_s": dec,
+                     "decode_streaming_s": stream,
                      "encode_mvals_s": n / enc / 1e6, "decode_mvals_s": n / dec / 1e6,
                      "before_encode_mvals_s": n / old_enc / 1e6,
                      "before_decode_mvals_s": n / old_dec / 1e6,
@@ -165,12 +169,13 @@ def main(argv=None) -> None:
     print(f"QSGD, {args.n} float32 values, bucket 1024, max norm (median of {args.reps}, CPU time;"
           f" M val/s before -> now)")
     print(f"{'bits':>4} {'encode ms':>10} {'encode M val/s':>16} {'decode ms':>10} "
-          f"{'decode M val/s':>16} {'bytes':>10} {'x smaller':>9}")
+          f"{'decode M val/s':>16} {'streaming ms':>12} {'bytes':>10} {'x smaller':>9}")
     for r in bench_qsgd(args.n, args.reps):
         enc = f"{r['before_encode_mvals_s']:.0f} -> {r['encode_mvals_s']:.0f}"
         dec = f"{r['before_decode_mvals_s']:.0f} -> {r['decode_mvals_s']:.0f}"
         print(f"{r['bits']:>4} {r['encode_s'] * 1e3:>10.1f} {enc:>16} {r['decode_s'] * 1e3:>10.1f} "
-              f"{dec:>16} {r['bytes']:>10} {r['ratio']:>9.2f}")
+              f"{dec:>16} {r['decode_streaming_s'] * 1e3:>12.1f} {r['bytes']:>10} "
+              f"{r['ratio']:>9.2f}")
     t = bench_topk(args.n, args.density, args.reps)
     print(f"\nTopK, {t['n']} float32 values, k = {t['k']} (median of {args.reps}, CPU time), ms")
     print(f"  select, kernel (radix, sorted, ties to lower index) {t['kernel_s'] * 1e3:8.1f}")
