@@ -44,7 +44,7 @@ import numpy as np
 
 __all__ = ["SCHEMA_VERSION", "STATUSES", "RecordError", "RecordProblem", "summarize",
            "make_record", "append_record", "capture_environment", "read_records",
-           "iter_record_files"]
+           "read_records_or_exit", "iter_record_files"]
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed")
@@ -278,3 +278,15 @@ def read_records(paths: Iterable[str | os.PathLike], *, strict: bool = False
             obj["_source"] = f"{path}:{lineno}"
             records.append(obj)
     return records, problems
+
+
+def read_records_or_exit(paths: Iterable[str | os.PathLike]) -> list[dict[str, Any]]:
+    """:func:`read_records` for command-line reports: each skipped line is named on stderr, and
+    a missing or unreadable path ends the program with status 2 and the reason."""
+    try:
+        records, problems = read_records(paths)
+    except RecordError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    for problem in problems:
+        print(f"skipped {problem}", file=sys.stderr)
+    return records

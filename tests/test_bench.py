@@ -137,3 +137,37 @@ def test_compress_bench_times_every_variant_on_a_small_input(capsys):
     compress_bench.main(["--n", "20000", "--reps", "1"])
     out = capsys.readouterr().out
     assert "streaming ms" in out and "TopK, 20000 float32 values, k = 200" in out
+
+
+def _bench_record(P, algorithm, median_s, ran=None, predicted_s=None):
+    from sparcapps.records import make_record
+
+    metrics = {"pattern": "random", "dtype": "float32", "nonblocking": False,
+               "ran": ran or algorithm,
+               "model": None if predicted_s is None else {"predicted_s": predicted_s}}
+    return make_record("sparc-bench", config={}, environment={}, algorithm=algorithm, P=P,
+                       N=1000, density=0.01, timings={"allreduce": {"median": median_s}},
+                       metrics=metrics)
+
+
+def test_auto_report_judges_auto_and_the_model(tmp_path, capsys):
+    from sparcapps.bench import auto_report
+    from sparcapps.records import append_record
+
+    path = tmp_path / "grid.jsonl"
+    for rec in (_bench_record(2, "dense", 0.010, predicted_s=0.012),
+                _bench_record(2, "ssar_recursive_double", 0.002, predicted_s=0.005),  # 2.5x off
+                _bench_record(2, "auto", 0.0022, ran="ssar_recursive_double"),
+                _bench_record(4, "dense", 0.010, predicted_s=0.010),
+                _bench_record(4, "ssar_recursive_double", 0.004, predicted_s=0.004),
+                _bench_record(4, "auto", 0.010, ran="dense")):  # 2.5x the fastest
+        append_record(path, rec)
+    with open(path, "a") as fh:
+        fh.write("not json\n")
+    assert auto_report.main([str(path)]) == 0
+    captured = capsys.readouterr()
+    assert "skipped" in captured.err and "not valid JSON" in captured.err
+    assert "1/2 cells (50%)" in captured.out and "3/4 rows (75%)" in captured.out
+    assert captured.out.count("<-- outside") == 1
+    with pytest.raises(SystemExit, match="no such records file"):
+        auto_report.main([str(tmp_path / "missing.jsonl")])

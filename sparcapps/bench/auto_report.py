@@ -10,9 +10,10 @@ default of ``sparc-bench``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import defaultdict
+
+from sparcapps.records import read_records_or_exit
 
 __all__ = ["summarize_auto", "main"]
 
@@ -66,14 +67,7 @@ def main(argv=None) -> int:
     p.add_argument("results", nargs="+")
     p.add_argument("--tolerance", type=float, default=1.2)
     args = p.parse_args(argv)
-    records = []
-    for path in args.results:
-        with open(path) as fh:
-            for n, line in enumerate(fh, 1):
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    print(f"{path}:{n}: skipped a corrupt record line", file=sys.stderr)
+    records = read_records_or_exit(args.results)
     s = summarize_auto(records, args.tolerance)
     print(f"{'P':>3} {'N':>9} {'density':>8} {'pattern':>8} {'fastest':>22} {'auto ran':>22} "
           f"{'auto/fastest':>12} {'model spread':>12}")

@@ -11,10 +11,11 @@ no overlap at all would give, (comm + compute) / max.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections import defaultdict
+
+from sparcapps.records import read_records_or_exit
 
 __all__ = ["summarize_overlap", "main"]
 
@@ -63,25 +64,14 @@ def summarize_overlap(records, tolerance: float = 1.25) -> dict:
             "within": {net: tuple(c) for net, c in counts.items()}}
 
 
-def _read(paths) -> list:
-    records = []
-    for path in paths:
-        with open(path) as fh:
-            for n, line in enumerate(fh, 1):
-                try:
-                    records.append(json.loads(line))
-                except json.JSONDecodeError:
-                    print(f"{path}:{n}: skipped a corrupt record line", file=sys.stderr)
-    return records
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m sparcapps.bench.overlap_report",
                                 description=__doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+")
     p.add_argument("--tolerance", type=float, default=1.25)
     args = p.parse_args(argv)
-    s = summarize_overlap(_read(args.results), args.tolerance)
+    records = read_records_or_exit(args.results)
+    s = summarize_overlap(records, args.tolerance)
     if not s["rows"]:
         print("no sparc-bench-overlap records: run sparc-bench --overlap ... --output FILE")
         return 1
