@@ -106,6 +106,7 @@ def test_overlap_mode_times_comm_compute_and_both(tmp_path):
     rows = [line for line in lines if "ssar_recursive_double" in line]
     assert len(rows) == 2 and any(" numpy " in r for r in rows) and any(" torch " in r for r in rows)
     assert lines[-1].startswith("shared memory: overlapped within") and "2/2 cells" in lines[-1]
+    assert "P=2: 1/1, P=3: 1/1" in lines[-1]
     empty = tmp_path / "none.jsonl"
     empty.write_text("")
     assert subprocess.run([sys.executable, "-m", "sparcapps.bench.overlap_report", str(empty)],

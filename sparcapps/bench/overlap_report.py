@@ -42,7 +42,8 @@ def _row_key(rec) -> tuple:
 
 
 def summarize_overlap(records, tolerance: float = 1.25) -> dict:
-    """Rows (one per cell, a dict per P) and, per network, the cells within ``tolerance``."""
+    """Rows (one per cell, a dict per P) and, per (network, P), the cells within
+    ``tolerance`` and all cells."""
     rows = defaultdict(dict)
     for rec in records:
         if rec.get("app") != "sparc-bench-overlap" or rec.get("status") != "ok":
@@ -53,15 +54,19 @@ def summarize_overlap(records, tolerance: float = 1.25) -> dict:
             "comm_ms": t["comm"]["median"] * 1e3, "compute_ms": t["compute"]["median"] * 1e3,
             "both_ms": t["overlapped"]["median"] * 1e3, "ratio": ratio,
             "serial": rec["metrics"]["sequential_ratio"], "within": ratio <= tolerance}
-    counts = defaultdict(lambda: [0, 0])
+    counts = defaultdict(lambda: [0, 0])  # per (network, P)
     for key, by_p in rows.items():
-        for cell in by_p.values():
-            counts[key[0]][0] += cell["within"]
-            counts[key[0]][1] += 1
+        for P, cell in by_p.items():
+            counts[key[0], P][0] += cell["within"]
+            counts[key[0], P][1] += 1
     process_counts = sorted({p for by_p in rows.values() for p in by_p})
-    return {"rows": dict(sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0])))),
+    def order(item):
+        network, kind, N, density, algorithm, target = item[0]
+        return (network, kind, N, density, algorithm, -1 if target is None else target)
+
+    return {"rows": dict(sorted(rows.items(), key=order)),
             "process_counts": process_counts,
-            "within": {net: tuple(c) for net, c in counts.items()}}
+            "within": {key: tuple(c) for key, c in counts.items()}}
 
 
 def main(argv=None) -> int:
@@ -94,9 +99,12 @@ def main(argv=None) -> int:
             line += (f" | {'':>5} {c['compute_ms']:>7.1f} {c['comm_ms']:>6.1f} "
                      f"{c['both_ms']:>6.1f} {c['ratio']:>4.2f}{mark} {c['serial']:>6.2f}")
         print(line)
-    for network, (within, total) in sorted(s["within"].items()):
+    for network in sorted({net for net, _ in s["within"]}):
+        per_p = [(P, *s["within"][network, P]) for P in ps if (network, P) in s["within"]]
+        within, total = (sum(c[i] for c in per_p) for i in (1, 2))
         print(f"{network}: overlapped within {args.tolerance}x of the larger alone in "
-              f"{within}/{total} cells ({100 * within / total:.0f}%)")
+              f"{within}/{total} cells ({100 * within / total:.0f}%; "
+              + ", ".join(f"P={P}: {w}/{t}" for P, w, t in per_p) + ")")
     return 0
 
 
