@@ -23,7 +23,7 @@ def test_estimator_same_weights_on_every_rank_and_for_every_P(nprocs):
 def test_cli_resume_is_bitwise_dense_baseline_and_bad_input(nprocs, tmp_path):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "linear_cli.py"),
                                  str(tmp_path)], timeout=240)
-    assert "LINEAR-CLI 7 OK" in proc.stdout, proc.stdout + proc.stderr
+    assert "LINEAR-CLI 8 OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_console_scripts(tmp_path):
@@ -40,3 +40,47 @@ def test_console_scripts(tmp_path):
 
     out = subprocess.run([str(logreg), "--help"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and "--checkpoint-every" in out.stdout and "--loss {" not in out.stdout
+
+
+def test_sigterm_through_sparc_jobs_and_mpiexec_checkpoints_and_resumes(tmp_path):
+    """The chain a Slurm time-limit warning takes: SIGTERM to ``sparc-jobs run`` (the batch
+    step), forwarded to mpiexec, forwarded by hydra to the ranks; they stop after the same
+    step with a checkpoint, the job exits 143 with a failed record, and the checkpoint resumes."""
+    import re
+    import signal
+    import subprocess
+    import time
+
+    from mpirun import mpiexec_path
+    from sparcapps.records import read_records
+
+    bindir = Path(sys.executable).parent
+    linear = shutil.which("sparc-linear", path=str(bindir))
+    jobs = shutil.which("sparc-jobs", path=str(bindir))
+    assert linear and jobs, "console scripts not installed: run scripts/test.sh"
+    ck, records = tmp_path / "run.ckpt.h5", tmp_path / "r.jsonl"
+    common = [linear, "--synth", "url", "--rows", "2000", "--features", "8000", "--synth-cache",
+              str(tmp_path), "--batch-size", "30", "--no-progress", "--checkpoint", str(ck),
+              "--epochs", "500"]  # minutes if never stopped
+    proc = subprocess.Popen([jobs, "run", "--output", str(records), "--", mpiexec_path(), "-n",
+                             "2", *common, "--checkpoint-every", "10", "--output", str(records)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ck.exists():  # training has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, out, err)
+    match = re.search(r"interrupted by SIGTERM after (\d+) steps; checkpoint in", out)
+    assert match, out + err
+    steps = int(match.group(1))
+    (failed,), _ = read_records([records])
+    assert failed["status"] == "failed" and "after SIGTERM" in failed["error"]
+    resumed = run_mpi(2, args=[*common, "--resume", str(ck), "--stop-after", str(steps + 3)],
+                      timeout=120)
+    assert f"stopped after {steps + 3} steps" in resumed.stdout, resumed.stdout + resumed.stderr

@@ -10,6 +10,9 @@ Checkpoints: ``--checkpoint-every N`` writes the training state every N *steps* 
 minibatch updates) to ``--checkpoint`` (atomically); ``--resume CKPT`` continues from one and
 ends with the same weights, bit for bit, as an uninterrupted run with the same options.
 ``--stop-after N`` stops after N steps in all (checkpointing first): a planned interruption.
+SIGTERM or SIGUSR1 (Slurm's warning before the time limit, forwarded by mpiexec or srun) stops
+every rank after the same step, about a second later at most, with a checkpoint and exit status
+128 + the signal's number (see :mod:`sparcapps.interrupt`).
 """
 
 from __future__ import annotations
@@ -102,8 +105,9 @@ def _checkpoint_path(args) -> str:
 class _Monitor:
     """Progress bar, test evaluation, checkpoints and planned stops (the CLI's side of fit)."""
 
-    def __init__(self, args, comm, Xte, yte, total_steps_done, ckpt_path):
+    def __init__(self, args, comm, Xte, yte, total_steps_done, ckpt_path, stopper=None):
         self.args = args
+        self.stopper = stopper  # a StopOnSignal: Slurm's warning before the time limit
         self.comm = comm
         self.rank = comm.Get_rank()
         self.Xte = Xte
@@ -129,7 +133,9 @@ class _Monitor:
         if bar is not None:
             bar.update(1)
         every = self.args.checkpoint_every
-        stop = self.args.stop_after is not None and self.done >= self.args.stop_after
+        signalled = self.stopper is not None and self.stopper.poll()  # collective: every step
+        stop = signalled or (self.args.stop_after is not None
+                             and self.done >= self.args.stop_after)
         if stop or (every and self.done % every == 0):
             self.checkpoint(est, engine, state)
         if stop:
@@ -219,6 +225,8 @@ def run(args, prog: str) -> int:
     import sparcml
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
+    from sparcapps.interrupt import StopOnSignal
+
     from .collective import collective_errors
     from .data import ensure_synth, load_split
     from .errors import LinearModelError
@@ -254,10 +262,12 @@ def run(args, prog: str) -> int:
         if args.resume:
             state = _resume_state(args, est, comm, int(Xtr.shape[1]), global_batch, train_rows)
             done = state.epoch * (-(-train_rows // global_batch)) + state.step
-        monitor = _Monitor(args, comm, Xte, yte, done, _checkpoint_path(args))
+        stopper = StopOnSignal(comm)
+        monitor = _Monitor(args, comm, Xte, yte, done, _checkpoint_path(args), stopper)
         start = time.perf_counter()
         try:
-            est.fit(Xtr, ytr, monitor=monitor, resume=state)
+            with stopper:
+                est.fit(Xtr, ytr, monitor=monitor, resume=state)
         finally:
             monitor.close()
         wall = time.perf_counter() - start
@@ -266,10 +276,13 @@ def run(args, prog: str) -> int:
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if monitor.stopped:
+        why = f"interrupted by {stopper.signal_name}" if stopper.signum else "stopped"
         if rank == 0:
-            print(f"{prog}: stopped after {monitor.done} steps; checkpoint in "
-                  f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})")
-        return 0
+            print(f"{prog}: {why} after {monitor.done} steps; checkpoint in "
+                  f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})",
+                  flush=True)
+        # a signalled run did not finish: exit as a shell reports the signal (128 + number)
+        return 128 + stopper.signum if stopper.signum else 0
     if args.checkpoint_every and monitor.engine is not None:
         monitor.checkpoint(est, monitor.engine, est._state)  # the final state
     history = est.history_

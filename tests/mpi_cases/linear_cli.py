@@ -1,5 +1,6 @@
 """sparc-linear's command line in one MPI job (P >= 1): a run stopped and resumed ends with the
-same weights, bit for bit, as an uninterrupted one (stopping inside an epoch and at its end);
+same weights, bit for bit, as an uninterrupted one (stopping inside an epoch and at its end, and
+on a SIGTERM to one rank);
 --algorithm dense gives the same model up to summation order; records carry the per-epoch
 metrics; bad input exits 2 with the same message on every rank.
 
@@ -7,6 +8,8 @@ Usage: ``mpiexec -n P python -m mpi4py linear_cli.py DIR``. Rank 0 prints ``LINE
 """
 
 import io
+import os
+import signal
 import sys
 from contextlib import redirect_stderr
 from pathlib import Path
@@ -15,6 +18,7 @@ import h5py
 import numpy as np
 from mpi4py import MPI
 
+from sparcapps.interrupt import StopOnSignal
 from sparcapps.linear.cli import main
 from sparcapps.linear.io import load_model
 from sparcapps.records import read_records
@@ -72,6 +76,35 @@ if rank == 0:
     assert np.array_equal(resumed[1], full[1])
     assert [h["loss"] for h in resumed[2]] == [h["loss"] for h in full[2]]
     assert [h["test_accuracy"] for h in resumed[2]] == [h["test_accuracy"] for h in full[2]]
+cases += 1
+
+# SIGTERM to one rank (Slurm's warning, as mpiexec forwards it) in the middle of epoch 1: every
+# rank stops after the same step with a checkpoint and exits 128 + 15; the resumed run ends
+# with the uninterrupted weights, bit for bit
+real_poll = StopOnSignal.poll
+polls = [0]
+
+
+def poll_with_a_signal(self):
+    self.check_every_s = 0.0  # agree at every step: the stop comes at the signalled step
+    polls[0] += 1
+    if rank == P - 1 and polls[0] == 9:
+        os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
+    return real_poll(self)
+
+
+StopOnSignal.poll = poll_with_a_signal
+ck = str(d / "signal.ckpt.h5")
+out = run("--checkpoint", ck, expect=128 + signal.SIGTERM)
+StopOnSignal.poll = real_poll
+stopped_at = comm.allgather(polls[0])
+assert stopped_at == [9] * P, stopped_at
+run("--resume", ck, "--save-model", str(d / "signalled.h5"), "--checkpoint", ck)
+if rank == 0:
+    again = model("signalled.h5")
+    assert np.array_equal(again[0], full[0]) and np.array_equal(again[1], full[1])
+    assert [h["loss"] for h in again[2]] == [h["loss"] for h in full[2]]
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler was left installed"
 cases += 1
 
 # the dense baseline: same code, one flag, same model up to summation order
