@@ -23,6 +23,13 @@ the model, every rank's optimizer state (momentum, error-feedback residuals, qua
 the epoch and the history so far; written by rank 0, atomically, loadable with
 ``torch.load(weights_only=True)``. A resumed run continues bitwise as the uninterrupted one
 (same P, same options; the data order depends only on ``--seed`` and the epoch).
+
+SIGTERM or SIGUSR1 (Slurm's warning before the time limit, forwarded by mpiexec or srun) stops
+every rank after the same step, about a second later at most (:mod:`sparcapps.interrupt`),
+writes a checkpoint inside the epoch (the step reached, each rank's running sums and the
+task's carried state, such as an LSTM's hidden state) and exits with status 128 + the signal's
+number; ``--resume`` continues from that step, bitwise as well. The resumed epoch's
+communication figures (bytes, seconds per step) cover the steps after the resume.
 """
 
 from __future__ import annotations
@@ -128,6 +135,13 @@ class ClassifyTask:
         return shard_permutation(len(self.y), self.rank, self.size, self.seed, epoch,
                                  self.batch_size)
 
+    def carry(self):
+        """What one step hands the next inside an epoch (for a mid-epoch checkpoint): nothing."""
+        return None
+
+    def restore(self, carry) -> None:
+        pass
+
     def loss(self, idx):
         """``(mean loss tensor, correct, count)`` of one minibatch."""
         torch = self.torch
@@ -177,6 +191,13 @@ class LanguageModelTask:
     def start_epoch(self, epoch: int) -> list:
         self.state = None
         return list(range(len(self.xs)))
+
+    def carry(self):
+        """The hidden state carried to the next window (for a mid-epoch checkpoint)."""
+        return self.state
+
+    def restore(self, carry) -> None:
+        self.state = None if carry is None else tuple(carry)
 
     def loss(self, i):
         torch = self.torch
@@ -232,14 +253,20 @@ def _fingerprint(args) -> dict:
     return {k: v for k, v in sorted(vars(args).items()) if k not in _RESUMABLE}
 
 
-def _save_checkpoint(path, comm, *, app, args, epoch, model, opt, history, wall):
+def _save_checkpoint(path, comm, *, app, args, epoch, model, opt, history, wall, step=0,
+                     partial=None):
+    """Collective. ``epoch`` epochs done, and ``step`` batches of the next one; ``partial``
+    (with ``step``): this rank's ``{"sums": [loss_sum, correct, count, seconds], "carry":
+    task.carry()}`` of that epoch so far."""
     import torch
 
     states = comm.gather(_numpy_to_torch(opt.state_dict()), root=0)
+    partials = comm.gather(partial, root=0)
     if comm.Get_rank() == 0:
         ckpt = {"app": app, "format": 1, "epoch": epoch, "P": comm.Get_size(),
                 "config": _fingerprint(args), "model": model.state_dict(),
-                "optimizers": states, "history": history, "wall_seconds": wall}
+                "optimizers": states, "history": history, "wall_seconds": wall,
+                "step": step, "partials": partials if step else None}
         path = Path(path)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         torch.save(ckpt, tmp)
@@ -272,7 +299,8 @@ def _load_checkpoint(path, comm, *, app, args):
 
 def run_app(app: str, args, make_task) -> int:
     """Train ``make_task(args, comm)``'s model data-parallel over ``COMM_WORLD``; see the
-    module docstring. Collective: every rank calls. Returns 0."""
+    module docstring. Collective: every rank calls. Returns 0, 2 for bad options, or 128 + the
+    signal's number when a stop signal interrupted training (after a checkpoint)."""
     from sparcml import abort_on_error
 
     with abort_on_error():
@@ -300,6 +328,7 @@ def _run(app, args, make_task) -> int:
     from mpi4py import MPI
 
     import sparcml.torch as st
+    from sparcapps.interrupt import StopOnSignal
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     comm = MPI.COMM_WORLD
@@ -325,13 +354,16 @@ def _run(app, args, make_task) -> int:
         bucket_size=max(1, int(args.bucket_mb * 2**20)), topk_bucket_size=args.topk_bucket_size,
         comm=comm, seed=args.seed)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    history, start_epoch, wall_offset = [], 0, 0.0
+    history, start_epoch, wall_offset, skip, resumed_partial = [], 0, 0.0, 0, None
     if args.resume:
         ckpt = _load_checkpoint(args.resume, comm, app=app, args=args)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizers"][rank])
         history, start_epoch = list(ckpt["history"]), int(ckpt["epoch"])
         wall_offset = float(ckpt["wall_seconds"])
+        skip = int(ckpt.get("step", 0))  # batches of epoch start_epoch already done
+        if skip:
+            resumed_partial = ckpt["partials"][rank]
     ckpt_path = args.checkpoint or f"{app}.ckpt"
     env = capture_environment(comm)
     if rank == 0:
@@ -347,68 +379,92 @@ def _run(app, args, make_task) -> int:
         progress = tqdm(unit="step", disable=None, dynamic_ncols=True)
     step_times = []
     t_start = time.perf_counter() - wall_offset
-    for epoch in range(start_epoch, args.epochs):
-        batches = task.start_epoch(epoch)
-        if progress is not None and progress.total is None:
-            progress.reset(total=len(batches) * (args.epochs - start_epoch))
-        before = st.CompressionStats()
-        before._add(opt.stats)
-        t_epoch = time.perf_counter()
-        loss_sum = correct = count = 0.0
-        for batch in batches:
-            t0 = time.perf_counter()
-            loss, c, n = task.loss(batch)
-            loss.backward()
-            opt.synchronize()
-            if task.clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), task.clip)
-            opt.step()
-            opt.zero_grad()
-            step_times.append(time.perf_counter() - t0)
-            loss_sum += float(loss.detach()) * n
-            correct += c
-            count += n
-            if progress is not None:
-                progress.update(1)
-        epoch_seconds = time.perf_counter() - t_epoch
-        ev = task.evaluate(comm)
-        s = opt.stats
-        comm_s, flatten_s, compress_s = (s.wait_seconds - before.wait_seconds,
-                                         s.flatten_seconds - before.flatten_seconds,
-                                         s.compress_seconds - before.compress_seconds)
-        steps = s.steps - before.steps
-        sums = _reduce(comm, [loss_sum, correct, count,
-                                        s.bytes_sent - before.bytes_sent,
-                                        s.sent_values - before.sent_values,
-                                        s.result_values - before.result_values,
-                                        s.values - before.values])
-        slowest = _reduce(comm, [epoch_seconds, comm_s, flatten_s, compress_s], "max")
-        rec = {"epoch": epoch + 1, "wall_seconds": time.perf_counter() - t_start,
-               "loss": sums[0] / sums[2], "train_accuracy": sums[1] / sums[2], **ev,
-               "epoch_seconds": slowest[0], "comm_seconds": slowest[1],
-               "flatten_seconds": slowest[2], "compress_seconds": slowest[3],
-               "compute_seconds": slowest[0] - slowest[1] - slowest[2], "steps": steps,
-               "bytes_per_step": sums[3] / size / max(steps, 1),
-               "sent_density": sums[4] / sums[6], "result_density": sums[5] / sums[6]}
-        rec = {k: (float(v) if isinstance(v, (np.floating, np.integer)) else v)
-               for k, v in rec.items()}
-        history.append(rec)
-        if rank == 0:
-            score = (f"test acc {rec['test_accuracy']:.4f}" if "test_accuracy" in rec
-                     else f"test ppl {rec['test_perplexity']:.2f}")
-            line = (f"epoch {epoch + 1}/{args.epochs}: loss {rec['loss']:.4f}, {score}, "
-                    f"{rec['epoch_seconds']:.2f} s (comm {rec['comm_seconds']:.2f} s), "
-                    f"{rec['bytes_per_step']:.0f} B/step, sent density "
-                    f"{rec['sent_density']:.4f}")
-            if progress is not None and not progress.disable:
-                progress.set_postfix(loss=f"{rec['loss']:.4f}", refresh=False)
-                progress.write(line)
-            else:
-                print(line, flush=True)
-        if args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
-            _save_checkpoint(ckpt_path, comm, app=app, args=args, epoch=epoch + 1,
-                             model=model, opt=opt, history=history,
-                             wall=time.perf_counter() - t_start)
+    stopper = StopOnSignal(comm)
+    with stopper:
+        for epoch in range(start_epoch, args.epochs):
+            batches = task.start_epoch(epoch)
+            if progress is not None and progress.total is None:
+                progress.reset(total=len(batches) * (args.epochs - start_epoch) - skip)
+            before = st.CompressionStats()
+            before._add(opt.stats)
+            t_epoch = time.perf_counter()
+            loss_sum = correct = count = 0.0
+            first = 0
+            if skip:  # resuming inside this epoch: its first batches are done
+                first, skip = skip, 0
+                loss_sum, correct, count, seconds = resumed_partial["sums"]
+                t_epoch -= seconds
+                task.restore(resumed_partial["carry"])
+            for i in range(first, len(batches)):
+                t0 = time.perf_counter()
+                loss, c, n = task.loss(batches[i])
+                loss.backward()
+                opt.synchronize()
+                if task.clip:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), task.clip)
+                opt.step()
+                opt.zero_grad()
+                step_times.append(time.perf_counter() - t0)
+                loss_sum += float(loss.detach()) * n
+                correct += c
+                count += n
+                if progress is not None:
+                    progress.update(1)
+                if stopper.poll():  # collective: every rank stops after this same step
+                    partial = {"sums": [loss_sum, correct, count,
+                                        time.perf_counter() - t_epoch],
+                               "carry": task.carry()}
+                    _save_checkpoint(ckpt_path, comm, app=app, args=args, epoch=epoch,
+                                     model=model, opt=opt, history=history,
+                                     wall=time.perf_counter() - t_start, step=i + 1,
+                                     partial=partial)
+                    if progress is not None:
+                        progress.close()
+                    if rank == 0:
+                        print(f"{app}: interrupted by {stopper.signal_name} in epoch "
+                              f"{epoch + 1} after {i + 1} of {len(batches)} steps; checkpoint "
+                              f"in {ckpt_path} (continue with --resume {ckpt_path})",
+                              flush=True)
+                    return 128 + stopper.signum
+            epoch_seconds = time.perf_counter() - t_epoch
+            ev = task.evaluate(comm)
+            s = opt.stats
+            comm_s, flatten_s, compress_s = (s.wait_seconds - before.wait_seconds,
+                                             s.flatten_seconds - before.flatten_seconds,
+                                             s.compress_seconds - before.compress_seconds)
+            steps = s.steps - before.steps
+            sums = _reduce(comm, [loss_sum, correct, count,
+                                  s.bytes_sent - before.bytes_sent,
+                                  s.sent_values - before.sent_values,
+                                  s.result_values - before.result_values,
+                                  s.values - before.values])
+            slowest = _reduce(comm, [epoch_seconds, comm_s, flatten_s, compress_s], "max")
+            rec = {"epoch": epoch + 1, "wall_seconds": time.perf_counter() - t_start,
+                   "loss": sums[0] / sums[2], "train_accuracy": sums[1] / sums[2], **ev,
+                   "epoch_seconds": slowest[0], "comm_seconds": slowest[1],
+                   "flatten_seconds": slowest[2], "compress_seconds": slowest[3],
+                   "compute_seconds": slowest[0] - slowest[1] - slowest[2], "steps": steps,
+                   "bytes_per_step": sums[3] / size / max(steps, 1),
+                   "sent_density": sums[4] / sums[6], "result_density": sums[5] / sums[6]}
+            rec = {k: (float(v) if isinstance(v, (np.floating, np.integer)) else v)
+                   for k, v in rec.items()}
+            history.append(rec)
+            if rank == 0:
+                score = (f"test acc {rec['test_accuracy']:.4f}" if "test_accuracy" in rec
+                         else f"test ppl {rec['test_perplexity']:.2f}")
+                line = (f"epoch {epoch + 1}/{args.epochs}: loss {rec['loss']:.4f}, {score}, "
+                        f"{rec['epoch_seconds']:.2f} s (comm {rec['comm_seconds']:.2f} s), "
+                        f"{rec['bytes_per_step']:.0f} B/step, sent density "
+                        f"{rec['sent_density']:.4f}")
+                if progress is not None and not progress.disable:
+                    progress.set_postfix(loss=f"{rec['loss']:.4f}", refresh=False)
+                    progress.write(line)
+                else:
+                    print(line, flush=True)
+            if args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
+                _save_checkpoint(ckpt_path, comm, app=app, args=args, epoch=epoch + 1,
+                                 model=model, opt=opt, history=history,
+                                 wall=time.perf_counter() - t_start)
     if progress is not None:
         progress.close()
     digest = params_digest(model)

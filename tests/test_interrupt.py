@@ -1,0 +1,42 @@
+"""StopOnSignal on one process: a signal becomes a stop at the next agreement, the handlers go
+away afterwards, and a second signal ends the process the usual way."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from mpi4py import MPI
+
+from sparcapps.interrupt import StopOnSignal
+
+
+def test_a_signal_is_a_stop_at_the_next_agreement_and_handlers_are_restored():
+    before = signal.getsignal(signal.SIGTERM)
+    with StopOnSignal(MPI.COMM_SELF, check_every_s=3600) as stopper:
+        assert stopper.poll() is False  # step 1: the first agreement, nothing received
+        os.kill(os.getpid(), signal.SIGUSR1)
+        # the next agreement is an hour of steps away: the flag waits for it
+        assert not any(stopper.poll() for _ in range(100))
+        stopper._next_check = stopper._steps + 1
+        assert stopper.poll() is True and stopper.signal_name == "SIGUSR1"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_second_signal_ends_the_process():
+    code = textwrap.dedent("""
+        import os, signal, time
+        from mpi4py import MPI
+        from sparcapps.interrupt import StopOnSignal
+        with StopOnSignal(MPI.COMM_SELF):
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("first signal: still running", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)
+            print("not reached", flush=True)
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGTERM, proc.stderr
+    assert "first signal: still running" in proc.stdout and "not reached" not in proc.stdout
