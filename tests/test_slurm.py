@@ -170,3 +170,40 @@ def test_templates_under_slurm(slurm, tmp_path):
     md, problems = build_report([res], tmp_path / "report")
     text = md.read_text()
     assert problems == [] and "## Failed runs" in text and text.count(".png)") >= 2
+
+
+def test_time_limit_warning_checkpoints_under_slurm(slurm, tmp_path):
+    """The signal app.sbatch asks for before the time limit, sent by Slurm to the batch shell
+    (``scancel --batch --signal=TERM``, what ``--signal=B:TERM@120`` does): the training stops
+    with a checkpoint, the job fails with a record saying why, and the checkpoint resumes."""
+    import re
+    import time
+
+    from mpirun import run_mpi
+
+    res, ck = tmp_path / "results", tmp_path / "limit.ckpt.h5"
+    train = ["sparc-linear", "--synth", "url", "--rows", "2000", "--features", "8000",
+             "--synth-cache", str(tmp_path), "--batch-size", "30", "--no-progress",
+             "--checkpoint", str(ck), "--epochs", "500"]
+    (row,) = _sweep(slurm, "app.sbatch", "--results", str(res),
+                    app_args=[*train, "--checkpoint-every", "10"])
+    job = row[0]
+    deadline = time.monotonic() + 180
+    while not ck.exists():  # training has started
+        assert time.monotonic() < deadline, "no checkpoint after 180 s"
+        time.sleep(0.2)
+    subprocess.run(["scancel", "--batch", "--signal=TERM", job], env=slurm, check=True,
+                   timeout=30)
+    wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "120", job],
+                          env=slurm, capture_output=True, text=True, timeout=180)
+    (log,) = res.glob(f"*-{job}.out")
+    assert wait.stdout.split() == [job, "FAILED"], log.read_text()
+    match = re.search(r"interrupted by SIGTERM after (\d+) steps", log.read_text())
+    assert match, log.read_text()
+    (path,) = res.glob(f"*-{job}/records.jsonl")
+    (failed,), _ = read_records([path])
+    assert failed["status"] == "failed" and "143 after SIGTERM" in failed["error"]
+    steps = int(match.group(1))
+    resumed = run_mpi(2, args=[str(BIN / train[0]), *train[1:], "--resume", str(ck),
+                               "--stop-after", str(steps + 2)], timeout=120)
+    assert f"stopped after {steps + 2} steps" in resumed.stdout, resumed.stdout + resumed.stderr
