@@ -17,8 +17,7 @@ from .agreement import agree
 from .context import TrafficStats, context_for
 from .costmodel import _calibrate_on, overlap_from_result
 from .errors import (IncompatibleOptionsError, InvalidOutputError, SparcmlError,
-                     UnknownAlgorithmError,
-                     UnsupportedDtypeError)
+                     UnknownAlgorithmError, UnsupportedDtypeError)
 from .vector import SparseVector
 from .wire import Codec, Part, decode
 
