@@ -285,6 +285,16 @@ def _level_table(scale, s, table):
         table[level + half] = -table[level]
 
 
+@_inline
+def _decode_tail(codes, table, bits, lo, hi, out):
+    """Values lo..hi-1 one at a time, with ordinary stores (a bucket's ends that do not fill a
+    byte, or a word for the streaming kernels)."""
+    mask = table.shape[0] - 1
+    for i in range(lo, hi):
+        pos = i * bits
+        out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
+
+
 @_jit
 def qsgd_decode(scales, codes, n, bucket_size, bits, out):
     """Decode n values from ``scales`` and packed ``codes`` into ``out`` (float32/float64).
@@ -294,20 +304,15 @@ def qsgd_decode(scales, codes, n, bucket_size, bits, out):
     decoded at once where a bucket covers them.
     """
     s = (1 << (bits - 1)) - 1
-    ncodes = 1 << bits
-    mask = ncodes - 1
-    table = np.empty(ncodes, dtype=out.dtype)
+    table = np.empty(1 << bits, dtype=out.dtype)
+    per = 8 // bits  # values a byte
     for b in range(scales.shape[0]):
         _level_table(scales[b], s, table)
         lo = b * bucket_size
         hi = min(lo + bucket_size, n)
-        i = lo
-        while i < hi and (i * bits) & 7 != 0:  # to a byte boundary
-            pos = i * bits
-            out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
-            i += 1
+        i = min(hi, -(-lo // per) * per)  # to a byte boundary
+        _decode_tail(codes, table, bits, lo, i, out)
         # whole bytes, over 0-based views (see _qsgd_encode): 1, 2 or 4 values a byte
-        per = 8 // bits
         nfull = (hi - i) // per
         ob = out[i:i + nfull * per]
         cb = codes[(i * bits) >> 3:((i * bits) >> 3) + nfull]
@@ -326,13 +331,8 @@ def qsgd_decode(scales, codes, n, bucket_size, bits, out):
                 ob[4 * k + 1] = table[(c >> 2) & 3]
                 ob[4 * k + 2] = table[(c >> 4) & 3]
                 ob[4 * k + 3] = table[c >> 6]
-        i += nfull * per
-        while i < hi:
-            pos = i * bits
-            out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
-            i += 1
+        _decode_tail(codes, table, bits, i + nfull * per, hi, out)
     return out
-
 
 
 @_inline
@@ -342,15 +342,6 @@ def _word_table(scale, s, table, words):
     as32 = table.view(np.uint32)
     for c in range(words.shape[0]):
         words[c] = np.uint64(as32[c])
-
-
-@_inline
-def _decode_tail(codes, table, bits, lo, hi, out):
-    """Values lo..hi-1 with ordinary stores (a bucket's ends that do not fill a word)."""
-    mask = table.shape[0] - 1
-    for i in range(lo, hi):
-        pos = i * bits
-        out[i] = table[(codes[pos >> 3] >> (pos & 7)) & mask]
 
 
 # One kernel per width. Each: buckets of float32 values, ``lo`` rounded up to a whole byte (and, for 8 bits,
