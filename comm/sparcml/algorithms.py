@@ -143,18 +143,30 @@ def _fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
     return Part(offset, length, idx, val)
 
 
+def _allgather_in_place(ctx, sizes: np.ndarray, write_mine, stats) -> list[np.ndarray]:
+    """Allgatherv of byte messages whose ``sizes`` (one per rank, int64) every rank knows:
+    ``write_mine(slot)`` fills this rank's slot of the receive buffer, which then travels in
+    place. Returns the P messages in rank order (views of one buffer)."""
+    displs = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], out=displs[1:])
+    recv = np.empty(int(sizes.sum()), np.uint8)
+    write_mine(recv[int(displs[ctx.rank]):int(displs[ctx.rank] + sizes[ctx.rank])])
+    ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
+                          [recv, sizes, displs, MPI.BYTE])
+    stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
+    stats.messages += 1
+    return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+
 def _allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
     """Allgatherv of byte buffers of different sizes; returns the P buffers in rank order."""
     sizes = np.empty(ctx.size, np.int64)
     ctx.waiter.collective(ctx.comm, "Allgather", np.array([buf.nbytes], np.int64), sizes)
-    displs = np.zeros_like(sizes)
-    np.cumsum(sizes[:-1], out=displs[1:])
-    recv = np.empty(int(sizes.sum()), np.uint8)
-    ctx.waiter.collective(ctx.comm, "Allgatherv", [buf, MPI.BYTE],
-                          [recv, sizes, displs, MPI.BYTE])
-    stats.bytes_sent += int(sizes.sum()) - buf.nbytes
-    stats.messages += 1
-    return [recv[d:d + s] for d, s in zip(displs, sizes)]
+
+    def write_mine(slot):
+        slot[:] = buf
+
+    return _allgather_in_place(ctx, sizes, write_mine, stats)
 
 
 def _allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
@@ -162,20 +174,15 @@ def _allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
     """Allgatherv of every rank's dense block message (block j spans ``bounds[j:j+2]``).
 
     Every size is known from ``bounds``, so no sizes travel first, and this rank encodes
-    straight into its slot of the receive buffer (MPI_IN_PLACE).
+    straight into its slot of the receive buffer.
     """
     sizes = np.array([codec.dense_nbytes(int(bounds[j + 1] - bounds[j]))
                       for j in range(ctx.size)], np.int64)
-    displs = np.zeros_like(sizes)
-    np.cumsum(sizes[:-1], out=displs[1:])
-    recv = np.empty(int(sizes.sum()), np.uint8)
-    mine = slice(int(displs[ctx.rank]), int(displs[ctx.rank] + sizes[ctx.rank]))
-    codec.encode_dense(block.values, block.offset, out=recv[mine])
-    ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
-                          [recv, sizes, displs, MPI.BYTE])
-    stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
-    stats.messages += 1
-    return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+    def write_mine(slot):
+        codec.encode_dense(block.values, block.offset, out=slot)
+
+    return _allgather_in_place(ctx, sizes, write_mine, stats)
 
 
 # -- the algorithms -------------------------------------------------------------------------
