@@ -60,6 +60,7 @@ def summarize_overlap(records, tolerance: float = 1.25) -> dict:
             counts[key[0], P][0] += cell["within"]
             counts[key[0], P][1] += 1
     process_counts = sorted({p for by_p in rows.values() for p in by_p})
+
     def order(item):
         network, kind, N, density, algorithm, target = item[0]
         return (network, kind, N, density, algorithm, -1 if target is None else target)
