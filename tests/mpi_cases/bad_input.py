@@ -9,6 +9,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
+from outcomes import outcome_everywhere
 from sparcml import (InvalidOutputError, InvalidVectorError, RankMismatchError, SparseVector,
                      UnknownAlgorithmError, UnsupportedDtypeError)
 
@@ -52,13 +53,7 @@ for name, bad_args, bad_kwargs, exc_type, needle in scenarios:
             if kwargs["algorithm"] == "OTHER":  # a valid algorithm, but not the others' one
                 others = sparcml.ALGORITHMS
                 kwargs["algorithm"] = others[(others.index(algorithm) + 1) % len(others)]
-        try:
-            sparcml.allreduce(args, **kwargs)
-        except exc_type as exc:
-            caught = (type(exc).__name__, str(exc))
-        else:
-            caught = ("no exception", "")
-        every = comm.allgather(caught)
+        every = outcome_everywhere(comm, exc_type, lambda: sparcml.allreduce(args, **kwargs))
         for r, (cls, msg) in enumerate(every):
             assert cls == exc_type.__name__, f"{name}/{algorithm}: rank {r} raised {cls}: {msg}"
             assert needle in msg, f"{name}/{algorithm}: rank {r} message {msg!r} lacks {needle!r}"

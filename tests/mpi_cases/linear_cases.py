@@ -17,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
+from outcomes import outcome_everywhere
 from sparcapps.data import make_url_like, shard_range
 from sparcapps.linear import (CheckpointError, CheckpointMismatchError, InputDataError,
                               NotBinaryError, SparseLinearClassifier)
@@ -110,13 +111,7 @@ cases += 1
 # -- bad input: the same error on every rank, and the communicator still works -----------------
 def expect(exc_type, needle, fn):
     global cases
-    try:
-        fn()
-    except exc_type as exc:
-        caught = (type(exc).__name__, str(exc))
-    else:
-        caught = ("no exception", "")
-    every = comm.allgather(caught)
+    every = outcome_everywhere(comm, exc_type, fn)
     for r, (cls, msg) in enumerate(every):
         assert cls == exc_type.__name__, f"{needle}: rank {r} raised {cls}: {msg}"
         assert needle in msg, f"rank {r}: {msg!r} lacks {needle!r}"
