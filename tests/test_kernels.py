@@ -63,6 +63,56 @@ def test_merge_add_matches_reference(idx_dt, val_dt, case):
 
 
 @pytest.mark.parametrize("idx_dt", INDEX_DTYPES)
+@pytest.mark.parametrize("val_dt", VALUE_DTYPES)
+@settings(max_examples=60, deadline=None)
+@given(case=stream_pair(), spare=st.integers(0, 5))
+def test_merge_add_into_matches_reference_and_keeps_the_tail(idx_dt, val_dt, case, spare):
+    dim, a, b, seed = case
+    rng = np.random.default_rng(seed)
+    a, b = a.astype(idx_dt), b.astype(idx_dt)
+    av, bv = _values(rng, a.size, val_dt), _values(rng, b.size, val_dt)
+    cap = a.size + b.size + spare
+    out_i, out_v = np.full(cap, -7, idx_dt), np.full(cap, np.nan, val_dt)
+    n = kernels.merge_add_into(a, av, b, bv, out_i, out_v)
+    exp_i, exp_v = ref.merge_add(a, av, b, bv)
+    assert n == exp_i.size
+    np.testing.assert_array_equal(out_i[:n], exp_i)
+    np.testing.assert_array_equal(out_v[:n], exp_v)
+    assert np.all(out_i[n:] == -7) and np.all(np.isnan(out_v[n:]))
+    # the allocating kernel is the same computation, bit for bit (signed zeros included)
+    got_i, got_v = kernels.merge_add(a, av, b, bv)
+    np.testing.assert_array_equal(got_i, out_i[:n])
+    assert got_v.tobytes() == out_v[:n].tobytes()
+
+
+def test_merge_add_keeps_signed_zeros_and_nan_as_the_into_kernel():
+    a, b = np.array([1, 3], np.int64), np.array([1, 2], np.int64)
+    av, bv = np.array([-0.0, np.nan]), np.array([-0.0, 0.0])
+    got_i, got_v = kernels.merge_add(a, av, b, bv)
+    out_i, out_v = np.empty(4, np.int64), np.empty(4)
+    n = kernels.merge_add_into(a, av, b, bv, out_i, out_v)
+    assert n == 3 and got_v.tobytes() == out_v[:n].tobytes()
+    assert np.signbit(got_v[0]) and got_v[1] == 0.0 and not np.signbit(got_v[1])
+
+
+def test_into_kernels_refuse_short_outputs():
+    a = np.array([0, 2, 4], np.int32)
+    v = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match=r"len\(a\) \+ len\(b\)"):
+        kernels.merge_add_into(a, v, a + 1, v, np.empty(5, np.int32), np.empty(6, np.float32))
+    offsets = np.array([0, 3, 6], np.int64)
+    with pytest.raises(ValueError, match="merge_many_into"):
+        kernels.merge_many_into(offsets, np.concatenate([a, a]), np.ones(6, np.float32),
+                                np.empty(6, np.int32), np.empty(5, np.float32))
+    x = np.array([0, 1, 0, 2, 3], np.float32)
+    out_i, out_v = np.full(2, -1, np.int64), np.full(2, -1, np.float32)
+    with pytest.raises(ValueError, match="dense_to_sparse_into"):
+        kernels.dense_to_sparse_into(x, 0, out_i, out_v)
+    # nothing is written past the ends: the part that fitted, and no more
+    np.testing.assert_array_equal(out_i, [1, 3])
+
+
+@pytest.mark.parametrize("idx_dt", INDEX_DTYPES)
 @settings(max_examples=60, deadline=None)
 @given(nstreams=st.integers(1, 9), dim=st.integers(1, 200), seed=st.integers(0, 2**32 - 1),
        density=st.sampled_from([0.0, 0.05, 0.5, 1.0]))
@@ -78,6 +128,11 @@ def test_merge_many_matches_reference(idx_dt, nstreams, dim, seed, density):
     exp_i, exp_v = ref.merge_many(offsets, idx, val)
     np.testing.assert_array_equal(got_i, exp_i)
     np.testing.assert_array_equal(got_v, exp_v)
+    out_i, out_v = np.full(idx.size + 2, -3, idx_dt), np.full(idx.size + 2, np.inf, np.float32)
+    n = kernels.merge_many_into(offsets, idx, val, out_i, out_v)
+    assert n == exp_i.size and np.all(out_i[n:] == -3) and np.all(out_v[n:] == np.inf)
+    np.testing.assert_array_equal(out_i[:n], got_i)
+    assert out_v[:n].tobytes() == got_v.tobytes()
 
 
 @pytest.mark.parametrize("val_dt", VALUE_DTYPES)
@@ -122,6 +177,11 @@ def test_dense_to_sparse_matches_reference(idx_dt, val_dt, dim, density, offset,
     np.testing.assert_array_equal(got_i, exp_i)
     np.testing.assert_array_equal(got_v, exp_v)
     assert kernels.count_nonzero(x) == np.count_nonzero(x)
+    out_i, out_v = np.full(dim + 1, -5, idx_dt), np.full(dim + 1, 9, val_dt)
+    n = kernels.dense_to_sparse_into(x, offset, out_i, out_v)
+    assert n == exp_i.size and out_i[n] == -5 and out_v[n] == 9
+    np.testing.assert_array_equal(out_i[:n], exp_i)
+    np.testing.assert_array_equal(out_v[:n], exp_v)
 
 
 def test_first_unsorted():

@@ -5,6 +5,12 @@ disk, and run without the GIL so that a communication thread can merge while Pyt
 Index arrays are int32 or int64 and sorted strictly increasing unless stated; value arrays are
 float32 or float64; outputs keep the input dtypes. Reference implementations in plain NumPy live
 in ``tests/reference_kernels.py``.
+
+The ``*_into`` kernels write into arrays the caller owns (a :class:`~sparcml.workspace.Workspace`
+buffer, typically) and return how many items they wrote; the allocating kernel of the same name
+is a thin wrapper around its ``*_into`` and gives bitwise the same result. A kernel's output is
+fresh memory, and a fresh allocation's pages may come from the operating system untouched, to be
+faulted in by the kernel's first store: a steady loop that reuses its outputs avoids that cost.
 """
 
 from __future__ import annotations
@@ -14,10 +20,13 @@ from numba import njit
 
 __all__ = [
     "merge_add",
+    "merge_add_into",
     "merge_many",
+    "merge_many_into",
     "scatter_add",
     "split_positions",
     "dense_to_sparse",
+    "dense_to_sparse_into",
     "count_nonzero",
     "first_unsorted",
 ]
@@ -32,10 +41,25 @@ def merge_add(a_idx, a_val, b_idx, b_val):
     Returns ``(idx, val)`` of length ``<= len(a) + len(b)`` (views into one allocation).
     Where both hold an index the value is ``a + b`` (commutative, so bitwise the same as ``b + a``).
     """
+    size = a_idx.shape[0] + b_idx.shape[0]
+    out_idx = np.empty(size, dtype=a_idx.dtype)
+    out_val = np.empty(size, dtype=a_val.dtype)
+    n = merge_add_into(a_idx, a_val, b_idx, b_val, out_idx, out_val)
+    return out_idx[:n], out_val[:n]
+
+
+@_jit
+def merge_add_into(a_idx, a_val, b_idx, b_val, out_idx, out_val):
+    """:func:`merge_add` written into caller's arrays; returns n, the length of the sum.
+
+    ``out_idx`` and ``out_val`` (the dtypes of ``a_idx`` and ``a_val``) need room for
+    ``len(a) + len(b)`` items and must not overlap the inputs; the sum is ``out_idx[:n]``,
+    ``out_val[:n]`` and the rest is left as it was. Raises ValueError when they are too short.
+    """
     na = a_idx.shape[0]
     nb = b_idx.shape[0]
-    out_idx = np.empty(na + nb, dtype=a_idx.dtype)
-    out_val = np.empty(na + nb, dtype=a_val.dtype)
+    if out_idx.shape[0] < na + nb or out_val.shape[0] < na + nb:
+        raise ValueError("merge_add_into: out_idx and out_val need len(a) + len(b) items")
     # Branch-free: the next index is the smaller head; a head is consumed when it is <= the
     # other. -0.0 is the exact additive identity (x + -0.0 == x for every x, -0.0 included),
     # so adding it for the stream that does not hold the index changes nothing. Random
@@ -66,7 +90,7 @@ def merge_add(a_idx, a_val, b_idx, b_val):
         out_val[n] = b_val[j]
         j += 1
         n += 1
-    return out_idx[:n], out_val[:n]
+    return n
 
 
 @_jit
@@ -99,10 +123,26 @@ def merge_many(offsets, idx, val):
     left to right in stream order, so the result is bitwise that of folding the streams in order
     (``((s0 + s1) + s2) + ...``) whatever the number of streams.
     """
-    nstreams = offsets.shape[0] - 1
-    total = offsets[nstreams] - offsets[0]
+    total = offsets[offsets.shape[0] - 1] - offsets[0]
     out_idx = np.empty(total, dtype=idx.dtype)
     out_val = np.empty(total, dtype=val.dtype)
+    n = merge_many_into(offsets, idx, val, out_idx, out_val)
+    return out_idx[:n], out_val[:n]
+
+
+@_jit
+def merge_many_into(offsets, idx, val, out_idx, out_val):
+    """:func:`merge_many` written into caller's arrays; returns n, the length of the sum.
+
+    ``out_idx`` and ``out_val`` need room for ``offsets[-1] - offsets[0]`` items and must not
+    overlap ``idx`` or ``val``; the sum is ``out_idx[:n]``, ``out_val[:n]``. Raises ValueError
+    when they are too short. (Its only allocations are the heap and cursors, S items each.)
+    """
+    nstreams = offsets.shape[0] - 1
+    total = offsets[nstreams] - offsets[0]
+    if out_idx.shape[0] < total or out_val.shape[0] < total:
+        raise ValueError("merge_many_into: out_idx and out_val need offsets[-1] - offsets[0] "
+                         "items")
     heap_key = np.empty(nstreams, dtype=np.int64)
     heap_src = np.empty(nstreams, dtype=np.int64)
     cursor = offsets[:-1].copy()
@@ -134,7 +174,7 @@ def merge_many(offsets, idx, val):
             heap_key[0] = heap_key[size]
             heap_src[0] = heap_src[size]
         _sift_down(heap_key, heap_src, size, 0)
-    return out_idx[:n], out_val[:n]
+    return n
 
 
 @_jit
@@ -173,13 +213,29 @@ def dense_to_sparse(x, offset, index_dtype_sample):
     n = count_nonzero(x)
     out_idx = np.empty(n, dtype=index_dtype_sample.dtype)
     out_val = np.empty(n, dtype=x.dtype)
+    dense_to_sparse_into(x, offset, out_idx, out_val)
+    return out_idx, out_val
+
+
+@_jit
+def dense_to_sparse_into(x, offset, out_idx, out_val):
+    """:func:`dense_to_sparse` written into caller's arrays; returns n, the number of nonzeros.
+
+    One pass: ``out_idx`` and ``out_val`` need room for every nonzero of ``x`` (``len(x)`` is
+    always enough, or :func:`count_nonzero` exactly); the indices take the dtype of
+    ``out_idx``. Raises ValueError, with nothing past their ends written, when they are too short.
+    """
+    cap = min(out_idx.shape[0], out_val.shape[0])
     k = 0
     for i in range(x.shape[0]):
         if x[i] != 0:
+            if k == cap:
+                raise ValueError("dense_to_sparse_into: out_idx and out_val are shorter than "
+                                 "the number of nonzeros")
             out_idx[k] = i + offset
             out_val[k] = x[i]
             k += 1
-    return out_idx, out_val
+    return k
 
 
 @_jit
