@@ -43,6 +43,29 @@ def test_kernel_benchmark_checks_its_result_and_reports_throughput():
     assert r["numba"]["n"] == 3 and r["numba_mitems_per_s"] > 0 and r["speedup"] > 0
 
 
+def test_kernel_benchmark_times_each_variant_in_each_history(monkeypatch, tmp_path, capsys):
+    from sparcapps.bench import cli, kernel_bench
+
+    r = bench_merge_add(items=20_000, dim=1 << 20, reps=2)
+    expected = {"warm", "fresh"} if sys.platform.startswith("linux") else {"warm"}
+    assert set(r["histories"]) == expected
+    for res in r["histories"].values():
+        for v in kernel_bench.VARIANTS:
+            assert res[v]["n"] == 2 and res["mitems_per_s"][v] > 0
+        assert res["speedup"]["scipy"] == 1.0
+    assert r["numba"] == r["histories"]["warm"]["alloc"]
+    # the CLI prints one row per history and variant and writes one record with all of them
+    monkeypatch.setattr(kernel_bench, "bench_merge_add",
+                        lambda seed: bench_merge_add(items=5_000, dim=1 << 16, reps=2, seed=seed))
+    out = tmp_path / "k.jsonl"
+    assert cli.main(["--kernels", "--output", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("merge_add_into (workspace)") == len(expected)
+    rec = json.loads(out.read_text())
+    assert rec["app"] == "sparc-bench-kernels" and "warm/workspace" in rec["timings"]
+    assert rec["metrics"]["warm/workspace/speedup"] > 0
+
+
 def test_sweep_writes_one_parsable_record_per_row(tmp_path):
     out = tmp_path / "bench.jsonl"
     dim, densities, patterns, P = 100_003, (0.001, 0.3), ("random", "overlap", "disjoint"), 3

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="append one JSON record per row to this file")
     p.add_argument("--kernels", action="store_true",
-                   help="benchmark merge-add against scipy.sparse instead (one process)")
+                   help="benchmark merge-add (allocating, and into a reused workspace) against "
+                        "scipy.sparse instead, in a warm and a fresh allocation history "
+                        "(one process)")
     p.add_argument("--overlap", type=float, nargs="+", metavar="COMPUTE_MS",
                    help="instead of the sweep: time iallreduce overlapped with this much compute "
                         "(milliseconds; several values allowed), against each alone")
@@ -77,25 +79,42 @@ def _fmt_bytes(n: float) -> str:
 
 
 def run_kernels(args) -> int:
-    from sparcapps.bench.kernel_bench import bench_merge_add
+    from sparcapps.bench.kernel_bench import HISTORIES, VARIANTS, bench_merge_add
 
     r = bench_merge_add(seed=args.seed)
+    label = {"alloc": "merge_add (allocating)", "workspace": "merge_add_into (workspace)",
+             "scipy": "scipy.sparse a+b"}
     print(f"merge-add of {r['items']:,} + {r['items']:,} sorted int32/float32 items in "
-          f"[0, {r['dim']:,}), median of {r['numba']['n']}:")
-    print(f"  numba merge_add    {r['numba']['median'] * 1e3:8.2f} ms  "
-          f"{r['numba_mitems_per_s']:7.1f} M input items/s")
-    print(f"  scipy.sparse a+b   {r['scipy']['median'] * 1e3:8.2f} ms  "
-          f"{r['scipy_mitems_per_s']:7.1f} M input items/s")
-    print(f"  speedup            {r['speedup']:.2f}x")
+          f"[0, {r['dim']:,}), median of {r['numba']['n']}, all interleaved:")
+    print(f"  {'history':8s} {'kernel':28s} {'median':>9s} {'M items/s':>10s} {'vs scipy':>9s} "
+          f"{'faults/call':>12s}")
+    for h, res in r["histories"].items():
+        for v in VARIANTS:
+            faults = res["faults_per_call"][v]
+            print(f"  {h:8s} {label[v]:28s} {res[v]['median'] * 1e3:6.2f} ms "
+                  f"{res['mitems_per_s'][v]:10.1f} {res['speedup'][v]:8.2f}x "
+                  f"{'-' if faults is None else f'{faults:.0f}':>12s}")
+    print("  warm: the allocator reuses memory the previous call freed; fresh: it has returned "
+          "its free memory\n  to the OS (malloc_trim) just before the call, so a new output "
+          "is faulted in page by page")
+    if "fresh" not in r["histories"]:
+        print("  (no malloc_trim in this C library: the fresh history is not measured)")
     if args.output:
         from sparcapps.records import append_record, capture_environment, make_record
 
+        timings = {"numba": r["numba"], "scipy": r["scipy"],  # as before: warm, allocating
+                   **{f"{h}/{v}": r["histories"][h][v] for h in HISTORIES
+                      if h in r["histories"] for v in VARIANTS}}
+        metrics = {"speedup": r["speedup"], "numba_mitems_per_s": r["numba_mitems_per_s"],
+                   "scipy_mitems_per_s": r["scipy_mitems_per_s"]}
+        for h, res in r["histories"].items():
+            for v in VARIANTS:
+                metrics[f"{h}/{v}/mitems_per_s"] = res["mitems_per_s"][v]
+                metrics[f"{h}/{v}/speedup"] = res["speedup"][v]
+                metrics[f"{h}/{v}/faults_per_call"] = res["faults_per_call"][v]
         append_record(args.output, make_record(
             "sparc-bench-kernels", config=vars(args), environment=capture_environment(),
-            algorithm="merge_add", N=r["dim"],
-            timings={"numba": r["numba"], "scipy": r["scipy"]},
-            metrics={"speedup": r["speedup"], "numba_mitems_per_s": r["numba_mitems_per_s"],
-                     "scipy_mitems_per_s": r["scipy_mitems_per_s"]}))
+            algorithm="merge_add", N=r["dim"], timings=timings, metrics=metrics))
     return 0
 
 

@@ -1,16 +1,39 @@
-"""Merge-add kernel against scipy.sparse CSR addition of the same two vectors, side by side."""
+"""Merge-add kernel against scipy.sparse CSR addition of the same two vectors, side by side.
+
+Three ways to add, each timed in two allocation histories of the process, all interleaved
+repetition by repetition so that machine noise hits them alike:
+
+- ``alloc``: ``kernels.merge_add``, which allocates its output every call;
+- ``workspace``: ``kernels.merge_add_into`` into a :class:`sparcml.workspace.Workspace` pair,
+  which is allocated once and reused;
+- ``scipy``: ``a + b`` of two prebuilt 1 x dim ``csr_matrix``.
+
+Histories: ``warm``: the call follows an untimed call of the same kind, so the allocator
+hands back the memory it just freed, already mapped. ``fresh``: before the call the C allocator
+returns its free memory to the operating system (glibc ``malloc_trim(0)``), so a new output is
+pages the kernel's first stores fault in, as in a process whose allocator has just released
+them (glibc trims its heap top on ``free`` past a threshold, and blocks above its mmap
+threshold, at most 32 MiB, are unmapped on every ``free``). Where there is no ``malloc_trim``
+only the warm history is measured.
+"""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import time
 
 import numpy as np
 import scipy.sparse as sp
 
 from sparcml import kernels
+from sparcml.workspace import Workspace
 from sparcapps.records import summarize
 
-__all__ = ["bench_merge_add"]
+__all__ = ["bench_merge_add", "HISTORIES", "VARIANTS"]
+
+HISTORIES = ("warm", "fresh")
+VARIANTS = ("alloc", "workspace", "scipy")
 
 
 def _sorted_support(rng, dim, k):
@@ -18,13 +41,36 @@ def _sorted_support(rng, dim, k):
     return np.sort(rng.choice(out, k, replace=False)).astype(np.int32)
 
 
+def _malloc_trim():
+    """glibc's ``malloc_trim`` (returns free heap memory to the OS), or None without one."""
+    name = ctypes.util.find_library("c")
+    try:
+        trim = ctypes.CDLL(name).malloc_trim if name else None
+    except (OSError, AttributeError):
+        return None
+    if trim is not None:
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+def _minor_faults() -> int | None:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not on Unix
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def bench_merge_add(items: int = 1_000_000, dim: int = 16 * 2**20, reps: int = 15,
                     seed: int = 0) -> dict:
     """Time merge-add of two sorted int32/float32 streams of ``items`` each, in [0, dim).
 
-    Returns medians (seconds), throughputs in million input items per second, and the ratio
-    numba / scipy. The SciPy side adds two prebuilt 1 x dim ``csr_matrix`` (construction not
-    timed); the two results are checked equal.
+    Returns, per history in ``result["histories"]`` (``"fresh"`` only where ``malloc_trim``
+    exists): per variant the median and spread (seconds), the throughput in million input items
+    per second, the ratio to scipy measured in the same history, and the median minor page
+    faults per call. The top-level ``numba``, ``scipy``, ``numba_mitems_per_s``,
+    ``scipy_mitems_per_s`` and ``speedup`` are the warm history's allocating kernel against
+    scipy. All results are checked equal to scipy's before timing.
     """
     rng = np.random.default_rng(seed)
     a_idx, b_idx = _sorted_support(rng, dim, items), _sorted_support(rng, dim, items)
@@ -32,24 +78,56 @@ def bench_merge_add(items: int = 1_000_000, dim: int = 16 * 2**20, reps: int = 1
     b_val = rng.standard_normal(items).astype(np.float32)
     a = sp.csr_matrix((a_val, a_idx, np.array([0, items])), shape=(1, dim))
     b = sp.csr_matrix((b_val, b_idx, np.array([0, items])), shape=(1, dim))
-    got_i, got_v = kernels.merge_add(a_idx, a_val, b_idx, b_val)  # compile / load from cache
-    expected = a + b
-    if not (np.array_equal(expected.indices, got_i) and np.array_equal(expected.data, got_v)):
-        raise AssertionError("merge_add and scipy.sparse disagree")
-    t_numba, t_scipy = [], []
-    for _ in range(reps):  # interleaved, so that machine noise hits both alike
-        t0 = time.perf_counter()
-        kernels.merge_add(a_idx, a_val, b_idx, b_val)
-        t_numba.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        a + b
-        t_scipy.append(time.perf_counter() - t0)
-    numba, scipy_ = summarize(t_numba), summarize(t_scipy)
+    ws = Workspace()
+
+    def into_workspace():
+        idx, val = ws.pair("merge", 2 * items, np.int32, np.float32)
+        n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
+        return idx[:n], val[:n]
+
+    run = {"alloc": lambda: kernels.merge_add(a_idx, a_val, b_idx, b_val),
+           "workspace": into_workspace,
+           "scipy": lambda: a + b}
+    expected = run["scipy"]()  # the first calls compile or load the kernels from the cache
+    for name in ("alloc", "workspace"):
+        got_i, got_v = run[name]()
+        if not (np.array_equal(expected.indices, got_i) and np.array_equal(expected.data, got_v)):
+            raise AssertionError(f"merge_add ({name}) and scipy.sparse disagree")
+    del expected, got_i, got_v
+    trim = _malloc_trim()
+    histories = HISTORIES if trim is not None else ("warm",)
+    times = {(h, v): [] for h in histories for v in VARIANTS}
+    faults = {key: [] for key in times}
+    for rep in range(reps):
+        for h in histories:
+            for k in range(len(VARIANTS)):  # rotate the order so that none always goes first
+                v = VARIANTS[(rep + k) % len(VARIANTS)]
+                if h == "warm":
+                    run[v]()  # untimed: what it allocates and frees is mapped for the next call
+                else:
+                    trim(0)
+                f0 = _minor_faults()
+                t0 = time.perf_counter()
+                run[v]()
+                times[h, v].append(time.perf_counter() - t0)
+                if f0 is not None:
+                    faults[h, v].append(_minor_faults() - f0)
     total = 2 * items
-    return {
-        "items": items, "dim": dim,
-        "numba": numba, "scipy": scipy_,
-        "numba_mitems_per_s": total / numba["median"] / 1e6,
-        "scipy_mitems_per_s": total / scipy_["median"] / 1e6,
-        "speedup": scipy_["median"] / numba["median"],
-    }
+    out: dict = {"items": items, "dim": dim, "histories": {}}
+    for h in histories:
+        s = {v: summarize(times[h, v]) for v in VARIANTS}
+        out["histories"][h] = {
+            **s,
+            "mitems_per_s": {v: total / s[v]["median"] / 1e6 for v in VARIANTS},
+            "speedup": {v: s["scipy"]["median"] / s[v]["median"] for v in VARIANTS},
+            "faults_per_call": {v: float(np.median(faults[h, v])) if faults[h, v] else None
+                                for v in VARIANTS},
+        }
+    warm = out["histories"]["warm"]
+    out.update({
+        "numba": warm["alloc"], "scipy": warm["scipy"],
+        "numba_mitems_per_s": warm["mitems_per_s"]["alloc"],
+        "scipy_mitems_per_s": warm["mitems_per_s"]["scipy"],
+        "speedup": warm["speedup"]["alloc"],
+    })
+    return out
