@@ -3,6 +3,10 @@
 Every error raised on purpose derives from :class:`DataError`; each subclass also derives from
 the built-in exception a caller would naturally catch (``ValueError``, ``KeyError``, ...), so
 ``except ValueError`` keeps working for code that does not know this package.
+
+:class:`UsageError` and its subclasses mark a command given something it cannot use (a file of
+the wrong kind, an unknown name, an output that is an input): ``sparc-data`` exits with status
+2 for them and 1 for the other errors (the data itself is bad or a download failed).
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ __all__ = [
     "DownloadError",
     "ChecksumError",
     "OutputExistsError",
+    "UsageError",
+    "NotCsrFileError",
+    "SameFileError",
+    "CatalogNotFoundError",
 ]
 
 
@@ -39,8 +47,25 @@ class DataFormatError(DataError, ValueError):
         super().__init__(f"{where}: {problem}")
 
 
+class UsageError(DataError, ValueError):
+    """The caller gave something the operation cannot use (wrong kind of file, unknown name,
+    an output that is an input); the message says what was expected."""
+
+
+class NotCsrFileError(DataFormatError, UsageError):
+    """The file is not HDF5, or an HDF5 file that is not in the sparcml-csr format."""
+
+
+class SameFileError(UsageError):
+    """An output path that is (or links to) one of the inputs."""
+
+
 class CatalogError(DataError, ValueError):
     """The catalog file is missing or has an invalid entry."""
+
+
+class CatalogNotFoundError(CatalogError, UsageError):
+    """The catalog file does not exist or is not a file."""
 
 
 class UnknownDatasetError(DataError, KeyError):

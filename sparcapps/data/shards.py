@@ -9,17 +9,20 @@ index, never on ``P``, so the train (or test) shards of any ``P`` concatenate to
 and each rank needs no memory beyond its own rows. The realized fraction is within sampling
 noise of ``test_fraction`` (for n rows, about ``sqrt(f(1-f)/n)``). Data sets that come with their
 own test file (rcv1, kdd2010) are converted to two files; read each with ``split=None``.
+
+Every row returned has been validated (see :func:`.csrfile.read_csr_rows`): a damaged file
+raises :class:`~.errors.DataFormatError` naming the file, the row and the bad value; a file
+that is not sparcml-csr raises :class:`~.errors.NotCsrFileError`.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import h5py
 import numpy as np
 import scipy.sparse as sp
 
-from .csrfile import check_csr_file
+from .csrfile import open_csr, read_csr_rows
 
 __all__ = ["load_shard", "shard_range", "read_rows", "split_mask", "read_attrs"]
 
@@ -53,39 +56,24 @@ def split_mask(start: int, stop: int, *, test_fraction: float, seed: int) -> np.
 
 def read_attrs(path: str | Path) -> dict:
     """The root attributes of a sparcml-csr file, with numbers as Python ints."""
-    with h5py.File(path, "r") as f:
-        check_csr_file(f, path)
+    with open_csr(path) as (f, _):
         out = {}
         for k, v in f.attrs.items():
             if isinstance(v, bytes):
-                v = v.decode()
+                v = v.decode("utf-8", "replace")
             elif isinstance(v, np.generic):
                 v = v.item()
             out[k] = v
         return out
 
 
-def _read(f: h5py.File, start: int, stop: int, n_features: int):
-    ptr = f["indptr"][start:stop + 1]
-    a, b = int(ptr[0]), int(ptr[-1])
-    indices = f["indices"][a:b]
-    data = f["data"][a:b]
-    y = f["labels"][start:stop]
-    ptr = ptr - a
-    if b - a < 2**31 and indices.dtype == np.int32:
-        ptr = ptr.astype(np.int32)
-    X = sp.csr_matrix((data, indices, ptr), shape=(stop - start, n_features), copy=False)
-    return X, y
-
-
 def read_rows(path: str | Path, start: int, stop: int) -> tuple[sp.csr_matrix, np.ndarray]:
     """Rows ``[start, stop)`` as ``(X, y)``: X a float32 CSR matrix, y float32 labels."""
-    with h5py.File(path, "r") as f:
-        check_csr_file(f, path)
-        n = int(f.attrs["n_rows"])
-        if not 0 <= start <= stop <= n:
-            raise ValueError(f"rows [{start}, {stop}) out of range for {n} rows in {path}")
-        return _read(f, start, stop, int(f.attrs["n_features"]))
+    with open_csr(path) as (f, shape):
+        if not 0 <= start <= stop <= shape.n_rows:
+            raise ValueError(f"rows [{start}, {stop}) out of range for {shape.n_rows} rows "
+                             f"in {path}")
+        return read_csr_rows(f, path, shape, start, stop)
 
 
 def load_shard(path: str | Path, rank: int = 0, size: int = 1, *, split: str | None = None,
@@ -96,7 +84,8 @@ def load_shard(path: str | Path, rank: int = 0, size: int = 1, *, split: str | N
     ``X`` is a ``scipy.sparse.csr_matrix`` of float32 with shape ``(rows, n_features)`` (the
     file's full feature count, so every rank agrees on it) and ``y`` a float32 array (-1/+1 for
     binary tasks). ``split="train"`` or ``"test"`` keeps only that part of the rank's rows (see
-    the module docstring); ``None`` keeps all. Only the rank's rows are read from disk.
+    the module docstring); ``None`` keeps all. Only the rank's rows are read from disk, and
+    each is validated; a damaged file raises :class:`~.errors.DataFormatError`.
 
     Example, under mpi4py::
 
@@ -104,10 +93,9 @@ def load_shard(path: str | Path, rank: int = 0, size: int = 1, *, split: str | N
     """
     if split not in _SPLITS:
         raise ValueError(f"split must be None, 'train' or 'test', got {split!r}")
-    with h5py.File(path, "r") as f:
-        check_csr_file(f, path)
-        start, stop = shard_range(int(f.attrs["n_rows"]), rank, size)
-        X, y = _read(f, start, stop, int(f.attrs["n_features"]))
+    with open_csr(path) as (f, shape):
+        start, stop = shard_range(shape.n_rows, rank, size)
+        X, y = read_csr_rows(f, path, shape, start, stop)
     if split is None:
         return X, y
     mask = split_mask(start, stop, test_fraction=test_fraction, seed=seed)
