@@ -124,7 +124,7 @@ def test_interrupted_download_resumes_next_call(tmp_path, server):
     server.drops, server.drop_after = 1, 300_000
     with pytest.raises(DownloadError, match="run the fetch again to resume"):
         _fetch(tmp_path, cat, retries=0)
-    assert _files(tmp_path) == ["data.bin.part"]
+    assert _files(tmp_path) == ["data.bin.part", "data.bin.part.json"]   # + its validator
     assert (tmp_path / "home/toy/data.bin.part").stat().st_size == 300_000
     (path,), msgs = _fetch(tmp_path, cat)
     assert path.read_bytes() == PAYLOAD and _files(tmp_path) == ["data.bin"]

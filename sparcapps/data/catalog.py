@@ -16,12 +16,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import CatalogError, UnknownDatasetError
+from .errors import CatalogError, CatalogNotFoundError, UnknownDatasetError
 
 __all__ = ["DatasetInfo", "FileEntry", "load_catalog", "get_dataset", "data_home",
-           "catalog_path", "HASH_ALGORITHMS"]
+           "catalog_path", "check_plain_name", "HASH_ALGORITHMS"]
 
 HASH_ALGORITHMS = ("sha256", "md5")
+_HEX_LENGTH = {"sha256": 64, "md5": 32}
 _CHECKOUT_DATASETS = Path(__file__).resolve().parents[2] / "datasets"
 
 
@@ -80,6 +81,22 @@ def data_home(path: str | Path | None = None) -> Path:
     return Path.home() / ".cache" / "sparcml"
 
 
+def check_plain_name(kind: str, value: str) -> str:
+    """Return ``value`` if it is a plain file name (one path component that stays inside the
+    directory it is joined to), else raise :class:`CatalogError`.
+
+    Refused: empty names, ``.`` and ``..``, names starting with ``.`` (hidden files, and the
+    temporary files of :mod:`sparcapps.atomicfile`), ``/`` or ``\\`` anywhere (absolute and
+    nested paths, on every platform), NUL and other control characters. Spaces are allowed.
+    """
+    bad = (not value or value.startswith(".") or "/" in value or "\\" in value
+           or any(ord(c) < 32 or ord(c) == 127 for c in value))
+    if bad:
+        raise CatalogError(f"{kind} must be a plain name (no '/', '\\', leading '.' or "
+                           f"control characters), got {value!r}")
+    return value
+
+
 def _file_entry(name: str, raw: dict) -> FileEntry:
     try:
         entry = FileEntry(url=str(raw["url"]), filename=str(raw["filename"]),
@@ -89,15 +106,19 @@ def _file_entry(name: str, raw: dict) -> FileEntry:
                           hash=str(raw.get("hash", "")).strip())
     except KeyError as exc:
         raise CatalogError(f"data set {name!r}: file entry lacks {exc.args[0]!r}") from None
-    if "/" in entry.filename or entry.filename.startswith("."):
-        raise CatalogError(f"data set {name!r}: filename must be a plain name, "
-                           f"got {entry.filename!r}")
+    except (TypeError, ValueError) as exc:
+        raise CatalogError(f"data set {name!r}: bad file entry ({exc}); expected size as an "
+                           "integer number of bytes") from None
+    check_plain_name(f"data set {name!r}: filename", entry.filename)
     if entry.hash:
         algo, _, value = entry.hash.partition(":")
-        if algo not in HASH_ALGORITHMS or not value or any(
+        if algo not in HASH_ALGORITHMS or len(value) != _HEX_LENGTH[algo] or any(
                 c not in "0123456789abcdefABCDEF" for c in value):
             raise CatalogError(f"data set {name!r}, file {entry.filename}: hash must be "
-                               f"'sha256:HEX' or 'md5:HEX', got {entry.hash!r}")
+                               f"'sha256:HEX' (64 digits) or 'md5:HEX' (32), got {entry.hash!r}")
+    if entry.size is not None and entry.size <= 0:
+        raise CatalogError(f"data set {name!r}, file {entry.filename}: size must be a positive "
+                           f"number of bytes, got {entry.size}")
     return entry
 
 
@@ -108,19 +129,29 @@ def load_catalog(path: str | Path | None = None) -> dict[str, DatasetInfo]:
         with open(p, "rb") as fh:
             raw = tomllib.load(fh)
     except FileNotFoundError:
-        raise CatalogError(f"catalog {p} not found; pass --catalog PATH or set "
-                           "SPARCML_CATALOG") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CatalogError(f"catalog {p}: {exc}") from None
+        raise CatalogNotFoundError(f"catalog {p} not found; pass --catalog PATH or set "
+                                   "SPARCML_CATALOG") from None
+    except IsADirectoryError:
+        raise CatalogNotFoundError(f"catalog {p} is a directory, expected a TOML file") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"catalog {p}: not valid TOML: {exc}") from None
     out: dict[str, DatasetInfo] = {}
-    for name, d in raw.get("datasets", {}).items():
+    datasets = raw.get("datasets", {})
+    if not isinstance(datasets, dict):
+        raise CatalogError(f"catalog {p}: expected a [datasets.NAME] table per data set")
+    for name, d in datasets.items():
+        check_plain_name(f"catalog {p}: data set name", name)
+        files = d.get("files", []) if isinstance(d, dict) else None
+        if not isinstance(files, list) or not all(isinstance(x, dict) for x in files):
+            raise CatalogError(f"catalog {p}: data set {name!r} must be a table with "
+                               "[[datasets.NAME.files]] tables")
         try:
             out[name] = DatasetInfo(
                 name=name, title=str(d.get("title", name)), task=str(d["task"]),
                 rows=d.get("rows"), features=d.get("features"), nnz=d.get("nnz"),
                 nnz_note=str(d.get("nnz_note", "")), synth=d.get("synth"),
                 license=str(d.get("license", "")),
-                files=tuple(_file_entry(name, f) for f in d.get("files", [])))
+                files=tuple(_file_entry(name, f) for f in files))
         except KeyError as exc:
             raise CatalogError(f"catalog {p}: data set {name!r} lacks {exc.args[0]!r}") from None
     return out
