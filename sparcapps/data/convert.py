@@ -26,6 +26,7 @@ import gzip
 import hashlib
 import io
 import lzma
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +36,7 @@ import numpy as np
 
 from . import _parse as P
 from .csrfile import CsrWriter
-from .errors import DataFormatError
+from .errors import DataFormatError, SameFileError
 
 __all__ = ["convert_libsvm", "ConvertResult", "open_text"]
 
@@ -88,15 +89,42 @@ class _HashingReader(io.RawIOBase):
         super().close()
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same file: same resolved path, or (both existing) the
+    same inode, which also catches hard links."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:      # b does not exist (yet)
+        return False
+
+
+def _check_paths(src: Path, out: Path) -> None:
+    """Raise unless ``src`` is a readable LIBSVM source and ``out`` a different file."""
+    if src.is_dir():
+        raise IsADirectoryError(f"{src} is a directory, expected a LIBSVM file")
+    if not src.is_file():
+        raise FileNotFoundError(f"{src}: no such file")
+    if _same_file(src, out):
+        raise SameFileError(f"output {out} is the input {src} (the same file); choose another "
+                            "output path, the source would be destroyed")
+    if _compression_of(src) == "hdf5":
+        raise DataFormatError(src, None, "is an HDF5 file, expected LIBSVM text (plain, .gz, "
+                              ".bz2 or .xz); it may be converted already (see `sparc-data info`)")
+
+
 def _compression_of(path: Path) -> str:
     with open(path, "rb") as fh:
-        magic = fh.read(6)
+        magic = fh.read(8)
     if magic.startswith(b"\x1f\x8b"):
         return "gzip"
     if magic.startswith(b"BZh"):
         return "bz2"
     if magic.startswith(b"\xfd7zXZ\x00"):
         return "xz"
+    if magic.startswith(b"\x89HDF"):
+        return "hdf5"
     return "plain"
 
 
@@ -282,7 +310,10 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
     compression : HDF5 filter, ``"gzip"`` (level ``compression_level``), ``"lzf"`` or ``"none"``.
 
     Raises :class:`~sparcapps.data.errors.DataFormatError` naming the file and 1-based line for
-    malformed input (also for a truncated or corrupt compressed file); no output is left.
+    malformed input (also for a truncated or corrupt compressed file, or one without data
+    rows); no output is left. :class:`~sparcapps.data.errors.SameFileError` when ``out`` is
+    ``src`` (same path after resolving links, or a hard link of it): the source is never
+    replaced, even with ``overwrite=True``.
     """
     src = Path(src)
     out = Path(out)
@@ -292,8 +323,7 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
         raise ValueError(f"n_features must be positive, got {n_features}")
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
-    if not src.is_file():
-        raise FileNotFoundError(f"{src}: no such file")
+    _check_paths(src, out)
     t0 = time.perf_counter()
     total = src.stat().st_size
     with CsrWriter(out, n_features=n_features, compression=compression,
@@ -351,6 +381,9 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
             nf = int(n_features)
         else:
             nf = max(parser.max_raw + (1 if base == 0 else 0), 0)
+        if writer.n_rows == 0:
+            raise DataFormatError(src, None, "no data rows: the file is empty or holds only "
+                                  "comments and blank lines")
         task_name, mapping = _decide_task(task, parser.labels_seen, src)
         if mapping:
             writer.map_labels(mapping)
