@@ -8,8 +8,11 @@
     sparc-data synth --rows 10000 --features 100000 --nnz-per-row 50 -o small.svm
     sparc-data info data.h5
 
-Errors of the data (bad input, hash mismatch, interrupted download) print one line
-``sparc-data: error: ...`` and exit with status 1; usage errors exit with status 2.
+Every error prints one line ``sparc-data: error: ...`` on stderr, never a traceback. Exit
+status 2 for usage errors (a bad option value, a missing path, a directory or a file of the
+wrong kind where a file is expected, an unknown data set name, an output that is an input);
+status 1 for errors of the data itself (malformed or damaged input, hash mismatch, failed or
+unverifiable download) and of the system (permissions, disk full).
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ __all__ = ["main", "build_parser"]
 _COMPRESSED = (".bz2", ".xz", ".gz", ".lzma")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (``PROG: error: MESSAGE (see PROG --help)``)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-home", metavar="DIR",
                    help="where fetched and converted files go (default: $SPARCML_DATA_HOME, "
@@ -33,7 +43,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="sparc-data", description="Data sets for SparCML: catalog, verified fetch, "
         "LIBSVM to HDF5 conversion, synthetic twins.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -82,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
     _add_common(p)
 
-    p = sub.add_parser("info", help="statistics of an HDF5 file (or a catalog entry)")
+    p = sub.add_parser("info", help="statistics of an HDF5 file, every row checked "
+                                    "(or a catalog entry)")
     p.add_argument("target", help="an .h5 file or a catalog name")
     _add_common(p)
     return parser
@@ -130,6 +141,7 @@ def _strip_compression(name: str) -> str:
 def _cmd_convert(args) -> int:
     from .catalog import data_home, load_catalog
     from .convert import convert_libsvm
+    from .errors import UsageError
     progress = not args.no_progress and sys.stderr.isatty()
     kw = dict(index_base=args.index_base if args.index_base == "auto" else int(args.index_base),
               task=args.task, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))),
@@ -137,15 +149,17 @@ def _cmd_convert(args) -> int:
               overwrite=args.force, progress=progress)
     src = Path(args.src)
     jobs: list[tuple[Path, Path, int | None]] = []
+    if src.is_dir():
+        raise UsageError(f"{src} is a directory, expected a LIBSVM file or a catalog name")
     if src.is_file():
         if not args.output:
-            raise SystemExit("sparc-data convert: -o/--output is required for a file source")
+            raise UsageError(f"-o/--output is required for a file source ({src})")
         jobs.append((src, Path(args.output), args.features))
     else:
         cat = load_catalog(args.catalog)
         if args.src not in cat:
-            raise SystemExit(f"sparc-data convert: {args.src} is neither a file nor a catalog "
-                             f"name (known: {', '.join(cat)})")
+            raise UsageError(f"{args.src}: no such file, and not a catalog name (known: "
+                             f"{', '.join(cat)})")
         d = cat[args.src]
         home = data_home(args.data_home) / d.name
         for f in d.files:
@@ -153,12 +167,11 @@ def _cmd_convert(args) -> int:
                 continue
             path = home / f.filename
             if not path.exists():
-                raise SystemExit(f"sparc-data convert: {path} missing; run "
-                                 f"`sparc-data fetch {d.name}` first")
+                raise UsageError(f"{path} missing; run `sparc-data fetch {d.name}` first")
             out = home / (_strip_compression(f.filename) + ".h5")
             jobs.append((path, out, args.features or d.features))
         if not jobs:
-            raise SystemExit(f"sparc-data convert: {d.name} has no LIBSVM files")
+            raise UsageError(f"{d.name} has no LIBSVM files to convert")
     for path, out, nf in jobs:
         r = convert_libsvm(path, out, n_features=nf, **kw)
         mb = r.text_bytes / 1e6
@@ -170,12 +183,12 @@ def _cmd_convert(args) -> int:
 
 def _cmd_synth(args) -> int:
     from .catalog import load_catalog
+    from .errors import UsageError
     from .synth import PRESETS, URL_LIKE, SynthSpec, make_like
     rows_full = None
     if args.name is None:
         if args.rows is None or args.features is None or args.nnz_per_row is None:
-            raise SystemExit("sparc-data synth: without a NAME give --rows, --features and "
-                             "--nnz-per-row")
+            raise UsageError("synth without a NAME needs --rows, --features and --nnz-per-row")
         spec = SynthSpec(name="custom", n_features=args.features, nnz_mean=args.nnz_per_row,
                          nnz_sigma=0.3, nnz_max=max(1, int(args.nnz_per_row * 8)),
                          zipf_exponent=args.zipf if args.zipf is not None else 1.1,
@@ -189,8 +202,8 @@ def _cmd_synth(args) -> int:
             d = cat.get(args.name)
             if d is None or not d.synth:
                 names = [n for n, e in cat.items() if e.synth] + list(PRESETS)
-                raise SystemExit(f"sparc-data synth: no synthetic twin for {args.name!r}; "
-                                 f"choose one of {', '.join(names)}")
+                raise UsageError(f"no synthetic twin for {args.name!r}; choose one of "
+                                 f"{', '.join(names)}")
             spec = PRESETS[d.synth]
             rows_full = d.rows
         over = {}
@@ -215,31 +228,56 @@ def _cmd_synth(args) -> int:
 
 
 def _cmd_info(args) -> int:
-    import h5py
-    import numpy as np
     target = Path(args.target)
+    if target.is_dir():
+        from .errors import UsageError
+        raise UsageError(f"{target} is a directory, expected a sparcml-csr .h5 file or a "
+                         "catalog name")
     if not target.is_file():
-        from .catalog import get_dataset
-        d = get_dataset(args.target, args.catalog)
+        from .catalog import load_catalog
+        from .errors import UsageError
+        cat = load_catalog(args.catalog)
+        d = cat.get(args.target)
+        if d is None:
+            raise UsageError(f"{args.target}: no such file, and not a catalog name (known: "
+                             f"{', '.join(cat)})")
         print(f"{d.name}: {d.title}\n  task {d.task}; rows {_fmt(d.rows)}, features "
               f"{_fmt(d.features)}, nnz {_fmt(d.nnz)} {('(' + d.nnz_note + ')') if d.nnz_note else ''}"
               f"\n  licence: {d.license}")
         for f in d.files:
             print(f"  [{f.split}] {f.url}\n      size {_fmt(f.size)}, hash {f.hash or '(none)'}")
         return 0
-    from .csrfile import check_csr_file
-    with h5py.File(target, "r") as f:
-        check_csr_file(f, target)
-        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-        n = int(attrs["n_rows"])
-        counts = np.empty(n, dtype=np.int64)
-        step = 1 << 20
-        for a in range(0, n, step):
-            b = min(a + step, n)
-            counts[a:b] = np.diff(f["indptr"][a:b + 1])
-        y = f["labels"][:]
-        print(f"{target}: {f.attrs['format']} v{attrs['format_version']}, "
-              f"{target.stat().st_size / 1e6:.1f} MB on disk")
+    _print_file_info(target)
+    return 0
+
+
+def _scan_rows(f, target: Path, shape) -> tuple:
+    """Validate every row (blocks of rows, bounded memory): (nnz per row, labels, max index)."""
+    import numpy as np
+    from .csrfile import read_csr_rows
+    counts = np.empty(shape.n_rows, dtype=np.int64)
+    y = np.empty(shape.n_rows, dtype=np.float32)
+    max_index = -1
+    step = 1 << 16
+    for a in range(0, shape.n_rows, step):
+        b = min(a + step, shape.n_rows)
+        X, y[a:b] = read_csr_rows(f, target, shape, a, b)
+        counts[a:b] = np.diff(X.indptr)
+        if X.nnz:
+            max_index = max(max_index, int(X.indices.max()))
+    return counts, y, max_index
+
+
+def _print_file_info(target: Path) -> None:
+    """Print the statistics of a sparcml-csr file after checking every row of it."""
+    import numpy as np
+    from .csrfile import open_csr
+    with open_csr(target) as (f, shape):
+        attrs = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+                 for k, v in f.attrs.items()}
+        counts, y, max_index = _scan_rows(f, target, shape)
+        print(f"{target}: {attrs['format']} v{attrs['format_version']}, "
+              f"{target.stat().st_size / 1e6:.1f} MB on disk, every row checked")
         for k in ("n_rows", "n_features", "nnz", "task", "index_base", "source",
                   "source_sha256", "generator", "seed"):
             if k in attrs:
@@ -248,21 +286,32 @@ def _cmd_info(args) -> int:
                       f"  {k:<14}{v}")
         print(f"  {'indices':<14}{f['indices'].dtype}, data {f['data'].dtype}, "
               f"compression {f['indices'].compression}")
+        n = shape.n_rows
         if n:
             print(f"  {'nnz per row':<14}min {counts.min():,}  mean {counts.mean():,.1f}  "
                   f"median {int(np.median(counts)):,}  max {counts.max():,}")
-            nf = int(attrs["n_features"])
-            print(f"  {'density':<14}{int(attrs['nnz']) / (n * max(nf, 1)):.3g}")
+            print(f"  {'max index':<14}{max_index:,} (0-based)")
+            print(f"  {'density':<14}{shape.nnz / (n * max(shape.n_features, 1)):.3g}")
             vals, cnt = np.unique(y, return_counts=True)
             if len(vals) <= 10:
                 print("  labels        " + ", ".join(f"{v:g}: {c:,}" for v, c in zip(vals, cnt)))
             else:
                 print(f"  labels        {len(vals)} distinct, min {vals[0]:g}, max {vals[-1]:g}")
-    return 0
 
 
 _COMMANDS = {"list": _cmd_list, "fetch": _cmd_fetch, "convert": _cmd_convert,
              "synth": _cmd_synth, "info": _cmd_info}
+
+
+def _exit_status(exc: BaseException) -> int:
+    """2 for usage errors (see the module docstring), 1 for the others."""
+    from .errors import DataError, UnknownDatasetError, UsageError
+    if isinstance(exc, (UsageError, UnknownDatasetError, FileNotFoundError, IsADirectoryError,
+                        NotADirectoryError)):
+        return 2
+    if isinstance(exc, ValueError) and not isinstance(exc, DataError):
+        return 2       # argument validation of the library (a bad option value)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,9 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)
-    except (DataError, FileNotFoundError, ValueError) as exc:
-        print(f"sparc-data: error: {exc}", file=sys.stderr)
-        return 1
+    except (DataError, OSError, ValueError) as exc:
+        msg = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"sparc-data: error: {msg}", file=sys.stderr)
+        return _exit_status(exc)
     except KeyboardInterrupt:
         print("sparc-data: interrupted", file=sys.stderr)
         return 130
