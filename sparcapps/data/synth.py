@@ -28,13 +28,14 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
-import os
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import scipy.sparse as sp
+
+from sparcapps.atomicfile import atomic_write
 
 from . import _synthkern as K
 from .csrfile import CsrWriter
@@ -219,12 +220,14 @@ def make_webspam_like(rows: int, seed: int = 0, *, features: int = WEBSPAM_LIKE.
                      out=out, overwrite=overwrite)
 
 
-def _open_out(path: Path, mode: str = "wb"):
-    if path.suffix == ".gz":
+def _open_out(path: Path, suffix: str, mode: str = "wb"):
+    """Open ``path`` for writing, compressed as the file name suffix ``suffix`` says (the
+    target's suffix: ``path`` itself may be a temporary name)."""
+    if suffix == ".gz":
         return gzip.open(path, mode, compresslevel=6)
-    if path.suffix == ".bz2":
+    if suffix == ".bz2":
         return bz2.open(path, mode)
-    if path.suffix in (".xz", ".lzma"):
+    if suffix in (".xz", ".lzma"):
         return lzma.open(path, mode)
     return open(path, mode)
 
@@ -240,10 +243,9 @@ def write_libsvm_blocks(path: str | Path, blocks, *, decimals: int = 6, zero_bas
     if path.exists() and not overwrite:
         from .errors import OutputExistsError
         raise OutputExistsError(f"{path} exists; pass overwrite=True (CLI: --force)")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     base = 0 if zero_based else 1
-    try:
-        with _open_out(tmp) as fh:
+    with atomic_write(path) as tmp:
+        with _open_out(tmp, path.suffix) as fh:
             for indptr, indices, values, labels in blocks:
                 indptr = np.asarray(indptr, dtype=np.int64)
                 m = len(indptr) - 1
@@ -261,10 +263,6 @@ def write_libsvm_blocks(path: str | Path, blocks, *, decimals: int = 6, zero_bas
                                         base, decimals, buf)
                     fh.write(buf[:n].tobytes())
                     r0 = r1
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 

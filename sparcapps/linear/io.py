@@ -1,5 +1,7 @@
 """Model and checkpoint files (HDF5), written atomically: a temporary file beside the target,
-then ``os.replace``, so the target holds either the old complete file or the new one.
+then ``os.replace`` (:mod:`sparcapps.atomicfile`), so the target holds either the old complete
+file or the new one; the temporary files of a writer killed mid-write are removed by the next
+write of the same file.
 
 Model file (``format = "sparcml-linear-model"``, version 1): datasets ``coef`` (float64,
 ``n_features``, gzip) and ``classes``; attributes ``intercept``, ``n_features``, ``params``
@@ -16,11 +18,12 @@ Only one rank writes (the weights are identical on every rank); every rank may r
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import h5py
 import numpy as np
+
+from sparcapps.atomicfile import atomic_write
 
 from .errors import CheckpointError, ModelFileError
 from .state import TrainState
@@ -40,17 +43,13 @@ def model_params(est) -> dict:
 
 
 def _atomic_h5(path: Path, fill) -> Path:
+    """Write an HDF5 file at ``path`` by ``fill(h5py.File)`` through
+    :func:`sparcapps.atomicfile.atomic_write`: the old file or the new one, never half of one;
+    temporary files of writers that were killed are removed first."""
     path = Path(path)
-    if path.parent != Path("") and not path.parent.is_dir():
-        raise FileNotFoundError(f"directory {path.parent} does not exist")
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_write(path) as tmp:
         with h5py.File(tmp, "w") as f:
             fill(f)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return path
 
 
