@@ -38,7 +38,8 @@ _jit = njit(cache=True, nogil=True)
 def merge_add(a_idx, a_val, b_idx, b_val):
     """Sum two sparse streams: the sorted union of the indices, values added where both hold one.
 
-    Returns ``(idx, val)`` of length ``<= len(a) + len(b)`` (views into one allocation).
+    Returns ``(idx, val)`` of length ``<= len(a) + len(b)`` (views of two new arrays of
+    ``len(a) + len(b)`` items).
     Where both hold an index the value is ``a + b`` (commutative, so bitwise the same as ``b + a``).
     """
     size = a_idx.shape[0] + b_idx.shape[0]
