@@ -5,6 +5,7 @@ Run with ``python -m mpi4py``; rank 0 prints ``TORCH-ADAPTER <n> OK``.
 """
 
 import copy
+import warnings
 
 import numpy as np
 import torch
@@ -12,6 +13,9 @@ from mpi4py import MPI
 
 import sparcml
 import sparcml.torch as st
+from sparcml.compression import (Compression, NoneCompressor, NoneMemory, ResidualMemory,
+                                 TopKCompressor)
+from sparcml.registry import get_algorithm
 
 torch.set_num_threads(1)
 comm = MPI.COMM_WORLD
@@ -64,7 +68,7 @@ def train(model, opt, steps, start=0, dtype=torch.float32):
 
 
 # 1. no compression: the same parameters as plain SGD on the concatenated batch ---------------
-for algorithm in ("dense", "ssar_recursive_double", "ssar_split_allgather"):
+for algorithm in (sparcml.DENSE_BASELINE, sparcml.DEFAULT_ALGORITHM, "ssar_split_allgather"):
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 2e-6)):
         ref = make_model(dtype)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.3, momentum=0.9)
@@ -75,8 +79,8 @@ for algorithm in ("dense", "ssar_recursive_double", "ssar_split_allgather"):
             ref_opt.zero_grad()
         model = make_model(dtype)
         opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9),
-                                      model.named_parameters(), algorithm=algorithm,
-                                      bucket_size=64)
+                                      model.named_parameters(),
+                                      compression=Compression.none(algorithm), bucket_bytes=64)
         ok(len(opt.buckets) >= 3, f"small buckets: {len(opt.buckets)}")
         train(model, opt, 4, dtype=dtype)
         ok(np.allclose(flat(model), flat(ref), rtol=tol, atol=tol),
@@ -84,30 +88,43 @@ for algorithm in ("dense", "ssar_recursive_double", "ssar_split_allgather"):
         ok(identical_everywhere(flat(model)), f"{algorithm} {dtype}: ranks differ")
         ok(opt.stats.steps == 4 and opt.stats.sent_density == 1.0, "dense stats")
 
+
 # 2. top-k (+ QSGD): identical parameters on all ranks ----------------------------------------
-for algorithm in ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",
-                  "allgather", "dense", "auto"):
+def topk(density=0.1, bits=None, algorithm=sparcml.DEFAULT_ALGORITHM, qbs=4, chunk=None,
+         memory=None):
+    q = None if bits is None else sparcml.QSGD(bits, bucket_size=qbs)
+    return Compression(TopKCompressor(density=density, chunk=chunk), q,
+                       ResidualMemory() if memory is None else memory, algorithm)
+
+
+for algorithm in (*sparcml.ALGORITHMS, "auto"):
     for bits in (None, 2, 4, 8):
-        if bits is not None and algorithm == "dense":
+        if bits is not None and algorithm != "auto" \
+                and not get_algorithm(algorithm).accepts_quantizer:
             continue
         model = make_model()
         opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.2, momentum=0.9),
-                                      model.named_parameters(), density=0.1, bits=bits,
-                                      algorithm=algorithm, bucket_size=200,
-                                      quantizer_bucket_size=4, seed=3)
+                                      model.named_parameters(),
+                                      compression=topk(bits=bits, algorithm=algorithm),
+                                      bucket_bytes=200, seed=3)
         train(model, opt, 3)
         ok(identical_everywhere(flat(model)), f"top-k {algorithm} bits={bits}: ranks differ")
         ok(not np.array_equal(flat(model), flat(make_model())), "the model moved")
 
-# 3. residual bookkeeping per bucket, exactly ------------------------------------------------
-for bits, ef, tkb in ((None, True, None), (4, True, None), (2, True, 8), (8, False, None)):
+# 3. residual bookkeeping per bucket, exactly: residual = g + r - sent, with sent the values as
+# the other ranks received them (quantized once, by the wire); so per rank, over the steps,
+# sum of gradients == sum of sent + residual ----------------------------------------------------
+for bits, ef, chunk in ((None, True, None), (4, True, None), (2, True, 8), (8, False, None)):
     model = make_model(hidden=23)
-    opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                  model.named_parameters(), density=0.05, bits=bits,
-                                  error_feedback=ef, bucket_size=300, topk_bucket_size=tkb,
-                                  quantizer_bucket_size=3, seed=5)
+    opt = st.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+        compression=topk(0.05, bits, qbs=3, chunk=chunk,
+                         memory=ResidualMemory() if ef else NoneMemory()),
+        bucket_bytes=300, seed=5)
     params = dict(model.named_parameters())
     residuals = [np.zeros(b["numel"], np.float32) for b in opt.buckets]
+    inputs = [np.zeros(b["numel"], np.float64) for b in opt.buckets]
+    delivered = [np.zeros(b["numel"], np.float64) for b in opt.buckets]
     for s in range(4):
         X, y = batch(s)
         mine = slice(rank * B, (rank + 1) * B)
@@ -123,40 +140,44 @@ for bits, ef, tkb in ((None, True, None), (4, True, None), (2, True, 8), (8, Fal
         for i, b in enumerate(opt.buckets):
             g = np.concatenate([local[n].reshape(-1).numpy() for n in b["names"]])
             gp = g + residuals[i] if ef else g
-            sent = b["sent"]
-            idx = sent.indices
-            topk = sparcml.TopK(density=0.05, bucket_size=tkb, error_feedback=False)
-            ok(np.array_equal(idx, topk.compress(gp).indices), "the top-k of gradient + residual")
+            sent = b["sent"].to_dense()
+            idx = sparcml.TopK(density=0.05, bucket_size=chunk,
+                               error_feedback=False).compress(gp).indices
+            kept = np.zeros(b["numel"], bool)
+            kept[idx] = True
+            ok(not np.any(sent[~kept]), "values sent only at the top-k of gradient + residual")
             if bits is None:
-                ok(np.array_equal(sent.values, gp[idx]), "unquantized values sent as they are")
+                ok(np.array_equal(sent[kept], gp[kept]), "unquantized values sent as they are")
             else:
-                q = sparcml.QSGD(bits, bucket_size=3)
-                ok(np.array_equal(q.quantize(sent.values), sent.values),
-                   "quantized values re-encode to themselves (exact on the wire)")
+                level = np.abs(gp[kept]).max() / sparcml.QSGD(bits).levels * (1 + 1e-6)
+                ok(np.all(np.abs(sent[kept] - gp[kept]) <= level), "within one QSGD level")
             if ef:
-                rest = np.ones(b["numel"], bool)
-                rest[idx] = False
                 r = b["residual"]
-                ok(np.array_equal(r[rest], gp[rest]), "residual = g + r where nothing was sent")
-                ok(np.array_equal(r[idx], gp[idx] - sent.values), "residual = g' - sent")
+                ok(np.array_equal(r, gp - sent), "residual = g + r - sent, exactly")
                 residuals[i] = r.copy()
+                inputs[i] += g
+                delivered[i] += sent
             else:
                 ok(b["residual"] is None, "no residual without error feedback")
             got = np.concatenate([averaged[n].reshape(-1).numpy() for n in b["names"]])
-            if P <= 2:  # own message exact on the wire, one addition: the sum of what was sent
+            if P <= 2:  # quantized once, one addition: the sum of what was sent
                 want = sent_all[0][i] + sent_all[-1][i] if P == 2 else sent_all[0][i]
                 ok(np.array_equal(got, want / P), f"P={P}: averaged = sum(sent) / P exactly")
             elif bits is None:
                 want = np.sum([s_[i] for s_ in sent_all], axis=0)
                 ok(np.allclose(got, want / P, rtol=1e-6, atol=1e-7), "averaged = sum(sent)/P")
+    if ef:
+        for i in range(len(inputs)):
+            ok(np.allclose(inputs[i], delivered[i] + residuals[i], rtol=0, atol=1e-6),
+               "sum of gradients == sum of sent + residual")
 
 # 4. resume: state_dict and load_state_dict continue bitwise ---------------------------------
 for bits, warmup in ((4, 0), (None, 2)):
     def build():
         m = make_model(hidden=17)
         o = st.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9),
-                                    m.named_parameters(), density=0.05, bits=bits,
-                                    bucket_size=256, warmup_steps=warmup, seed=11)
+                                    m.named_parameters(), compression=topk(0.05, bits, qbs=1024),
+                                    bucket_bytes=256, warmup_steps=warmup, seed=11)
         return m, o
 
     model, opt = build()
@@ -201,23 +222,38 @@ if P > 1:
         ok(f"on rank {P - 1}" in str(exc) and "weight" in str(exc), str(exc))
     try:
         st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
-                                model.named_parameters(), density=0.01 * (1 + rank))
+                                model.named_parameters(),
+                                compression=topk(density=0.01 * (1 + rank)))
         ok(False, "different options accepted")
     except sparcml.RankMismatchError as exc:
         ok("density" in str(exc), str(exc))
+    try:  # an option only the last rank gets wrong: every rank raises its error
+        st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                bucket_bytes=0 if rank == P - 1 else 64)
+        ok(False, "bucket_bytes=0 accepted")
+    except sparcml.IncompatibleOptionsError as exc:
+        ok(f"rank {P - 1}" in str(exc) and "bucket_bytes" in str(exc), str(exc))
 
-for kwargs, err in (({"bits": 4, "algorithm": "dense"}, sparcml.IncompatibleOptionsError),
+for kwargs, err in (({"compression": "topk"}, sparcml.IncompatibleOptionsError),
+                    ({"bucket_bytes": 0}, sparcml.IncompatibleOptionsError),
+                    ({"warmup_steps": -1}, sparcml.IncompatibleOptionsError),
+                    ({"bits": 4, "algorithm": "dense"}, sparcml.IncompatibleOptionsError),
                     ({"algorithm": "ring"}, sparcml.UnknownAlgorithmError),
                     ({"density": 0.1, "k": 3}, sparcml.IncompatibleOptionsError),
-                    ({"density": 0.0}, sparcml.IncompatibleOptionsError)):
+                    ({"density": 0.0}, sparcml.IncompatibleOptionsError),
+                    ({"density": 0.1, "compression": Compression()},
+                     sparcml.IncompatibleOptionsError)):
     try:
-        st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), **kwargs)
         ok(False, f"{kwargs} accepted")
     except err:
         ok(True, "")
 
 st.broadcast_parameters(model)  # the plain step above moved every rank differently
-opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), density=0.5)
+opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                              compression=topk(density=0.5))
 loss_of(model, *batch(0)).backward()
 try:
     loss_of(model, *batch(0)).backward()
@@ -241,10 +277,45 @@ except sparcml.IncompatibleOptionsError as exc:
 opt.remove_hooks()
 opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
 del opt  # a discarded optimizer neither reduces nor blocks a new one
-opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), density=0.3)
+opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                              compression=topk(density=0.3))
 loss_of(model, *batch(2)).backward()
 opt.step()
 ok(identical_everywhere(flat(model)) and opt.stats.steps == 1, "after re-wrapping")
+opt.remove_hooks()
+
+# 6. the deprecated keywords: a DeprecationWarning that spells the new call, and bitwise the
+# same training as that call ------------------------------------------------------------------
+for old, new in (
+        ({"density": 0.1, "bits": 4, "bucket_size": 200, "quantizer_bucket_size": 4},
+         {"compression": topk(0.1, 4, qbs=4), "bucket_bytes": 200}),
+        ({"k": 5, "topk_bucket_size": 8, "error_feedback": False,
+          "algorithm": "ssar_split_allgather"},
+         {"compression": Compression(TopKCompressor(k=5, chunk=8), None, NoneMemory(),
+                                     "ssar_split_allgather")}),
+        ({"bits": 8, "algorithm": "dsar_split_allgather"},
+         {"compression": Compression(NoneCompressor(), sparcml.QSGD(8), NoneMemory(),
+                                     "dsar_split_allgather")}),
+        ({"algorithm": "dense"}, {"compression": Compression.none()})):
+    runs = []
+    for kwargs in (old, new):
+        m = make_model()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            o = st.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.2, momentum=0.9),
+                                        m.named_parameters(), seed=2, **kwargs)
+        train(m, o, 3)
+        o.remove_hooks()
+        runs.append(flat(m))
+        if kwargs is old:
+            ok(len(caught) == 1 and caught[0].category is DeprecationWarning
+               and "compression=Compression(" in str(caught[0].message)
+               and caught[0].filename == __file__, [str(w.message) for w in caught])
+            ok(o.compression.describe() == new["compression"].describe(),
+               o.compression.describe())
+        else:
+            ok(not caught, [str(w.message) for w in caught])
+    ok(np.array_equal(runs[0], runs[1]), f"{old}: the old keywords train differently")
 
 total = comm.allreduce(checks)
 if rank == 0:

@@ -1,0 +1,61 @@
+"""PyTorch adapter: data-parallel SGD with top-k, QSGD and the sparse allreduce (Horovod-style).
+
+Import it as ``import sparcml.torch`` (``import sparcml`` alone never imports torch).
+
+:class:`DistributedOptimizer` wraps any ``torch.optim.Optimizer``; what travels is configured
+by a :class:`sparcml.compression.Compression` (GRACE's split: compressor, quantizer, memory,
+communicator; NumPy objects shared with non-torch code). Per step, on every rank:
+
+1. the parameters are cut into *buckets* once, at construction: in reverse registration order
+   (roughly the order in which ``backward()`` produces their gradients), a new bucket whenever
+   ``bucket_bytes`` are full or the dtype changes; the order is checked to be identical on all
+   ranks;
+2. a gradient hook (``register_post_accumulate_grad_hook``) notes each gradient as it is
+   accumulated; when every gradient of a bucket is ready *and* every earlier bucket has been
+   launched, the bucket is flattened into a host buffer (pinned when the model lives on an
+   accelerator) and handed to sparcml's communication thread (the one of
+   :func:`sparcml.iallreduce`), which compresses it and runs the allreduce while ``backward()``
+   goes on: the calling thread only copies gradients, so an accelerator is never kept waiting
+   for top-k. Buckets are launched in bucket order on every rank, whatever order their
+   gradients come in, and the thread takes them in that order;
+3. on that thread, per bucket: the memory adds the bucket's residual to the gradient (error
+   feedback), the compressor keeps the top-k entries (or all), the allreduce sends them (the
+   quantizer's QSGD encodes the values once, on the wire) and reports what the other ranks
+   received; the memory keeps ``gradient + residual - received`` as the next residual, so it
+   holds what top-k dropped *and* the quantization error;
+4. :meth:`DistributedOptimizer.synchronize` (called by :meth:`~DistributedOptimizer.step`)
+   launches what is left, waits for every bucket, divides the sum by P and writes it into the
+   ``.grad`` of each parameter; then the wrapped optimizer steps.
+
+Every rank ends with the same averaged gradient. With a quantizer, the partial sums that later
+rounds of an algorithm send are quantized again: unbiased noise that no residual accounts for
+(the ranks hold different partial sums, so none of them could keep it); see
+:mod:`sparcml.compression` for where a rank's own values are not quantized on their own.
+
+Example
+-------
+>>> import sparcml, sparcml.torch as st                                   # doctest: +SKIP
+>>> from sparcml.compression import Compression, ResidualMemory, TopKCompressor
+>>> st.broadcast_parameters(model)                                        # doctest: +SKIP
+>>> opt = st.DistributedOptimizer(
+...     torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
+...     compression=Compression(TopKCompressor(density=0.01), quantizer=sparcml.QSGD(4),
+...                             memory=ResidualMemory()))                  # doctest: +SKIP
+>>> loss_fn(model(x), y).backward(); opt.step(); opt.zero_grad()         # doctest: +SKIP
+
+``Compression.none()`` gives the dense baseline (``MPI_Allreduce``). Every rank must build the
+optimizer, and call ``step()`` (or ``synchronize()``), the same number of times in the same
+order. Wrap a script's ``main`` in :func:`sparcml.abort_on_error`: an error in one rank's
+``backward()`` (NaN gradients, say) otherwise leaves the others waiting.
+
+Modules: :mod:`.optimizer` (the wrapper), :mod:`.buckets` (parameters into flat host
+buffers), :mod:`.stats` (:class:`CompressionStats`), :mod:`.broadcast` (equal starting
+states), :mod:`.legacy` (the deprecated keyword arguments).
+"""
+
+from .broadcast import broadcast_optimizer_state, broadcast_parameters
+from .optimizer import DEFAULT_BUCKET_BYTES, DistributedOptimizer
+from .stats import CompressionStats
+
+__all__ = ["DistributedOptimizer", "CompressionStats", "broadcast_parameters",
+           "broadcast_optimizer_state", "DEFAULT_BUCKET_BYTES"]
