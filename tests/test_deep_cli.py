@@ -21,3 +21,27 @@ def test_help_lists_the_options(app):
                  "--epochs", "--batch-size", "--lr", "--seed", "--width", "--depth", "--output",
                  "--checkpoint-every", "--resume", "--threads"):
         assert flag in out, flag
+
+
+def test_the_communication_flags_build_a_compression():
+    from sparcml import DENSE_BASELINE, DEFAULT_ALGORITHM
+    from sparcml.compression import NoneMemory, ResidualMemory, TopKCompressor
+
+    from sparcapps.deep import cnn
+    from sparcapps.deep.train import _check_args, compression_from_args
+
+    parse = cnn.build_parser().parse_args
+    c = compression_from_args(parse([]))
+    assert c.compressor == TopKCompressor(density=0.01) and c.quantizer.bits == 4
+    assert isinstance(c.memory, ResidualMemory) and c.algorithm == DEFAULT_ALGORITHM
+    c = compression_from_args(parse(["--bits", "0", "--no-error-feedback", "--density", "0.1",
+                                     "--topk-bucket-size", "512", "--algorithm", "auto"]))
+    assert c.compressor == TopKCompressor(density=0.1, chunk=512) and c.quantizer is None
+    assert isinstance(c.memory, NoneMemory) and c.algorithm == "auto"
+    assert compression_from_args(parse(["--dense"])).algorithm == DENSE_BASELINE
+    assert _check_args(parse([])) == []
+    assert _check_args(parse(["--dense", "--algorithm", DENSE_BASELINE])) == []
+    (problem,) = _check_args(parse(["--algorithm", DENSE_BASELINE]))
+    assert problem.startswith("--bits needs a sparse algorithm") and "--bits 0" in problem
+    (problem,) = _check_args(parse(["--algorithm", "ring"]))
+    assert problem.startswith("--algorithm: unknown algorithm 'ring'")

@@ -2,11 +2,11 @@
 
 ``python -m sparcapps.deep.accuracy [--nprocs 4] [--seeds 0 1 2] [--apps cnn lstm]`` launches,
 for every app and seed, ``mpiexec -n P`` runs of the app (each with its default epochs, model
-and learning rate) in three configurations: ``dense`` (full gradients, dense allreduce),
-``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same without error
-feedback). It prints the final test accuracy of each run, the mean per configuration and the
-difference to dense in points, and the bytes sent per step and rank. Records go to
-``--output`` (default: a temporary file), one per run, as the apps write them.
+and learning rate) in three configurations: ``dense_baseline`` (full gradients, dense
+allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same
+without error feedback). It prints the final test accuracy of each run, the mean per
+configuration and the difference to dense in points, and the bytes sent per step and rank.
+Records go to ``--output`` (default: a temporary file), one per run, as the apps write them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import numpy as np
 __all__ = ["main", "CONFIGS"]
 
 CONFIGS = {
-    "dense": ["--dense"],
+    "dense_baseline": ["--dense"],
     "topk-ef": ["--density", "0.01", "--bits", "4"],
     "topk-noef": ["--density", "0.01", "--bits", "4", "--no-error-feedback"],
 }
@@ -64,7 +64,7 @@ def main(argv=None) -> int:
                 rec = read_records([out])[0][before]
                 acc = rec["metrics"]["test_accuracy"]
                 table[(app, name, seed)] = (acc, rec["bytes"]["sent_per_step"])
-                print(f"sparc-{app} seed {seed} {name:9}: test accuracy {acc:.4f}, "
+                print(f"sparc-{app} seed {seed} {name:14}: test accuracy {acc:.4f}, "
                       f"{rec['bytes']['sent_per_step']:,.0f} B/step/rank, "
                       f"{len(rec['metrics']['epochs'])} epochs", flush=True)
     print(f"\nP={args.nprocs}, seeds {args.seeds}; records in {out}")
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
           "| bytes/step/rank |")
     print("|---|---|---|---|---|---|")
     for app in args.apps:
-        dense_mean = np.mean([table[(app, "dense", s)][0] for s in args.seeds])
+        dense_mean = np.mean([table[(app, "dense_baseline", s)][0] for s in args.seeds])
         for name in CONFIGS:
             accs = [table[(app, name, s)][0] for s in args.seeds]
             nbytes = np.mean([table[(app, name, s)][1] for s in args.seeds])

@@ -2,9 +2,10 @@
 
 ``mpiexec -n 4 python -m sparcapps.deep.bench [--width 100] [--reps 10]`` trains the digits CNN
 (``--width 100``: 5.4M parameters) with one :class:`sparcml.torch.DistributedOptimizer` per
-configuration (``dense``: full gradients, MPI allreduce; ``topk``: density 1% + 4-bit QSGD with
-error feedback over ``ssar_recursive_double``), the configurations interleaved repetition by
-repetition so that both see the same machine load. Per repetition (slowest rank):
+configuration (``dense_baseline``: full gradients, MPI allreduce, ``Compression.none()``;
+``topk``: density 1% + 4-bit QSGD with error feedback over the default algorithm,
+recursive doubling), the configurations interleaved repetition by repetition so that both see
+the same machine load. Per repetition (slowest rank):
 
 - ``step``: forward + backward (the hooks compress and launch the buckets) + ``synchronize()``
   + optimizer step: the real training step;
@@ -46,7 +47,8 @@ def build_parser():
     p.add_argument("--warmup", type=int, default=2, help="untimed repetitions first")
     p.add_argument("--density", type=float, default=0.01)
     p.add_argument("--bits", type=int, default=4, choices=(2, 4, 8))
-    p.add_argument("--algorithm", default="ssar_recursive_double")
+    p.add_argument("--algorithm", default=None,
+                   help="allreduce algorithm of the top-k configuration (default: sparcml's)")
     p.add_argument("--bucket-mb", type=float, default=4.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--output", default=None)
@@ -72,6 +74,8 @@ def _run(args) -> int:
     from mpi4py import MPI
 
     import sparcml.torch as st
+    from sparcml import DEFAULT_ALGORITHM, QSGD
+    from sparcml.compression import Compression, ResidualMemory, TopKCompressor
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     from .data import load_digits_split
@@ -87,15 +91,17 @@ def _run(args) -> int:
     st.broadcast_parameters(base, comm=comm)
     n_params = sum(p.numel() for p in base.parameters())
     configs = {
-        "dense": {"algorithm": "dense"},
-        "topk": {"density": args.density, "bits": args.bits, "algorithm": args.algorithm},
+        "dense_baseline": Compression.none(),
+        "topk": Compression(TopKCompressor(density=args.density), QSGD(args.bits),
+                            ResidualMemory(), args.algorithm or DEFAULT_ALGORITHM),
     }
 
-    def wrapped(options):
+    def wrapped(compression):
         model = copy.deepcopy(base)
         opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                       model.named_parameters(), comm=comm,
-                                      bucket_size=int(args.bucket_mb * 2**20), **options)
+                                      compression=compression,
+                                      bucket_bytes=int(args.bucket_mb * 2**20))
         return model, opt
 
     runs = {}
@@ -160,7 +166,7 @@ def _run(args) -> int:
     env = capture_environment(comm)
     if rank == 0:
         print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
-        print(f"{'config':8} {'step':>8} {'compute':>8} {'comm':>8} {'wait':>8} "
+        print(f"{'config':14} {'step':>8} {'compute':>8} {'comm':>8} {'wait':>8} "
               f"{'compress':>8} {'hidden':>7} {'unwaited':>8} {'bytes/step/rank':>16}")
     summary = {}
     for name, r in runs.items():
@@ -170,20 +176,20 @@ def _run(args) -> int:
         per_rank = comm.allreduce(float(np.mean(r["bytes"]))) / size
         summary[name] = {**med, "hidden": hidden, "bytes": per_rank}
         if rank == 0:
-            print(f"{name:8} {med['step']:8.4f} {med['compute']:8.4f} {med['comm']:8.4f} "
+            print(f"{name:14} {med['step']:8.4f} {med['compute']:8.4f} {med['comm']:8.4f} "
                   f"{med['wait']:8.4f} {med['compress']:8.4f} {hidden:7.2f} {unwaited:8.2f} "
                   f"{per_rank:16,.0f}")
         if rank == 0 and args.output:
             append_record(args.output, make_record(
                 "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,
-                algorithm=configs[name]["algorithm"], P=size, N=n_params,
-                density=configs[name].get("density"),
+                algorithm=configs[name].algorithm, P=size, N=n_params,
+                density=getattr(configs[name].compressor, "density", None),
                 timings={k: summarize(v) for k, v in r["t"].items()},
                 metrics={"hidden_share": hidden, "unwaited_share": unwaited,
                          "load_average": load},
                 bytes={"sent_per_step": per_rank}))
     if rank == 0:
-        d, t = summary["dense"], summary["topk"]
+        d, t = summary["dense_baseline"], summary["topk"]
         print(f"dense / top-k: step time {d['step'] / t['step']:.2f}x, communication alone "
               f"{d['comm'] / t['comm']:.2f}x, exposed wait {d['wait'] / max(t['wait'], 1e-9):.2f}x,"
               f" bytes {d['bytes'] / t['bytes']:.1f}x", flush=True)
