@@ -282,3 +282,10 @@ def test_compressed_allreduce_under_mpiexec(nprocs):
                    timeout=180)
     found = re.search(r"COMPRESSION (\d+) OK", proc.stdout)
     assert found and int(found.group(1)) >= MIN_CHECKS[nprocs], proc.stdout + proc.stderr
+
+
+def test_importing_sparcml_compression_does_not_import_torch():
+    import subprocess
+
+    code = "import sys, sparcml.compression; assert 'torch' not in sys.modules, 'torch imported'"
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

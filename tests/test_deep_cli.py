@@ -7,6 +7,7 @@ import pytest
 
 
 @pytest.mark.parametrize("module", ["sparcapps.deep", "sparcapps.deep.cnn", "sparcapps.deep.lstm",
+                                    "sparcapps.deep.tasks", "sparcapps.deep.checkpoint",
                                     "sparcapps.deep.data", "sparcapps.deep.train"])
 def test_importing_the_apps_does_not_import_torch(module):
     code = f"import sys, {module}; assert 'torch' not in sys.modules, 'torch imported'"
