@@ -93,6 +93,18 @@ def test_load_shard_refuses_index_out_of_range(tmp_path, value, fragment):
         read_rows(path, 0, 4)
 
 
+def test_sparc_linear_loader_refuses_corrupt_file(tmp_path):
+    """The reported crash: sparc-linear trained on such a file (segfault, or silently with a
+    negative index). Its loader now raises the same InputDataError on every rank."""
+    from mpi4py import MPI
+    from sparcapps.linear.data import load_split
+    from sparcapps.linear.errors import InputDataError
+    path = _write_csr(tmp_path / "c.h5")
+    _corrupt(path, "indices", 4, -3)
+    with pytest.raises(InputDataError, match="row 2: feature index -3 out of range"):
+        load_split(path, MPI.COMM_SELF, test_fraction=0.25, split_seed=0)
+
+
 def test_load_shard_refuses_unsorted_or_duplicate_indices(tmp_path):
     path = _write_csr(tmp_path / "c.h5")
     _corrupt(path, "indices", 1, 1)          # row 0: 1, 1, 9

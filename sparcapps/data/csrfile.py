@@ -8,8 +8,8 @@ Layout (format ``sparcml-csr``, version 1), all datasets at the file's root:
 ``labels``  float32, ``n_rows`` entries; binary tasks hold -1/+1
 
 Readers trust none of it: :func:`open_csr` checks the format, the attributes and the dataset
-shapes and dtypes on open (a few bytes read), and :func:`read_csr_rows` checks every row it
-returns (indptr non-decreasing and within ``[0, nnz]``, indices in ``[0, n_features)`` and
+shapes and dtypes on open (a few bytes read), and :func:`read_csr_rows` (through
+:func:`check_rows`) checks every row it returns (indptr non-decreasing and within ``[0, nnz]``, indices in ``[0, n_features)`` and
 strictly increasing per row) in one compiled pass, so a damaged file raises
 :class:`DataFormatError` naming the file, the row and the bad value instead of producing an
 invalid matrix.
@@ -44,7 +44,7 @@ from . import _csrkern as K
 from .errors import DataError, DataFormatError, NotCsrFileError, OutputExistsError
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "CsrWriter", "CsrShape", "index_dtype_for",
-           "check_csr_file", "open_csr", "read_csr_rows"]
+           "check_csr_file", "open_csr", "check_rows", "read_csr_rows"]
 
 FORMAT = "sparcml-csr"
 FORMAT_VERSION = 1
@@ -194,13 +194,14 @@ def _row_problem(path, status, row, value, n_features) -> DataFormatError:
                            "damaged, convert it again")
 
 
-def read_csr_rows(f: h5py.File, path, shape: CsrShape, start: int, stop: int
-                  ) -> tuple[sp.csr_matrix, np.ndarray]:
-    """Rows ``[start, stop)`` of an open, checked file as ``(X, y)``, every row validated.
+def check_rows(f: h5py.File, path, shape: CsrShape, start: int, stop: int
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """Read and validate the structure of rows ``[start, stop)`` of an open, checked file:
+    ``(indptr slice, indices of those rows)``, the values and labels not read.
 
-    ``X`` is a float32 ``csr_matrix`` of shape ``(stop - start, n_features)`` in canonical
-    format, ``y`` float32. Raises :class:`DataFormatError` naming the row (0-based, of the
-    file) and the bad value when the rows are not a valid CSR block. Memory: the rows only.
+    Raises :class:`DataFormatError` naming the row (0-based, of the file) and the bad value
+    unless indptr is non-decreasing within ``[0, nnz]`` and every row's indices are strictly
+    increasing in ``[0, n_features)``. One compiled pass over the indices.
     """
     ptr = f["indptr"][start:stop + 1]
     status, r = K.check_indptr(ptr, shape.nnz)
@@ -217,16 +218,29 @@ def read_csr_rows(f: h5py.File, path, shape: CsrShape, start: int, stop: int
         raise DataFormatError(path, None, f"indptr must be non-decreasing from 0 to nnz = "
                               f"{shape.nnz}, got indptr[{start}] = {a}")
     indices = f["indices"][a:b]
-    data = f["data"][a:b]
-    y = f["labels"][start:stop]
     status, r, k = K.check_indices(ptr, indices, shape.n_features)
     if status != K.OK:
         raise _row_problem(path, status, start + r, int(indices[k]), shape.n_features)
+    return ptr, indices
+
+
+def read_csr_rows(f: h5py.File, path, shape: CsrShape, start: int, stop: int
+                  ) -> tuple[sp.csr_matrix, np.ndarray]:
+    """Rows ``[start, stop)`` of an open, checked file as ``(X, y)``, validated by
+    :func:`check_rows`.
+
+    ``X`` is a float32 ``csr_matrix`` of shape ``(stop - start, n_features)`` in canonical
+    format, ``y`` float32. Memory: the rows only.
+    """
+    ptr, indices = check_rows(f, path, shape, start, stop)
+    a, b = int(ptr[0]), int(ptr[-1])
+    data = f["data"][a:b]
+    y = f["labels"][start:stop]
     ptr = ptr - a
     if b - a < 2**31 and indices.dtype == np.int32:
         ptr = ptr.astype(np.int32)
     X = sp.csr_matrix((data, indices, ptr), shape=(stop - start, shape.n_features), copy=False)
-    X.has_sorted_indices = True           # checked above: strictly increasing per row
+    X.has_sorted_indices = True           # checked: strictly increasing per row
     return X, y
 
 
