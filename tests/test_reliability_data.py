@@ -432,6 +432,16 @@ def test_cli_bad_input_is_one_line_without_traceback(tmp_path, capsys):
     assert not (tmp_path / "o.h5").exists() and not (tmp_path / "x.h5").exists()
 
 
+@pytest.mark.parametrize("argv", [[], ["convert"], ["synth", "url", "--rows", "x", "-o", "a.h5"],
+                                  ["info", "a", "b"]])
+def test_cli_option_errors_are_one_line(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1 and ": error: " in err
+    assert "--help" in err
+
+
 def test_cli_info_on_text_file_in_a_subprocess(tmp_path):
     """The original report: an h5py traceback from `sparc-data info` on a text file."""
     (tmp_path / "a.svm").write_text("1 1:1\n")
