@@ -269,34 +269,35 @@ def _scan_rows(f, target: Path, shape) -> tuple:
 
 
 def _print_file_info(target: Path) -> None:
-    """Print the statistics of a sparcml-csr file after checking every row of it."""
+    """Print the statistics of a sparcml-csr file after checking every row of it (the file
+    is read and closed first, so an output error is never taken for a damaged file)."""
     import numpy as np
     from .csrfile import open_csr
     with open_csr(target) as (f, shape):
         attrs = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
                  for k, v in f.attrs.items()}
         counts, y, max_index = _scan_rows(f, target, shape)
-        print(f"{target}: {attrs['format']} v{attrs['format_version']}, "
-              f"{target.stat().st_size / 1e6:.1f} MB on disk, every row checked")
-        for k in ("n_rows", "n_features", "nnz", "task", "index_base", "source",
-                  "source_sha256", "generator", "seed"):
-            if k in attrs:
-                v = attrs[k]
-                print(f"  {k:<14}{v:,}" if isinstance(v, (int, np.integer)) else
-                      f"  {k:<14}{v}")
-        print(f"  {'indices':<14}{f['indices'].dtype}, data {f['data'].dtype}, "
-              f"compression {f['indices'].compression}")
-        n = shape.n_rows
-        if n:
-            print(f"  {'nnz per row':<14}min {counts.min():,}  mean {counts.mean():,.1f}  "
-                  f"median {int(np.median(counts)):,}  max {counts.max():,}")
-            print(f"  {'max index':<14}{max_index:,} (0-based)")
-            print(f"  {'density':<14}{shape.nnz / (n * max(shape.n_features, 1)):.3g}")
-            vals, cnt = np.unique(y, return_counts=True)
-            if len(vals) <= 10:
-                print("  labels        " + ", ".join(f"{v:g}: {c:,}" for v, c in zip(vals, cnt)))
-            else:
-                print(f"  labels        {len(vals)} distinct, min {vals[0]:g}, max {vals[-1]:g}")
+        layout = (f"{f['indices'].dtype}, data {f['data'].dtype}, "
+                  f"compression {f['indices'].compression}")
+    print(f"{target}: {attrs['format']} v{attrs['format_version']}, "
+          f"{target.stat().st_size / 1e6:.1f} MB on disk, every row checked")
+    for k in ("n_rows", "n_features", "nnz", "task", "index_base", "source",
+              "source_sha256", "generator", "seed"):
+        if k in attrs:
+            v = attrs[k]
+            print(f"  {k:<14}{v:,}" if isinstance(v, (int, np.integer)) else f"  {k:<14}{v}")
+    print(f"  {'indices':<14}{layout}")
+    n = shape.n_rows
+    if n:
+        print(f"  {'nnz per row':<14}min {counts.min():,}  mean {counts.mean():,.1f}  "
+              f"median {int(np.median(counts)):,}  max {counts.max():,}")
+        print(f"  {'max index':<14}{max_index:,} (0-based)")
+        print(f"  {'density':<14}{shape.nnz / (n * max(shape.n_features, 1)):.3g}")
+        vals, cnt = np.unique(y, return_counts=True)
+        if len(vals) <= 10:
+            print("  labels        " + ", ".join(f"{v:g}: {c:,}" for v, c in zip(vals, cnt)))
+        else:
+            print(f"  labels        {len(vals)} distinct, min {vals[0]:g}, max {vals[-1]:g}")
 
 
 _COMMANDS = {"list": _cmd_list, "fetch": _cmd_fetch, "convert": _cmd_convert,
