@@ -9,10 +9,10 @@ Layout (format ``sparcml-csr``, version 1), all datasets at the file's root:
 
 Readers trust none of it: :func:`open_csr` checks the format, the attributes and the dataset
 shapes and dtypes on open (a few bytes read), and :func:`read_csr_rows` (through
-:func:`check_rows`) checks every row it returns (indptr non-decreasing and within ``[0, nnz]``, indices in ``[0, n_features)`` and
-strictly increasing per row) in one compiled pass, so a damaged file raises
-:class:`DataFormatError` naming the file, the row and the bad value instead of producing an
-invalid matrix.
+:func:`check_rows`) checks every row it returns (indptr non-decreasing and within
+``[0, nnz]``, indices in ``[0, n_features)`` and strictly increasing per row) in one compiled
+pass, so a damaged file raises :class:`DataFormatError` naming the file, the row and the bad
+value instead of producing an invalid matrix.
 
 Every dataset is chunked and compressed (gzip level 1 with the shuffle filter by default).
 Root attributes: ``format``, ``format_version``, ``n_rows``, ``n_features``, ``nnz``, ``task``

@@ -384,5 +384,6 @@ def fetch(name: str, *, data_home: str | Path | None = None,
     if not files:
         raise DownloadError(f"data set {name!r} has no files"
                             + (f" for splits {splits}" if splits else ""))
-    return [fetch_file(f, home / info.name, home=home, key=f"{info.name}/{f.filename}", retries=retries,
-                       timeout=timeout, progress=progress, log=log) for f in files]
+    return [fetch_file(f, home / info.name, home=home, key=f"{info.name}/{f.filename}",
+                       retries=retries, timeout=timeout, progress=progress, log=log)
+            for f in files]
