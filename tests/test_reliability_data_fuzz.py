@@ -275,6 +275,18 @@ def test_mutated_csr_file_errors_cleanly_or_reads_valid(spec, mutation, size, da
         assert main(["info", str(path)]) in (0, 1, 2)     # no exception, whatever the file
 
 
+@pytest.mark.parametrize("value", [np.array([], dtype=np.int64), np.array([b"sparcml-csr"] * 2),
+                                   np.int64(1)])
+def test_format_attribute_of_another_type(tmp_path, value):
+    """Found by the fuzzer: an empty array as ``format`` made the check itself raise."""
+    from sparcapps.data import NotCsrFileError
+    _write(tmp_path / "f.h5", 3, [[1]], "none")
+    with h5py.File(tmp_path / "f.h5", "r+") as f:
+        f.attrs["format"] = value
+    with pytest.raises(NotCsrFileError, match="not a sparcml-csr file"):
+        load_shard(tmp_path / "f.h5")
+
+
 def test_unmutated_csr_file_reads_back(tmp_path):
     rows = [[0, 3], [], [1, 2, 39]]
     _write(tmp_path / "f.h5", 40, rows, "gzip")

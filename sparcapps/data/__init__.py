@@ -16,7 +16,11 @@ Stable API (used by the applications)::
   **spec_overrides)``; :func:`make_like` with any :class:`SynthSpec`.
 - :func:`fetch` ``(name, *, data_home=None, ...)`` downloads catalog files with resume and hash
   check; :func:`load_catalog`, :func:`data_home`.
-- Errors: :class:`DataError` and its subclasses (:class:`DataFormatError` names file and line).
+- Errors: :class:`DataError` and its subclasses (:class:`DataFormatError` names file and line,
+  or file and row for a damaged HDF5 file; :class:`UsageError` and its subclasses mark the
+  wrong kind of input: :class:`NotCsrFileError`, :class:`SameFileError`, ...).
+- Every row :func:`load_shard` returns has been validated; temporary files of writers that
+  were killed are removed by the next writer (:mod:`sparcapps.atomicfile`).
 
 The command line is ``sparc-data`` (:mod:`.cli`).
 """
@@ -24,8 +28,9 @@ The command line is ``sparc-data`` (:mod:`.cli`).
 from .catalog import DatasetInfo, FileEntry, data_home, get_dataset, load_catalog
 from .convert import ConvertResult, convert_libsvm
 from .csrfile import FORMAT, FORMAT_VERSION, CsrWriter
-from .errors import (CatalogError, ChecksumError, DataError, DataFormatError, DownloadError,
-                     OutputExistsError, UnknownDatasetError)
+from .errors import (CatalogError, CatalogNotFoundError, ChecksumError, DataError,
+                     DataFormatError, DownloadError, NotCsrFileError, OutputExistsError,
+                     SameFileError, UnknownDatasetError, UsageError)
 from .fetch import fetch
 from .shards import load_shard, read_attrs, read_rows, shard_range, split_mask
 from .synth import (PRESETS, URL_LIKE, WEBSPAM_LIKE, SynthSpec, make_like, make_url_like,
@@ -38,5 +43,6 @@ __all__ = [
     "PRESETS", "write_libsvm",
     "fetch", "load_catalog", "get_dataset", "data_home", "DatasetInfo", "FileEntry",
     "DataError", "DataFormatError", "CatalogError", "UnknownDatasetError", "DownloadError",
-    "ChecksumError", "OutputExistsError",
+    "ChecksumError", "OutputExistsError", "UsageError", "NotCsrFileError", "SameFileError",
+    "CatalogNotFoundError",
 ]

@@ -103,7 +103,7 @@ def check_csr_file(f: h5py.File, path: str | Path) -> CsrShape:
     an HDF5 file of another kind and :class:`DataFormatError` for a damaged one.
     """
     fmt = _str_attr(f, "format")
-    if fmt != FORMAT:
+    if not isinstance(fmt, str) or fmt != FORMAT:
         raise NotCsrFileError(path, None, f"not a {FORMAT} file (format attribute is {fmt!r}); "
                               "create one with `sparc-data convert` or `sparc-data synth`")
     version = _str_attr(f, "format_version")
