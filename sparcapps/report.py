@@ -115,9 +115,11 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
     """
     recs = [r for r in records if r.get("status") == "ok"
             and "allreduce" in (r.get("timings") or {})]
+    from sparcml import DENSE_BASELINE
+
     dense = {}
     for r in recs:
-        if r.get("algorithm") == "dense":
+        if r.get("algorithm") == DENSE_BASELINE:
             dense[(r["_source"].rsplit(":", 1)[0], *_key(r))] = r["timings"]["allreduce"]["median"]
     rows = []
     for r in recs:
@@ -251,7 +253,9 @@ def _collective_section(doc: _Doc, rows, out: Path) -> None:
         writer.writerows({c: r[c] for c in cols + ["source", "command"]} for r in rows)
     doc.p("The same rows at full precision: collectives.csv.")
 
-    sparse = [r for r in rows if r["algorithm"] != "dense" and r["speedup"] is not None]
+    from sparcml import DENSE_BASELINE
+
+    sparse = [r for r in rows if r["algorithm"] != DENSE_BASELINE and r["speedup"] is not None]
     if sparse:
         doc.h(3, "Speedup over dense vs P")
         for (n, dens, pat), grp in _group(sparse, ("N", "density", "pattern")):
@@ -358,8 +362,8 @@ def _epochs_section(doc: _Doc, records, out: Path) -> None:
 def _compression(record) -> str:
     """How a training run compressed: the dense baseline, QSGD bits, error feedback off."""
     cfg = record.get("config") or {}
-    if cfg.get("dense"):
-        return "dense"
+    if cfg.get("dense"):  # the --dense flag of the training apps
+        return "dense baseline"
     parts = []
     if cfg.get("bits"):
         parts.append(f"q{cfg['bits']}")

@@ -33,7 +33,7 @@ def test_predictions_are_positive_and_grow_with_density():
                  for d in (1e-4, 1e-2, 0.5)]
         assert all(t > 0 for t in times), algorithm
         assert times == sorted(times), algorithm
-    with pytest.raises(ValueError, match="no cost model"):
+    with pytest.raises(ValueError, match="unknown algorithm .magic."):
         model.predict("magic", P=2, N=10, k=1)
 
 

@@ -1,23 +1,34 @@
 """SparCML sparse collectives on mpi4py with Numba kernels.
 
-Importing ``sparcml`` never imports torch (the adapter lives in ``sparcml.torch``).
+Importing ``sparcml`` never imports torch (the adapter lives in ``sparcml.torch``). The
+algorithms are records of :mod:`sparcml.registry`; the built-in ones live in
+:mod:`sparcml.algorithms` and register themselves when ``sparcml`` is imported.
 """
 
 from .abort import abort_on_error
-from .algorithms import ALGORITHMS, allreduce, block_bounds, iallreduce
-from .costmodel import CostModel, calibrate
+from .algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .collectives import allgather, bcast, reduce_scatter
-from .nonblocking import Request
 from .context import TrafficStats
-from .errors import (CompressionError, IncompatibleOptionsError, InvalidOutputError,
-                     InvalidVectorError, QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
+from .costmodel import CostModel
+from .entry import allreduce, calibrate, iallreduce
+from .errors import (CollectiveFailure, CompressionError, IncompatibleOptionsError,
+                     InvalidArgumentError, InvalidOutputError, InvalidVectorError,
+                     QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
                      UnsupportedDtypeError)
+from .exchange import block_bounds
+from .nonblocking import Request
 from .qsgd import QSGD
+from .registry import ALGORITHMS, AUTO, Algorithm, register
 from .topk import TopK
 from .vector import SparseVector, index_dtype_for, should_be_dense
 
 __all__ = [
     "ALGORITHMS",
+    "AUTO",
+    "DEFAULT_ALGORITHM",
+    "DENSE_BASELINE",
+    "Algorithm",
+    "register",
     "SparseVector",
     "TrafficStats",
     "allreduce",
@@ -35,6 +46,8 @@ __all__ = [
     "SparcmlError",
     "InvalidVectorError",
     "InvalidOutputError",
+    "InvalidArgumentError",
+    "CollectiveFailure",
     "RankMismatchError",
     "UnknownAlgorithmError",
     "UnsupportedDtypeError",

@@ -1,8 +1,9 @@
 """The other sparse collectives: allgather, reduce_scatter and bcast of SparseVectors.
 
 Same conventions as :func:`sparcml.allreduce`: collective over ``comm`` (default
-``MPI.COMM_WORLD``), buffers on the wire (never pickled), arguments that must agree checked
-collectively so that bad input raises the same error on every rank.
+``MPI.COMM_WORLD``), buffers on the wire (never pickled), arguments validated on each rank and
+agreed on collectively, so that bad input on any rank raises the same error on every rank and
+leaves the communicator usable; a rank that fails during the exchange aborts the job.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import algorithms as _ar
-from . import kernels
-from .agreement import agree
+from . import arith, kernels
+from .agreement import agree, capture
 from .context import TrafficStats, context_for
-from .errors import InvalidVectorError, SparcmlError
+from .entry import fail_stop
+from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, split_reduce
+from .validation import (check_quantizable, check_root, check_stats, coerce_vector,
+                         quantizer_code)
 from .vector import SparseVector
 from .wire import Codec, Part, decode
 
@@ -23,23 +26,19 @@ __all__ = ["allgather", "reduce_scatter", "bcast"]
 _DESCRIBE = {"value dtype": {4: "float32", 8: "float64"}}
 
 
-def _checked(ctx, vec, check, quantizer):
-    """Coerce ``vec`` and run the collective agreement check on dim, dtype and quantizer."""
-    local_error = None
+def _checked(ctx, vec, check, quantizer, stats, *, quantized_values: bool):
+    """Validate on this rank, then agree on dim, dtype and quantizer; ``(vec, stats)``."""
     fields = {"dim": -1, "value dtype": -1, "quantizer": 0}
-    try:
-        if quantizer is not None:
-            fields["quantizer"] = _ar._quantizer_code(quantizer)
-        vec = _ar._coerce(vec)
+    with capture() as failed:
+        fields["quantizer"] = quantizer_code(quantizer)
+        stats = check_stats(stats)
+        vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
-    except SparcmlError as exc:
-        local_error = exc
-    if check:
-        agree(ctx.comm, fields, local_error, _DESCRIBE, waiter=ctx.waiter)
-    elif local_error is not None:
-        raise local_error
-    return vec
+        if quantizer is not None and quantized_values and ctx.size > 1:
+            check_quantizable(vec)
+    agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter)
+    return vec, stats
 
 
 def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
@@ -48,18 +47,22 @@ def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
 
     Each vector travels in the cheaper representation (switch rule) and comes back in it.
     With a ``quantizer`` (QSGD) all values travel quantized, and every rank (the sender
-    included) gets the decoded values.
+    included) gets the decoded values. ``check`` as for :func:`sparcml.allreduce`.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    stats = TrafficStats() if stats is None else stats
-    vec = _checked(ctx, vec, check, quantizer)
+    vec, stats = _checked(ctx, vec, check, quantizer, stats, quantized_values=True)
     stats.calls += 1
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse=True)
-    mine = _ar._normalize(vec, codec)
-    buf, _ = _ar._encode_vector(mine, codec)
+    mine = arith.normalize(vec, codec)
+    buf, _ = encode_vector(mine, codec)
     if ctx.size == 1:
-        return [_ar._as_vector(decode(buf.copy()), vec.dim)]
-    return [_ar._as_vector(decode(b), vec.dim) for b in _ar._allgather_bytes(ctx, buf, stats)]
+        return [as_vector(decode(buf.copy()), vec.dim)]
+    try:
+        gathered = allgather_bytes(ctx, buf, stats)
+    except BaseException as exc:  # noqa: BLE001
+        fail_stop(ctx.comm, "sparcml.allgather()", exc)
+        raise
+    return [as_vector(decode(b), vec.dim) for b in gathered]
 
 
 def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
@@ -73,18 +76,21 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     ``quantizer`` and ``quantize_sparse`` as for :func:`sparcml.allreduce`.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    stats = TrafficStats() if stats is None else stats
-    vec = _checked(ctx, vec, check, quantizer)
+    vec, stats = _checked(ctx, vec, check, quantizer, stats, quantized_values=True)
     stats.calls += 1
-    bounds = _ar.block_bounds(vec.dim, ctx.size)
+    bounds = block_bounds(vec.dim, ctx.size)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse)
-    vec = _ar._normalize(vec, codec)
+    vec = arith.normalize(vec, codec)
     if ctx.size == 1:
         parts = [Part(0, vec.dim, vec.indices, vec.values)]
     else:
-        parts = _ar._split_reduce(ctx, vec, stats, bounds, codec)
-    block = _ar._fold_parts(parts, lo, hi - lo, codec)
+        try:
+            parts = split_reduce(ctx, vec, stats, bounds, codec)
+        except BaseException as exc:  # noqa: BLE001
+            fail_stop(ctx.comm, "reduce_scatter", exc)
+            raise
+    block = arith.fold_parts(parts, lo, hi - lo, codec)
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
                                            np.empty(0, vec.index_dtype))
@@ -96,36 +102,38 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
           stats: TrafficStats | None = None) -> SparseVector:
     """``root``'s vector on every rank (other ranks pass ``None`` or anything: it is ignored).
 
-    An invalid vector on ``root`` raises the same error on every rank. With a ``quantizer``
-    (QSGD; every rank passes the same configuration) the values travel quantized and every
-    rank, the root included, gets the decoded values.
+    ``root`` must be the same valid rank everywhere; an invalid vector on ``root`` or a bad
+    ``root`` on any rank raises the same error on every rank. With a ``quantizer`` (QSGD;
+    every rank passes the same configuration) the values travel quantized and every rank, the
+    root included, gets the decoded values.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    stats = TrafficStats() if stats is None else stats
-    if not 0 <= root < ctx.size:
-        raise InvalidVectorError(f"root {root} is not a rank of a communicator of size "
-                                 f"{ctx.size}")
-    local_error = None
     buf = np.empty(0, np.uint8)
-    code = 0
-    try:
-        if quantizer is not None:
-            code = _ar._quantizer_code(quantizer)
+    dense = False
+    fields = {"root": -1, "quantizer": 0}
+    with capture() as failed:
+        fields["quantizer"] = quantizer_code(quantizer)
+        fields["root"] = root = check_root(root, ctx.size)
+        stats = check_stats(stats)
         if ctx.rank == root:
-            mine = _ar._coerce(vec)
+            mine = coerce_vector(vec)
+            if quantizer is not None:
+                check_quantizable(mine)
             codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True)
-            buf, dense = _ar._encode_vector(_ar._normalize(mine, codec), codec)
-    except SparcmlError as exc:
-        local_error = exc
-    agree(ctx.comm, {"root": root, "quantizer": code}, local_error, waiter=ctx.waiter)
+            buf, dense = encode_vector(arith.normalize(mine, codec), codec)
+    agree(ctx.comm, fields, failed.error, waiter=ctx.waiter)
     stats.calls += 1
-    size = np.array([buf.nbytes], np.int64)
-    ctx.waiter.collective(ctx.comm, "Bcast", size, root)
-    if ctx.rank != root:
-        buf = np.empty(int(size[0]), np.uint8)
-    else:
-        buf = buf.copy()  # the result must not alias the root's input
-        stats.add_message(buf.nbytes * (ctx.size - 1), dense)
-    ctx.waiter.collective(ctx.comm, "Bcast", [buf, MPI.BYTE], root)
+    try:
+        size = np.array([buf.nbytes], np.int64)
+        ctx.waiter.collective(ctx.comm, "Bcast", size, root)
+        if ctx.rank != root:
+            buf = np.empty(int(size[0]), np.uint8)
+        else:
+            buf = buf.copy()  # the result must not alias the root's input
+            stats.add_message(buf.nbytes * (ctx.size - 1), dense)
+        ctx.waiter.collective(ctx.comm, "Bcast", [buf, MPI.BYTE], root)
+    except BaseException as exc:  # noqa: BLE001
+        fail_stop(ctx.comm, "bcast", exc)
+        raise
     header = decode(buf)
-    return _ar._as_vector(header, int(header.offset + header.length))
+    return as_vector(header, int(header.offset + header.length))

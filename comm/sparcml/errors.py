@@ -12,6 +12,8 @@ __all__ = [
     "CompressionError",
     "QuantizationError",
     "InvalidOutputError",
+    "InvalidArgumentError",
+    "CollectiveFailure",
 ]
 
 
@@ -49,3 +51,15 @@ class QuantizationError(CompressionError):
 
 class InvalidOutputError(SparcmlError, ValueError):
     """An ``out=`` buffer of the wrong shape, dtype or layout, or one that overlaps the input."""
+
+
+class InvalidArgumentError(SparcmlError, ValueError, TypeError):
+    """An argument a collective could not use, found on some rank by a check that is not one
+    of sparcml's own (an ``OverflowError`` from NumPy, a Numba typing error): the message names
+    the rank, the original class and message. Both ``ValueError`` and ``TypeError``, so that
+    callers catching either still do."""
+
+
+class CollectiveFailure(SparcmlError, RuntimeError):
+    """A rank failed *during* an exchange (after the ranks agreed to start it). The exchange
+    cannot be completed, so the job is aborted with this message (MPI's fail-stop semantics)."""

@@ -13,10 +13,11 @@ import numpy as np
 from . import kernels
 from .errors import InvalidVectorError, UnsupportedDtypeError
 
-__all__ = ["SparseVector", "index_dtype_for", "should_be_dense", "VALUE_DTYPES"]
+__all__ = ["SparseVector", "index_dtype_for", "should_be_dense", "VALUE_DTYPES", "MAX_DIM"]
 
 VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 _INT32_LIMIT = 2**31
+MAX_DIM = 2**63 - 1
 
 
 def index_dtype_for(dim: int) -> np.dtype:
@@ -35,6 +36,7 @@ def should_be_dense(nnz: int, dim: int, index_dtype, value_dtype) -> bool:
 
 def _value_dtype(values) -> np.dtype:
     dt = np.asarray(values).dtype
+    dt = dt.newbyteorder("=") if dt.kind == "f" else dt
     if dt not in VALUE_DTYPES:
         raise UnsupportedDtypeError(
             f"values must be float32 or float64, got {dt}; convert them first, "
@@ -44,7 +46,7 @@ def _value_dtype(values) -> np.dtype:
 
 def _dense_values(x, caller: str) -> np.ndarray:
     """A contiguous 1-d float32/float64 array, or the error that says what is wrong."""
-    x = np.ascontiguousarray(x)
+    x = _native(np.ascontiguousarray(x))
     _value_dtype(x)
     if x.ndim != 1:
         raise InvalidVectorError(f"{caller} expects a 1-d array, got shape {x.shape}")
@@ -56,7 +58,15 @@ def _check_dim(dim) -> int:
         raise InvalidVectorError(f"dim must be an integer, got {dim!r}")
     if dim < 0:
         raise InvalidVectorError(f"dim must be >= 0, got {dim}")
+    if dim > MAX_DIM:
+        raise InvalidVectorError(f"dim must be below 2**63 (indices are at most int64), "
+                                 f"got {dim}")
     return int(dim)
+
+
+def _native(a: np.ndarray) -> np.ndarray:
+    """``a`` in the machine's byte order (a big-endian array from a file, say)."""
+    return a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
 
 
 class SparseVector:
@@ -81,9 +91,9 @@ class SparseVector:
 
     def __init__(self, dim, indices, values, *, check: bool = True):
         dim = _check_dim(dim)
-        values = np.asarray(values)
+        values = _native(np.asarray(values))
         value_dtype = _value_dtype(values)
-        indices = np.asarray(indices)
+        indices = _native(np.asarray(indices))
         if indices.ndim != 1 or values.ndim != 1:
             raise InvalidVectorError(
                 f"indices and values must be 1-d, got shapes {indices.shape} and {values.shape}")
@@ -94,6 +104,11 @@ class SparseVector:
         if indices.size and not np.issubdtype(indices.dtype, np.integer):
             raise UnsupportedDtypeError(f"indices must be integers, got {indices.dtype}")
         if check and indices.size:
+            if indices.dtype.kind == "u" and indices.dtype.itemsize == 8:
+                big = int(indices.max())
+                if big >= dim:  # before int64 would wrap it into a negative, "unsorted" index
+                    raise InvalidVectorError(
+                        f"index {big} out of range [0, {dim}) for a vector of dim {dim}")
             bad = kernels.first_unsorted(indices if indices.dtype.kind == "i"
                                          else indices.astype(np.int64))
             if bad >= 0:
@@ -125,7 +140,7 @@ class SparseVector:
     @classmethod
     def dense(cls, values) -> "SparseVector":
         """A dense-backed vector holding all of ``values`` (no copy when contiguous)."""
-        values = _dense_values(values, "dense")
+        values = _dense_values(values, "SparseVector.dense")
         return cls._trusted(values.shape[0], None, values)
 
     @classmethod
@@ -143,9 +158,9 @@ class SparseVector:
     def from_coo(cls, dim, indices, values) -> "SparseVector":
         """From unsorted indices that may repeat: sorts them and sums the values of duplicates."""
         dim = _check_dim(dim)
-        values = np.asarray(values)
+        values = _native(np.asarray(values))
         _value_dtype(values)
-        indices = np.asarray(indices)
+        indices = _native(np.asarray(indices))
         if indices.shape != values.shape or indices.ndim != 1:
             raise InvalidVectorError(
                 f"indices and values must be 1-d of equal length, got shapes {indices.shape} "
@@ -234,7 +249,7 @@ class SparseVector:
         return SparseVector._trusted(self.dim, self.indices, values)
 
     def __repr__(self) -> str:
-        kind = "dense" if self.is_dense else "sparse"
+        kind = "dense-backed" if self.is_dense else "sparse"
         return (f"SparseVector(dim={self.dim}, nnz={self.nnz}, {kind}, "
                 f"dtype={self.dtype.name})")
 

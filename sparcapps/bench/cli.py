@@ -24,7 +24,10 @@ PRESETS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sparcml import ALGORITHMS
+    from sparcml import ALGORITHMS, DENSE_BASELINE
+
+    from sparcapps.cli_args import (algorithm_help, algorithm_list, fraction,
+                                    nonnegative_int, positive_int)
 
     from .inputs import PATTERNS
 
@@ -34,13 +37,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", choices=sorted(PRESETS), default="small",
                    help="starting values for N, density, pattern, reps and warmup; "
                         "the flags below override them")
-    p.add_argument("--N", type=int, nargs="+", help="vector dimensions")
-    p.add_argument("--density", type=float, nargs="+", help="nonzeros per rank / N")
+    p.add_argument("--N", type=positive_int, nargs="+", help="vector dimensions")
+    p.add_argument("--density", type=fraction, nargs="+", help="nonzeros per rank / N")
     p.add_argument("--pattern", nargs="+", choices=PATTERNS,
                    help="overlap of the ranks' supports")
-    p.add_argument("--algorithms", default=",".join(ALGORITHMS),
-                   help="comma-separated, from: " + ", ".join(ALGORITHMS) + ", auto; "
-                        "'dense' is always timed as the reference")
+    p.add_argument("--algorithms", type=algorithm_list, default=list(ALGORITHMS),
+                   help=algorithm_help(f"comma-separated; {DENSE_BASELINE} is always timed as "
+                                       f"the reference. Choices:"))
     p.add_argument("--bits", type=int, choices=[2, 4, 8],
                    help="also time each algorithm with dense messages quantized by QSGD of "
                         "this many bits (rows '+qB'), beside its full-precision row")
@@ -54,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    p.add_argument("--reps", type=int, help="timed repetitions per case")
-    p.add_argument("--warmup", type=int, help="untimed repetitions per case")
+    p.add_argument("--reps", type=positive_int, help="timed repetitions per case")
+    p.add_argument("--warmup", type=nonnegative_int, help="untimed repetitions per case")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--output", help="append one JSON record per row to this file")
     p.add_argument("--kernels", action="store_true",
@@ -122,7 +125,7 @@ def run_sweep(args) -> int:
     from mpi4py import MPI
 
     import sparcml
-    from sparcml import ALGORITHMS
+    from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record
 
     from .runner import BenchCase, run_cell
@@ -135,14 +138,9 @@ def run_sweep(args) -> int:
     patterns = args.pattern or preset["pattern"]
     reps = args.reps if args.reps is not None else preset["reps"]
     warmup = args.warmup if args.warmup is not None else preset["warmup"]
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    unknown = [a for a in algorithms if a not in ALGORITHMS + ("auto",)]
-    if unknown:
-        raise SystemExit(f"sparc-bench: unknown algorithm(s) {', '.join(unknown)}; "
-                         f"choose from {', '.join(ALGORITHMS)}, auto")
     if reps < 1:
         raise SystemExit("sparc-bench: --reps must be >= 1")
-    algorithms = ["dense"] + [a for a in algorithms if a != "dense"]
+    algorithms = [DENSE_BASELINE] + [a for a in args.algorithms if a != DENSE_BASELINE]
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
@@ -169,7 +167,7 @@ def run_sweep(args) -> int:
                 for algorithm in algorithms:
                     cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                            args.nonblocking, reuse_output=args.reuse_output))
-                    if args.bits is not None and algorithm != "dense":  # and quantized, beside
+                    if args.bits is not None and _takes_quantizer(algorithm):  # and quantized
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, args.bits,
                                                args.quantize_sparse, args.reuse_output))
@@ -181,7 +179,7 @@ def run_sweep(args) -> int:
                     speedup = dense_median / t["median"]
                     if rank != 0:
                         continue
-                    name = case.algorithm if case.algorithm != "auto" else f"auto:{out['ran']}"
+                    name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
                     if case.bits:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
                     m = out.get("model")
@@ -209,6 +207,12 @@ def run_sweep(args) -> int:
     return 0
 
 
+def _takes_quantizer(algorithm: str) -> bool:
+    from sparcml.registry import AUTO, get_algorithm
+
+    return algorithm == AUTO or get_algorithm(algorithm).accepts_quantizer
+
+
 def run_overlap(args) -> int:
     from mpi4py import MPI
 
@@ -218,7 +222,7 @@ def run_overlap(args) -> int:
 
     comm = MPI.COMM_WORLD
     preset = PRESETS[args.preset]
-    algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
+    algorithms = args.algorithms
     environment = capture_environment(comm) if args.output else None
     if comm.Get_rank() == 0:
         print(f"sparc-bench --overlap: P={comm.Get_size()}, {args.compute} compute; medians of "

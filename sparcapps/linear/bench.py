@@ -106,6 +106,7 @@ def main(argv=None) -> int:
     import sparcml
     from mpi4py import MPI
 
+    from sparcapps.cli_args import algorithm_help, algorithm_list
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     p = argparse.ArgumentParser(prog="python -m sparcapps.linear.bench",
@@ -121,8 +122,9 @@ def main(argv=None) -> int:
     p.add_argument("--alpha", type=float, default=1e-4)
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=256, help="rows per rank per step")
-    p.add_argument("--algorithms", default=",".join(sparcml.ALGORITHMS),
-                   help="comma-separated; dense is always included as the reference")
+    p.add_argument("--algorithms", type=algorithm_list, default=list(sparcml.ALGORITHMS),
+                   help=algorithm_help(f"comma-separated; {sparcml.DENSE_BASELINE} is always "
+                                       f"included as the reference. Choices:"))
     p.add_argument("--throughput", action="store_true",
                    help="one process: ours against SGDClassifier instead")
     p.add_argument("--reps", type=int, default=3, help="repetitions of --throughput")
@@ -164,15 +166,15 @@ def main(argv=None) -> int:
                              "sklearn_rows_per_second": rows / theirs,
                              "ratio": theirs / ours}))
             return 0
-        algorithms = ["dense"] + [a.strip() for a in args.algorithms.split(",")
-                                  if a.strip() and a.strip() != "dense"]
+        dense = sparcml.DENSE_BASELINE
+        algorithms = [dense] + [a for a in args.algorithms if a != dense]
         hist = bench_algorithms(Xtr, ytr, comm, algorithms=algorithms, epochs=args.epochs,
                                 batch_size=args.batch_size, loss=args.loss, alpha=args.alpha)
         if rank != 0:
             return 0
         med = {a: float(np.median([h["train_seconds"] for h in hist[a]])) for a in algorithms}
         print(f"P={size}, {args.loss} loss, global batch {args.batch_size * size}, "
-              f"{hist['dense'][0]['steps']} steps/epoch, {args.epochs} epochs each, taking "
+              f"{hist[dense][0]['steps']} steps/epoch, {args.epochs} epochs each, taking "
               f"turns; epoch time = slowest rank's step time (median over epochs)")
         print(f"{'algorithm':>22} {'epoch s':>8} {'compute s':>9} {'comm s':>8} "
               f"{'comm share':>10} {'MiB/rank':>9} {'density':>8} {'speedup vs dense':>16}")
@@ -183,7 +185,7 @@ def main(argv=None) -> int:
             share = com / max(comp + com, 1e-12)
             mib = float(np.median([e["bytes_sent"] for e in h])) / 2**20
             dens = float(np.median([e["gradient_density"] for e in h]))
-            speedup = med["dense"] / med[a]
+            speedup = med[dense] / med[a]
             print(f"{a:>22} {med[a]:8.2f} {comp:9.2f} {com:8.2f} {share:10.1%} {mib:9.1f} "
                   f"{dens:8.4f} {speedup:15.1f}x", flush=True)
             if args.output:
@@ -194,9 +196,9 @@ def main(argv=None) -> int:
                     metrics={"speedup_over_dense": speedup, "comm_share": share,
                              "epochs": h},
                     bytes={"sent_per_rank_max": int(np.median([e["bytes_sent"] for e in h]))}))
-        best = min((a for a in algorithms if a != "dense"), key=lambda a: med[a], default=None)
+        best = min((a for a in algorithms if a != dense), key=lambda a: med[a], default=None)
         if best:
-            print(f"best sparse: {best}, {med['dense'] / med[best]:.1f}x faster per epoch than "
+            print(f"best sparse: {best}, {med[dense] / med[best]:.1f}x faster per epoch than "
                   f"dense; load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cpus")
     return 0
 

@@ -29,6 +29,8 @@ __all__ = ["main", "logreg_main", "svm_main", "build_parser"]
 def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argparse.ArgumentParser:
     import sparcml
 
+    from sparcapps.cli_args import algorithm_help, algorithm_name
+
     from .data import SYNTH_PRESETS
     from .schedule import SCHEDULES
 
@@ -72,9 +74,8 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     m.add_argument("--no-shuffle", action="store_true", help="keep the row order")
     m.add_argument("--seed", type=int, default=0, help="seed of the per-epoch permutation")
     c = p.add_argument_group("communication")
-    c.add_argument("--algorithm", default="ssar_recursive_double",
-                   choices=list(sparcml.ALGORITHMS) + ["auto"],
-                   help="sparcml.allreduce algorithm; dense is the baseline")
+    c.add_argument("--algorithm", default=sparcml.DEFAULT_ALGORITHM, type=algorithm_name,
+                   help=algorithm_help("sparcml.allreduce algorithm:"))
     c.add_argument("--bits", type=int, choices=[2, 4, 8],
                    help="QSGD-quantize dense messages with this many bits")
     c.add_argument("--quantize-sparse", action="store_true",

@@ -58,13 +58,17 @@ def sklearn_accuracy(Xtr, ytr, Xte, yte, *, loss: str, alpha: float, epochs: int
 
 def compare(path, comm, *, loss: str, alpha: float, epochs: int, batch_size: int,
             seeds=(0,), test_fraction: float = 0.2, split_seed: int = 0,
-            algorithm: str = "ssar_recursive_double") -> dict:
+            algorithm: str | None = None) -> dict:
     """Collective: mean test accuracy over ``seeds`` of ours (data-parallel on ``comm``) and
     of ``SGDClassifier`` (rank 0 alone, whole split; other ranks get None for it)."""
     from sparcapps.data import load_shard
 
+    import sparcml
+
     from .data import load_split
     from .estimator import SparseLinearClassifier
+
+    algorithm = sparcml.DEFAULT_ALGORITHM if algorithm is None else algorithm
 
     Xtr, ytr, Xte, yte = load_split(path, comm, test_fraction=test_fraction,
                                     split_seed=split_seed)

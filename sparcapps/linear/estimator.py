@@ -43,6 +43,9 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+import sparcml
+from sparcml.registry import check_algorithm_options
+
 from .collective import collective_errors
 from .errors import CheckpointMismatchError, InputDataError, NotBinaryError
 from .schedule import SCHEDULES, Schedule
@@ -123,7 +126,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def __init__(self, loss="log", *, alpha=1e-4, learning_rate="optimal", eta0=0.01,
                  power_t=0.5, batch_size=256, epochs=5, tol=None, n_iter_no_change=5,
-                 algorithm="ssar_recursive_double", quantizer=None, quantize_sparse=False,
+                 algorithm=sparcml.DEFAULT_ALGORITHM, quantizer=None, quantize_sparse=False,
                  seed=0, comm=None, fit_intercept=True, shuffle=True):
         self.loss = loss
         self.alpha = alpha
@@ -167,17 +170,12 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.tol is not None and not isinstance(self.tol, numbers.Real):
             raise ValueError(f"tol must be a float or None, got {self.tol!r}")
-        if self.algorithm not in sparcml.ALGORITHMS + ("auto",):
-            raise ValueError(f"algorithm must be one of {sparcml.ALGORITHMS + ('auto',)}, "
-                             f"got {self.algorithm!r}")
-        if self.quantizer is not None:
-            if not isinstance(self.quantizer, sparcml.QSGD):
-                raise ValueError(f"quantizer must be a sparcml.QSGD or None, "
-                                 f"got {self.quantizer!r}")
-            if self.algorithm == "dense":
-                raise ValueError("a quantizer cannot go with algorithm='dense' (MPI_Allreduce "
-                                 "adds full-precision values); use dsar_split_allgather or "
-                                 "another sparse algorithm")
+        if self.quantizer is not None and not isinstance(self.quantizer, sparcml.QSGD):
+            raise ValueError(f"quantizer must be a sparcml.QSGD or None, "
+                             f"got {self.quantizer!r}")
+        # the registry's own check (UnknownAlgorithmError / IncompatibleOptionsError are
+        # ValueErrors, as scikit-learn's parameter validation raises)
+        check_algorithm_options(self.algorithm, quantizer=self.quantizer)
 
     def _get_comm(self):
         if self.comm is not None:

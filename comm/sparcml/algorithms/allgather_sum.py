@@ -1,0 +1,39 @@
+"""``allgather``: the baseline of Horovod, GRACE and torch/gloo for sparse tensors.
+
+Every rank's indices and values are allgathered, then every rank sums the P vectors locally
+(in rank order).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .. import arith
+from ..costmodel import stream_bytes
+from ..exchange import allgather_bytes, as_sent, as_vector, encode_vector
+from ..registry import Algorithm, register
+from ..wire import decode
+
+
+def run(ctx, vec, *, stats, codec, out=None, sent=None):
+    buf, _ = encode_vector(vec, codec)
+    if sent is not None:
+        sent.append(arith.as_part(as_sent(vec, buf, codec)))
+    parts = [decode(b) for b in allgather_bytes(ctx, buf, stats)]
+    return as_vector(arith.fold_parts(parts, 0, vec.dim, codec), vec.dim)
+
+
+def cost(model, *, P, N, k, K, q, s_idx, s_val):
+    c = s_idx + s_val
+    threshold = N * s_val / c
+    total = P * k
+    fold = (model.gamma_dense * (N + total) if total >= threshold or k >= threshold
+            else model.gamma_merge * total * max(1.0, math.log2(P)))
+    return (model.gamma_dense * k * c / 4 + model.allgather_alpha
+            + model.allgather(P * stream_bytes(k, N, s_idx, s_val)) + fold)
+
+
+ALGORITHM = register(Algorithm(
+    name="allgather", run=run, cost=cost, baseline=True,
+    summary="the allgather baseline of Horovod/GRACE/gloo: gather every rank's vector, sum "
+            "locally"))

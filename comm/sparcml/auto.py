@@ -1,0 +1,188 @@
+"""``algorithm="auto"``: calibrating the cost model on a communicator, choosing, learning.
+
+Handed what to run (the entry point passes its own allreduce), so that nothing here imports
+the algorithms or the entry point: the cost model stays pure arithmetic
+(:mod:`sparcml.costmodel`) and there is no import cycle.
+
+- :func:`calibrate_context`: measures the :class:`~sparcml.CostModel` parameters on a
+  context's communicator (collective; about 0.5-2 s). Every rank ends with the same model (the
+  maximum over ranks of each parameter), so ``auto`` makes the same choice on every rank.
+- :func:`choose`: the algorithm the model predicts fastest for a call, remembered per input
+  shape (iterative training repeats its calls).
+- :func:`learn_overlap`: the overlap of the inputs, from the result of a call.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+from . import kernels
+from .costmodel import MEDIUM_N, TINY_N, CostModel, overlap_from_result
+from .registry import algorithm_names, get_algorithm
+from .vector import SparseVector
+
+__all__ = ["calibrate_context", "choose", "learn_overlap"]
+
+_HISTORY_LIMIT = 10_000
+
+
+def _fit(xs, ts) -> tuple[float, float]:
+    """Least-squares latency + slope through (bytes, seconds), both kept positive."""
+    xs, ts = np.asarray(xs, float), np.asarray(ts, float)
+    slope, intercept = np.polyfit(xs, ts, 1)
+    slope = max(slope, 1e-13)
+    intercept = max(intercept, float(ts.min()) * 0.5, 1e-7)
+    return float(intercept), float(slope)
+
+
+def _median_time(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _local_rates(model: CostModel, rank: int, reps: int) -> None:
+    rng = np.random.default_rng(rank)
+    n = 200_000
+    a = np.sort(rng.choice(50 * n, n, replace=False)).astype(np.int32)
+    b = np.sort(rng.choice(50 * n, n, replace=False)).astype(np.int32)
+    v = np.ones(n, np.float32)
+    kernels.merge_add(a, v, b, v)
+    model.gamma_merge = _median_time(lambda: kernels.merge_add(a, v, b, v), reps) / (2 * n)
+    x = np.ones(1 << 20, np.float32)
+    y = np.ones(1 << 20, np.float32)
+    model.gamma_dense = _median_time(lambda: np.add(x, y), reps) / x.size
+
+
+def _network(model: CostModel, ctx, reps: int) -> None:
+    c, rank, size, waiter = ctx.comm, ctx.rank, ctx.size, ctx.waiter
+    # point-to-point: all ranks exchange with a partner at once, as in the butterfly
+    partner = rank ^ 1 if (rank ^ 1) < size else rank
+    sizes = [8, 1 << 14, 1 << 18, 1 << 21]
+    times = []
+    for nbytes in sizes:
+        buf = np.zeros(nbytes, np.uint8)
+        rbuf = np.empty(nbytes, np.uint8)
+
+        def exchange():
+            if partner == rank:
+                return
+            req = c.Isend([buf, MPI.BYTE], partner, 99)
+            waiter.wait(c.Irecv([rbuf, MPI.BYTE], partner, 99))
+            waiter.wait(req)
+
+        c.Barrier()
+        times.append(_median_time(exchange, reps))
+    model.alpha, model.beta = _fit(sizes, times)
+    # the MPI collectives the baselines and second phases use
+    ar_sizes, ar_times = [8, 1 << 18, 1 << 22], []
+    for nbytes in ar_sizes:
+        arr = np.zeros(nbytes // 4, np.float32)
+        c.Barrier()
+        ar_times.append(_median_time(
+            lambda: waiter.collective(c, "Allreduce", MPI.IN_PLACE, arr, MPI.SUM), reps))
+    model.allreduce_alpha, model.allreduce_beta = _fit(ar_sizes, ar_times)
+    ag_sizes, ag_times = [8, 1 << 16, 1 << 20], []
+    for per_rank in ag_sizes:
+        send = np.zeros(per_rank, np.uint8)
+        recv = np.empty(per_rank * size, np.uint8)
+        c.Barrier()
+        ag_times.append(_median_time(
+            lambda: waiter.collective(c, "Allgather", [send, MPI.BYTE], [recv, MPI.BYTE]),
+            reps))
+    model.allgather_alpha, model.allgather_beta = _fit([s * size for s in ag_sizes], ag_times)
+
+
+def _per_algorithm(model: CostModel, ctx, run, names, reps: int) -> None:
+    """Each algorithm through the real code path: fixed cost on a tiny input, growth factor
+    on a medium one. ``run(ctx, vec, name)`` runs one allreduce and returns its result."""
+    rank, size, c = ctx.rank, ctx.size, ctx.comm
+    tiny = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))
+    for name in names:
+        run(ctx, tiny, name)
+        c.Barrier()
+        model.overhead[name] = _median_time(lambda: run(ctx, tiny, name), 2 * reps + 1)
+    rng_medium = np.random.default_rng([7, rank])
+    k_medium = MEDIUM_N // 50
+    medium = SparseVector(MEDIUM_N, np.sort(rng_medium.choice(MEDIUM_N, k_medium, replace=False)),
+                          np.ones(k_medium, np.float32))
+    for name in names:
+        result = run(ctx, medium, name)
+        K = result.count_nonzero() if result.is_dense else result.nnz
+        c.Barrier()
+        measured = _median_time(lambda: run(ctx, medium, name), reps)
+        growth = model.growth(name, model.analytic(name, P=size, N=MEDIUM_N, k=k_medium, K=K),
+                              P=size, s_idx=4, s_val=4, check=True)
+        if growth > 0:
+            factor = (measured - model.overhead[name]) / growth
+            model.scale[name] = float(min(max(factor, 0.25), 8.0))
+
+
+def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
+    """Measure a :class:`CostModel` on ``ctx.comm`` (collective). ``run(ctx, vec, name)`` runs
+    one allreduce of the algorithm ``name`` (with the agreement check) and returns its result.
+    Every rank returns the same model: the maximum over ranks of each parameter."""
+    model = CostModel()
+    _local_rates(model, ctx.rank, reps)
+    names = algorithm_names(in_auto_only=True)
+    if ctx.size > 1:
+        _network(model, ctx, reps)
+        _per_algorithm(model, ctx, run, names, reps)
+    scalars = CostModel.scalar_fields()
+    params = np.array([getattr(model, f) for f in scalars]
+                      + [model.overhead.get(n, 0.0) for n in names]
+                      + [model.scale.get(n, 0.0) for n in names], np.float64)
+    ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, params, MPI.MAX)
+    values = params.tolist()
+    agreed = CostModel(**dict(zip(scalars, values[:len(scalars)])))
+    rest = values[len(scalars):]
+    for i, name in enumerate(names):
+        if rest[i] > 0:
+            agreed.overhead[name] = rest[i]
+        if rest[len(names) + i] > 0:
+            agreed.scale[name] = rest[len(names) + i]
+    return agreed
+
+
+def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
+    """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks).
+
+    Calibrates on ``ctx`` at the first call (collectively, with ``run``); a quantized call
+    only considers algorithms that accept a quantizer."""
+    model = ctx.history.get("model")
+    if model is None:
+        model = ctx.history["model"] = calibrate_context(ctx, run)
+    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    # iterative training repeats the same call: remember the choice for the same inputs
+    key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
+           vec.dtype.itemsize, codec.lossy)
+    choice = ctx.history.get(key)
+    if choice is None:
+        candidates = [a for a in algorithm_names(in_auto_only=True)
+                      if not codec.lossy or get_algorithm(a).accepts_quantizer]
+        choice = model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
+                              s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize,
+                              candidates=candidates)
+        if len(ctx.history) < _HISTORY_LIMIT:
+            ctx.history[key] = choice
+    return choice
+
+
+def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:
+    """Remember how much the inputs overlapped (iterative training repeats its pattern)."""
+    if result.is_dense:  # past the switch rule K says little, and counting it costs O(N)
+        return
+    seen = (nnz_max, result.nnz)
+    if ctx.history.get(("last", vec.dim)) == seen:  # the same call again: nothing new
+        return
+    ctx.history[("last", vec.dim)] = seen
+    q = overlap_from_result(nnz_max, result.nnz, ctx.size, vec.dim)
+    key = ("overlap", vec.dim)
+    old = ctx.history.get(key)
+    ctx.history[key] = q if old is None else 0.5 * (old + q)
