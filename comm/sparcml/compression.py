@@ -43,6 +43,9 @@ Example (plain mpi4py and NumPy; see :mod:`sparcml.torch` for PyTorch)::
 The objects validate their options when built (:class:`~sparcml.CompressionError`,
 :class:`~sparcml.UnknownAlgorithmError`, :class:`~sparcml.IncompatibleOptionsError`), so that
 a mistake points at the line that made it.
+
+A little over 400 lines: the four small object families (compressor, quantizer glue, memory,
+the bundle) are one vocabulary and are read together.
 """
 
 from __future__ import annotations

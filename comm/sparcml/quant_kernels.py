@@ -4,6 +4,9 @@ Pure functions on arrays and scalars, ``@njit(cache=True, nogil=True)`` like ``k
 public wrappers (:mod:`sparcml.qsgd`, :mod:`sparcml.topk`) validate and convert. NumPy references
 live in ``tests/reference_kernels.py``.
 
+Over 400 lines on purpose: the encode, decode and streaming-decode loops share their inner
+helpers (bit packing, bucket scales), which must stay in one module for Numba to inline them.
+
 QSGD code layout (``bits`` in {2, 4, 8}, ``s = 2**(bits-1) - 1`` levels): value i becomes the
 ``bits``-bit code ``sign << (bits-1) | level``; codes are packed little-endian inside each byte,
 value i at bit offset ``(i * bits) % 8`` of byte ``(i * bits) // 8`` (4, 2 or 1 values a byte).

@@ -1,0 +1,43 @@
+"""A toy allreduce registered through the registry alone (imported by the registry tests).
+
+``toy_reduce_to_root``: every rank sends its dense vector to rank 0, which adds them in rank
+order and sends the sum back. Nothing else in the code base knows it.
+"""
+
+import numpy as np
+from mpi4py import MPI
+
+from sparcml.registry import Algorithm, get_algorithm, register
+from sparcml.vector import SparseVector
+
+NAME = "toy_reduce_to_root"
+
+
+def run(ctx, vec, *, stats, codec, out=None, sent=None):
+    dense = vec.to_dense()
+    if ctx.rank == 0:
+        total = dense.copy()
+        buf = np.empty_like(dense)
+        for src in range(1, ctx.size):
+            ctx.comm.Recv(buf, source=src, tag=77)
+            total += buf
+        for dst in range(1, ctx.size):
+            ctx.comm.Send(total, dest=dst, tag=78)
+    else:
+        ctx.comm.Send(dense, dest=0, tag=77)
+        total = np.empty_like(dense)
+        ctx.comm.Recv(total, source=0, tag=78)
+    stats.add_message(dense.nbytes, True)
+    return SparseVector._trusted(vec.dim, None, total)
+
+
+def cost(model, *, P, N, k, K, q, s_idx, s_val):
+    return 2 * (P - 1) * model.message(N * s_val)
+
+
+try:
+    get_algorithm(NAME)
+except Exception:
+    register(Algorithm(name=NAME, run=run, cost=cost, summary="toy: reduce to rank 0, send back",
+                       accepts_quantizer=False, in_auto=False))
+_ = MPI
