@@ -1,0 +1,36 @@
+"""A rank that fails inside an exchange (after the agreement): ``raise`` or ``kill``.
+
+argv[1]: "raise" (a Python error in the middle of the algorithm: the rank aborts the job with
+a CollectiveFailure message) or "kill" (SIGKILL of the rank: mpiexec ends the job); argv[2]:
+"blocking" or "nonblocking". The other ranks must not hang.
+"""
+
+import os
+import signal
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import sparcml
+from sparcml import arith
+
+comm = MPI.COMM_WORLD
+rank, P = comm.rank, comm.size
+mode, call = sys.argv[1], sys.argv[2]
+if rank == P - 1:
+    real_add = arith.add
+
+    def failing_add(a, b, codec):
+        if mode == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise RuntimeError("injected failure inside the exchange")
+
+    arith.add = failing_add
+vec = sparcml.SparseVector(1000, np.arange(rank, 1000, 7), np.ones(len(range(rank, 1000, 7)),
+                                                                     np.float32))
+if call == "blocking":
+    sparcml.allreduce(vec)
+else:
+    sparcml.iallreduce(vec).wait()
+print(f"rank {rank} finished (possible: its partners had sent before the failure)", flush=True)

@@ -1,0 +1,113 @@
+"""Issue 11, comm layer: one rank passes a bad argument, the others good ones.
+
+Run WITHOUT ``-m mpi4py`` (a rank that raised would otherwise abort the job and hide a hang):
+every case must raise the same error class on every rank, name the bad rank, and leave the
+communicator usable (the next call gives the right sum). Rank 0 prints ``ONE-BAD-RANK <n> OK``.
+"""
+
+import sys
+
+import numpy as np
+from mpi4py import MPI
+
+import sparcml
+from sparcml import SparseVector
+
+comm = MPI.COMM_WORLD
+rank, P = comm.rank, comm.size
+BAD = P - 1
+good = (100, np.array([1, 5]), np.ones(2, np.float32))
+q = sparcml.QSGD(4, seed=3)
+nan_values = (100, np.array([1, 5]), np.array([1.0, np.nan], np.float32))
+
+
+def outcome(fn):
+    try:
+        fn()
+    except sparcml.SparcmlError as exc:
+        return (type(exc).__name__, str(exc))
+    except Exception as exc:  # noqa: BLE001 - reported, and fails the case
+        return ("foreign " + type(exc).__name__, str(exc))
+    return ("no exception", "")
+
+
+def sane_afterwards(label):
+    ok = sparcml.allreduce(SparseVector(*good))
+    assert ok.to_dense()[[1, 5]].tolist() == [P, P], label
+
+
+cases = [
+    # 1. a dim that int64 cannot hold
+    ("dim 2**63", lambda bad: sparcml.allreduce((2**63, np.array([1]), np.ones(1, np.float32)))
+     if bad else sparcml.allreduce(good), "InvalidVectorError", "2**63"),
+    # 2. big-endian indices are a valid input (converted), so nobody raises: same sum
+    # 3. stats that is not a TrafficStats
+    ("stats={}", lambda bad: sparcml.allreduce(good, stats={} if bad else None),
+     "InvalidArgumentError", "TrafficStats"),
+    # 4. bcast to a root that is not a rank, or a string root
+    ("bcast root=7", lambda bad: sparcml.bcast(SparseVector(*good), root=7 if bad else 0),
+     "InvalidArgumentError", "not a rank"),
+    ("bcast root='0'", lambda bad: sparcml.bcast(SparseVector(*good), root="0" if bad else 0),
+     "InvalidArgumentError", "integer rank"),
+    # 5. a NaN QSGD cannot encode, on one rank only
+    ("NaN allgather", lambda bad: sparcml.allgather(nan_values if bad else good, quantizer=q),
+     "QuantizationError", "non-finite"),
+    ("NaN dsar", lambda bad: sparcml.allreduce(nan_values if bad else good, quantizer=q,
+                                               algorithm=sparcml.ALGORITHMS[2]),
+     "QuantizationError", "non-finite"),
+    ("NaN reduce_scatter", lambda bad: sparcml.reduce_scatter(nan_values if bad else good,
+                                                              quantizer=q, quantize_sparse=True),
+     "QuantizationError", "non-finite"),
+    # 15. uint64 indices beyond int64
+    ("uint64 2**63", lambda bad: sparcml.allreduce(
+        (100, np.array([1, 2**63], np.uint64), np.ones(2, np.float32)) if bad else good),
+     "InvalidVectorError", "out of range"),
+]
+n = 0
+for label, call, cls, needle in cases:
+    every = comm.allgather(outcome(lambda: call(rank == BAD)))
+    for r, (got, msg) in enumerate(every):
+        assert got == cls, f"{label}: rank {r} raised {got}: {msg}"
+        assert needle in msg, f"{label}: rank {r}: {msg!r} lacks {needle!r}"
+        if r != BAD:
+            assert f"rank {BAD}" in msg, f"{label}: rank {r} not told which rank: {msg!r}"
+    sane_afterwards(label)
+    n += 1
+
+# 2. big-endian indices and values on one rank: accepted, converted, the same sum everywhere
+be = (100, np.array([1, 5], ">i4"), np.ones(2, ">f4"))
+for algorithm in sparcml.ALGORITHMS:
+    res = sparcml.allreduce(be if rank == BAD else good, algorithm=algorithm)
+    assert res.to_dense()[[1, 5]].tolist() == [P, P], algorithm
+    n += 1
+
+# 6. check=False on one rank only: the agreement always runs, so nothing hangs
+for algorithm in sparcml.ALGORITHMS:
+    res = sparcml.allreduce(good, algorithm=algorithm, check=(rank != BAD))
+    assert res.to_dense()[[1, 5]].tolist() == [P, P], algorithm
+    n += 1
+every = comm.allgather(outcome(lambda: sparcml.allreduce(
+    (101 if rank == BAD else 100, np.array([1, 5]), np.ones(2, np.float32)),
+    check=(rank == BAD))))
+assert all(got == "RankMismatchError" for got, _ in every), every
+sane_afterwards("check=False mismatch")
+n += 1
+
+# 7. dim >= 2**61 at any P: exact block bounds, so no wrong sums
+for dim in (2**61, 2**62 + 3, 2**63 - 1):
+    idx = np.array([0, 2**40 + rank, dim - 1], np.int64)
+    for algorithm in (sparcml.ALGORITHMS[1], sparcml.DEFAULT_ALGORITHM, sparcml.ALGORITHMS[-1]):
+        res = sparcml.allreduce((dim, idx, np.ones(3, np.float32)), algorithm=algorithm)
+        want = sorted({0, dim - 1} | {2**40 + r for r in range(P)})
+        assert res.indices.tolist() == want, (dim, algorithm, res.indices[:6])
+        assert res.values[0] == P and res.values[-1] == P
+        n += 1
+    rs = sparcml.reduce_scatter((dim, idx, np.ones(3, np.float32)))
+    mine = comm.allgather(rs.indices.tolist())
+    flat = [i for part in mine for i in part]
+    assert flat == sorted(set(flat)) and set(flat) == set(want), (dim, flat)
+    n += 1
+
+if rank == 0:
+    print(f"ONE-BAD-RANK {n} OK", flush=True)
+sys.exit(0)
