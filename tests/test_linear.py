@@ -293,7 +293,7 @@ def test_bad_parameters_and_labels(small):
     for params, needle in [({"loss": "squared"}, "loss must be one of"),
                            ({"alpha": 0}, "alpha must be"),
                            ({"batch_size": 0}, "batch_size must be"),
-                           ({"algorithm": "magic"}, "algorithm must be one of")]:
+                           ({"algorithm": "magic"}, "unknown algorithm 'magic'")]:
         with pytest.raises(ValueError, match=needle):
             SparseLinearClassifier(**params).fit(X, y)
 

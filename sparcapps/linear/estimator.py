@@ -175,7 +175,10 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                              f"got {self.quantizer!r}")
         # the registry's own check (UnknownAlgorithmError / IncompatibleOptionsError are
         # ValueErrors, as scikit-learn's parameter validation raises)
-        check_algorithm_options(self.algorithm, quantizer=self.quantizer)
+        try:
+            check_algorithm_options(self.algorithm, quantizer=self.quantizer)
+        except sparcml.SparcmlError as exc:  # scikit-learn raises plain ValueError for params
+            raise ValueError(str(exc)) from exc
 
     def _get_comm(self):
         if self.comm is not None:

@@ -133,7 +133,7 @@ if rank == P - 1:
 expect(InputDataError, "NaN", lambda: make("log").fit(bad_X, y))
 expect(InputDataError, "one label per row",
        lambda: make("log").fit(X, y[:-1] if rank == 0 else y))
-expect(ValueError, "quantizer cannot go with algorithm='dense'",
+expect(ValueError, "algorithm 'dense' cannot add quantized values",
        lambda: make("log", "dense", quantizer=sparcml.QSGD()).fit(X, y))
 
 from sparcapps.linear.cli import _resume_state  # noqa: E402
