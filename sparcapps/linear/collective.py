@@ -19,19 +19,14 @@ __all__ = ["agree_or_raise", "collective_errors"]
 def agree_or_raise(comm, local_error: BaseException | None) -> None:
     """Collective (every rank of ``comm`` calls): raise the first rank's error on every rank.
 
-    ``local_error`` must be a :class:`LinearModelError` (its class is rebuilt from the message
-    on the other ranks) or None. One ``allgather`` of a small tuple.
+    ``local_error`` is any exception or None; its class is rebuilt on the other ranks from its
+    import path and the message is prefixed ``rank R:``. The project's one agreement API,
+    :func:`sparcml.agreement.raise_everywhere`, does the work (one integer ``Allreduce`` when
+    nobody failed).
     """
-    mine = None if local_error is None else (type(local_error), str(local_error))
-    every = [mine] if comm is None or comm.Get_size() == 1 else comm.allgather(mine)
-    for rank, found in enumerate(every):
-        if found is None:
-            continue
-        cls, msg = found
-        prefix = "" if comm is None or comm.Get_size() == 1 else f"rank {rank}: "
-        if local_error is not None and comm is not None and rank == comm.Get_rank():
-            raise cls(prefix + msg) from local_error
-        raise cls(prefix + msg)
+    from sparcml.agreement import raise_everywhere
+
+    raise_everywhere(comm, local_error)
 
 
 @contextmanager
