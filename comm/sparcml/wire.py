@@ -190,31 +190,68 @@ def _decoder(code: int):
     return QSGD.from_code(code, seed=0)  # decoding draws no random numbers
 
 
-def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = False) -> Part:
+def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = False,
+           check: bool = False) -> Part:
     """Decode a buffer written by :meth:`Codec.encode` (views where values are raw).
 
     ``out``: where quantized values are decoded to (``count`` values of the value dtype);
     raw values are never copied, so the caller copies those itself. ``streaming``: see
     :meth:`sparcml.QSGD.decode` (for an ``out`` that is already in memory).
+
+    Any byte string gives a :class:`SparcmlError` naming what is wrong or a :class:`Part` whose
+    arrays lie inside ``buf``: the header's sizes are checked against the buffer before any
+    view is taken. ``check=True`` also checks that sparse indices are strictly increasing and
+    inside ``[offset, offset + length)`` (O(count); messages between sparcml's own ranks skip
+    it).
     """
+    if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1:
+        raise SparcmlError("corrupt message: expected a 1-d uint8 buffer")
     if buf.shape[0] < HEADER_SIZE:
         raise SparcmlError(f"corrupt message: {buf.shape[0]} bytes, shorter than the header")
     h = buf[:HEADER_SIZE].view(HEADER)[0]
     if h["magic"] != MAGIC:
         raise SparcmlError("corrupt message: bad magic number (not a sparcml buffer)")
-    value_dtype = _VALUE_BY_SIZE[int(h["value_size"])]
+    fmt = int(h["format"])
+    if fmt not in (SPARSE, DENSE):
+        raise SparcmlError(f"corrupt message: unknown format {fmt}")
+    value_dtype = _VALUE_BY_SIZE.get(int(h["value_size"]))
+    if value_dtype is None:
+        raise SparcmlError(f"corrupt message: value size {int(h['value_size'])}, expected 4 or 8")
     count, length, offset = int(h["count"]), int(h["length"]), int(h["offset"])
+    if count < 0 or length < 0 or offset < 0 or offset + length >= 2**63:
+        raise SparcmlError(f"corrupt message: count {count}, length {length}, offset {offset}")
+    if (fmt == DENSE and count != length) or count > length:
+        raise SparcmlError(f"corrupt message: {count} items for a range of {length}")
     indices = None
     start = HEADER_SIZE
-    if h["format"] == SPARSE:
-        index_dtype = _INDEX_BY_SIZE[int(h["index_size"])]
-        indices = buf[start:start + count * index_dtype.itemsize].view(index_dtype)
+    if fmt == SPARSE:
+        index_dtype = _INDEX_BY_SIZE.get(int(h["index_size"]))
+        if index_dtype is None:
+            raise SparcmlError(f"corrupt message: index size {int(h['index_size'])}, "
+                               f"expected 4 or 8")
         start += _pad8(count * index_dtype.itemsize)
+    quantizer = None
     if h["quantized"]:
-        quantizer = _decoder(int(h["qcode"]))
+        try:
+            quantizer = _decoder(int(h["qcode"]))
+        except SparcmlError as exc:
+            raise SparcmlError(f"corrupt message: quantizer code {int(h['qcode'])}: {exc}") \
+                from None
         nbytes = quantizer.encoded_nbytes(count)
+    else:
+        nbytes = count * value_dtype.itemsize
+    if start + nbytes > buf.shape[0]:
+        raise SparcmlError(f"corrupt message: the header announces {start + nbytes} bytes, "
+                           f"the buffer holds {buf.shape[0]}")
+    if fmt == SPARSE:
+        indices = buf[HEADER_SIZE:HEADER_SIZE + count * index_dtype.itemsize].view(index_dtype)
+        if check and count and (kernels.first_unsorted(indices) >= 0 or indices[0] < offset
+                                or indices[-1] >= offset + length):
+            raise SparcmlError("corrupt message: indices not strictly increasing inside the "
+                               "message's range")
+    if quantizer is not None:
         values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype, out=out,
                                   streaming=streaming)
     else:
-        values = buf[start:start + count * value_dtype.itemsize].view(value_dtype)
+        values = buf[start:start + nbytes].view(value_dtype)
     return Part(offset, length, indices, values)
