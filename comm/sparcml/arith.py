@@ -3,6 +3,15 @@
 Package-internal, no MPI. Every function keeps the representation the switch rule asks for
 (:meth:`sparcml.wire.Codec.should_be_dense`) and adds in a fixed order, so that ranks that add
 the same operands get bitwise the same result.
+
+Memory (:mod:`sparcml.workspace`): :func:`add` and :func:`fold_parts` take the context's
+workspace as ``workspace=``; :func:`fold_parts` always gathers the streams it merges there.
+With ``intermediate=True`` the caller also lets the *result* live in the workspace, in the
+buffers of ``role``: it promises to drop the result before the role's next use and never to
+hand it to the user (nor keep it in ``sent``). So the last step of an algorithm is never
+``intermediate``, and a step that reads the previous step's result uses another role (two
+roles, alternating). Without a workspace everything is freshly allocated; the results are
+bitwise the same either way. :func:`assemble` writes each block straight into the result.
 """
 
 from __future__ import annotations
@@ -12,6 +21,7 @@ import numpy as np
 from . import kernels
 from .vector import SparseVector
 from .wire import Codec, Part
+from .workspace import Workspace
 
 __all__ = ["normalize", "add", "fold_parts", "assemble", "write_dense", "copy_of", "as_part"]
 
@@ -27,29 +37,56 @@ def normalize(vec: SparseVector, codec: Codec) -> SparseVector:
     return vec
 
 
-def add(a: SparseVector, b: SparseVector, codec: Codec) -> SparseVector:
-    """``a + b`` in the representation of the rule; bitwise equal to ``b + a``."""
+def add(a: SparseVector, b: SparseVector, codec: Codec, *, workspace: Workspace | None = None,
+        intermediate: bool = False, role: str = "add") -> SparseVector:
+    """``a + b`` in the representation of the rule; bitwise equal to ``b + a``.
+
+    With ``intermediate`` (and a ``workspace``) the sum lives in the workspace's ``role``
+    buffers, which must not hold ``a`` or ``b``; see the module docstring.
+    """
+    ws = workspace if intermediate else None
     if a.is_dense and b.is_dense:
-        return SparseVector._trusted(a.dim, None, a.values + b.values)
+        if ws is None:
+            return SparseVector._trusted(a.dim, None, a.values + b.values)
+        out = ws.get(role + ".dense", a.dim, np.result_type(a.values, b.values))
+        return SparseVector._trusted(a.dim, None, np.add(a.values, b.values, out=out))
     if a.is_dense or b.is_dense:
         dense, sparse = (a, b) if a.is_dense else (b, a)
-        out = dense.values.copy()
+        if ws is None:
+            out = dense.values.copy()
+        else:
+            out = ws.get(role + ".dense", a.dim, dense.values.dtype)
+            np.copyto(out, dense.values)
         kernels.scatter_add(out, sparse.indices, sparse.values, 0)
         return SparseVector._trusted(a.dim, None, out)
-    idx, val = kernels.merge_add(a.indices, a.values, b.indices, b.values)
-    if codec.should_be_dense(idx.shape[0], a.dim):
-        out = np.zeros(a.dim, a.dtype)
+    size = a.nnz + b.nnz
+    if ws is not None:
+        idx, val = ws.pair(role, size, a.indices.dtype, a.values.dtype)
+    else:
+        idx = np.empty(size, a.indices.dtype)
+        val = np.empty(size, a.values.dtype)
+    n = kernels.merge_add_into(a.indices, a.values, b.indices, b.values, idx, val)
+    idx, val = idx[:n], val[:n]
+    if codec.should_be_dense(n, a.dim):
+        out = np.zeros(a.dim, a.dtype) if ws is None else ws.zeros(role + ".dense", a.dim, a.dtype)
         kernels.scatter_add(out, idx, val, 0)
         return SparseVector._trusted(a.dim, None, out)
     return SparseVector._trusted(a.dim, idx, val)
 
 
 def fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
-               force_dense: bool = False) -> Part:
-    """Sum parts of one index range in list order; dense when any part is, or when forced."""
+               force_dense: bool = False, *, workspace: Workspace | None = None,
+               intermediate: bool = False, role: str = "fold") -> Part:
+    """Sum parts of one index range in list order; dense when any part is, or when forced.
+
+    With a ``workspace`` the streams to merge are gathered in it; with ``intermediate`` too,
+    the sum lives in its ``role`` buffers (see the module docstring).
+    """
     value_dtype, index_dtype = codec.value_dtype, codec.index_dtype
+    ws = workspace if intermediate else None
     if force_dense or any(p.is_dense for p in parts):
-        acc = np.zeros(length, value_dtype)
+        acc = np.zeros(length, value_dtype) if ws is None \
+            else ws.zeros(role + ".dense", length, value_dtype)
         for p in parts:
             if p.is_dense:
                 acc += p.values
@@ -58,12 +95,27 @@ def fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
         return Part(offset, length, None, acc)
     counts = np.array([0] + [p.nnz for p in parts], np.int64)
     offsets = np.cumsum(counts)
-    if offsets[-1] == 0:
+    total = int(offsets[-1])
+    if total == 0:
         return Part(offset, length, np.empty(0, index_dtype), np.empty(0, value_dtype))
-    idx, val = kernels.merge_many(offsets, np.concatenate([p.indices for p in parts]),
-                                  np.concatenate([p.values for p in parts]))
-    if codec.should_be_dense(idx.shape[0], length):
-        acc = np.zeros(length, value_dtype)
+    if workspace is None:
+        cat_idx = np.concatenate([p.indices for p in parts])
+        cat_val = np.concatenate([p.values for p in parts])
+    else:  # the same arrays np.concatenate would make, in the workspace
+        cat_idx, cat_val = workspace.pair(
+            role + ".streams", total, np.result_type(*[p.indices for p in parts]),
+            np.result_type(*[p.values for p in parts]))
+        np.concatenate([p.indices for p in parts], out=cat_idx)
+        np.concatenate([p.values for p in parts], out=cat_val)
+    if ws is None:
+        idx, val = np.empty(total, cat_idx.dtype), np.empty(total, cat_val.dtype)
+    else:
+        idx, val = ws.pair(role, total, cat_idx.dtype, cat_val.dtype)
+    n = kernels.merge_many_into(offsets, cat_idx, cat_val, idx, val)
+    idx, val = idx[:n], val[:n]
+    if codec.should_be_dense(n, length):
+        acc = np.zeros(length, value_dtype) if ws is None \
+            else ws.zeros(role + ".dense", length, value_dtype)
         kernels.scatter_add(acc, idx, val, offset)
         return Part(offset, length, None, acc)
     return Part(offset, length, idx, val)
@@ -81,16 +133,18 @@ def assemble(blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
             else:
                 out[b.indices] = b.values
         return SparseVector._trusted(dim, None, out)
-    idx, val = [], []
+    # every block written straight into its place in the result: no per-block temporaries
+    idx = np.empty(support, index_dtype)
+    val = np.empty(support, np.result_type(*[b.values for b in blocks]))
+    pos = 0
     for b in blocks:
         if b.is_dense:
-            i, v = kernels.dense_to_sparse(b.values, b.offset, np.empty(0, index_dtype))
+            pos += kernels.dense_to_sparse_into(b.values, b.offset, idx[pos:], val[pos:])
         else:
-            i, v = b.indices, b.values
-        idx.append(i)
-        val.append(v)
-    return SparseVector._trusted(dim, np.concatenate(idx).astype(index_dtype, copy=False),
-                                 np.concatenate(val))
+            idx[pos:pos + b.nnz] = b.indices
+            val[pos:pos + b.nnz] = b.values
+            pos += b.nnz
+    return SparseVector._trusted(dim, idx, val)
 
 
 def write_dense(vec: SparseVector, out: np.ndarray) -> np.ndarray:

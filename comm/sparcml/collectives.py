@@ -90,7 +90,7 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
         except BaseException as exc:  # noqa: BLE001
             fail_stop(ctx.comm, "reduce_scatter", exc)
             raise
-    block = arith.fold_parts(parts, lo, hi - lo, codec)
+    block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
                                            np.empty(0, vec.index_dtype))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from mpi4py import MPI
 
 from .progress import Waiter, wait_policy
+from .workspace import Workspace
 
 __all__ = ["CommContext", "context_for", "new_context", "TrafficStats"]
 
@@ -44,7 +45,12 @@ class TrafficStats:
 
 @dataclass
 class CommContext:
-    """sparcml's state for one user communicator."""
+    """sparcml's state for one user communicator.
+
+    ``workspace``: the reusable scratch buffers of the calls on this context (see
+    :mod:`sparcml.workspace` for who owns what). The non-blocking engine runs on a context of
+    its own, so no two threads ever share one.
+    """
 
     comm: MPI.Comm
     rank: int
@@ -52,6 +58,7 @@ class CommContext:
     waiter: Waiter
     history: dict = field(default_factory=dict)
     engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
+    workspace: Workspace | None = field(default_factory=Workspace)
 
 
 _keyval = None

@@ -20,7 +20,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     if sent is not None:
         sent.append(arith.as_part(as_sent(vec, buf, codec)))
     parts = [decode(b) for b in allgather_bytes(ctx, buf, stats)]
-    return as_vector(arith.fold_parts(parts, 0, vec.dim, codec), vec.dim)
+    return as_vector(arith.fold_parts(parts, 0, vec.dim, codec, workspace=ctx.workspace),
+                     vec.dim)
 
 
 def cost(model, *, P, N, k, K, q, s_idx, s_val):

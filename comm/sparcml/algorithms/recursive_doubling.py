@@ -32,12 +32,15 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
         else:
             if sent is not None:  # this input travels only inside a sum: nothing attributable
                 sent.append(arith.as_part(vec))
-            cur = arith.add(recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim), cur, codec)
+            # the sum is an intermediate when rounds follow (role rd0; round t writes rd{t+1})
+            cur = arith.add(recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim), cur, codec,
+                            workspace=ctx.workspace, intermediate=pof2 > 1, role="rd0")
             newrank = rank // 2
     else:
         newrank = rank - rem
     if newrank >= 0:
         mask = 1
+        step = 0
         while mask < pof2:
             newpeer = newrank ^ mask
             peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
@@ -48,8 +51,13 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
             first_own = sent if (mask == 1 and cur is vec) else None
             mine, other = exchange_vector(ctx, cur, peer, _TAG_ROUND, stats, codec,
                                           seed=group_seed, sent=first_own)
-            cur = arith.add(mine, other, codec) if newrank < newpeer \
-                else arith.add(other, mine, codec)
+            step += 1
+            # every round's sum but the last is an intermediate: two roles, alternating, so that
+            # a round never writes over the stream it reads
+            scratch = {"workspace": ctx.workspace, "intermediate": mask << 1 < pof2,
+                       "role": f"rd{step % 2}"}
+            cur = arith.add(mine, other, codec, **scratch) if newrank < newpeer \
+                else arith.add(other, mine, codec, **scratch)
             mask <<= 1
     if rank < 2 * rem:
         if rank % 2 == 1:

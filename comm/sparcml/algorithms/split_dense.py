@@ -23,7 +23,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     bounds = block_bounds(vec.dim, ctx.size)
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
     block = arith.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                             codec, force_dense=True)
+                             codec, force_dense=True, workspace=ctx.workspace,
+                             intermediate=True)  # the send buffer of the allgather, then dropped
     # a caller's buffer is (usually) already in memory: write around the caches into it; a fresh
     # one is not, and the kernel's zeroing of its pages then makes ordinary stores cheaper
     streaming = out is not None

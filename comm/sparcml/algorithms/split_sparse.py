@@ -21,7 +21,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     bounds = block_bounds(vec.dim, ctx.size)
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
     block = arith.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                             codec)
+                             codec, workspace=ctx.workspace, intermediate=True)  # encoded, dropped
     buf, _ = codec.encode(block, known_dense=block.is_dense)
     blocks = [decode(b) for b in allgather_bytes(ctx, buf, stats)]
     return arith.assemble(blocks, vec.dim, codec)
