@@ -177,15 +177,10 @@ def agree_on_lines(comm, lines: list[str], what: str,
     ``comm``; the message names the first differing line and rank. A ``local_error`` (any
     exception found while building ``lines``) is raised on every rank first, as by
     :func:`raise_everywhere`. One ``allgather`` of a digest when all agree."""
+    raise_everywhere(comm, local_error)
     if comm is None or comm.Get_size() == 1:
-        if local_error is not None:
-            raise local_error
         return
-    digest = "" if local_error is not None else hashlib.sha256("\n".join(lines).encode()).hexdigest()
-    failed = np.array([int(local_error is not None)], np.int64)
-    comm.Allreduce(MPI.IN_PLACE, failed, op=MPI.MAX)
-    if failed[0]:
-        _reraise(comm, local_error, sparcml_only=False, prefix_own=True)
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
     digests = comm.allgather(digest)
     if len(set(digests)) == 1:
         return

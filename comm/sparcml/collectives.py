@@ -57,11 +57,8 @@ def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     buf, _ = encode_vector(mine, codec)
     if ctx.size == 1:
         return [as_vector(decode(buf.copy()), vec.dim)]
-    try:
+    with fail_stop(ctx.comm, "sparcml.allgather()"):
         gathered = allgather_bytes(ctx, buf, stats)
-    except BaseException as exc:  # noqa: BLE001
-        fail_stop(ctx.comm, "sparcml.allgather()", exc)
-        raise
     return [as_vector(decode(b), vec.dim) for b in gathered]
 
 
@@ -85,11 +82,8 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     if ctx.size == 1:
         parts = [Part(0, vec.dim, vec.indices, vec.values)]
     else:
-        try:
+        with fail_stop(ctx.comm, "reduce_scatter"):
             parts = split_reduce(ctx, vec, stats, bounds, codec)
-        except BaseException as exc:  # noqa: BLE001
-            fail_stop(ctx.comm, "reduce_scatter", exc)
-            raise
     block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
@@ -123,7 +117,7 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
             buf, dense = encode_vector(arith.normalize(mine, codec), codec)
     agree(ctx.comm, fields, failed.error, waiter=ctx.waiter)
     stats.calls += 1
-    try:
+    with fail_stop(ctx.comm, "bcast"):
         size = np.array([buf.nbytes], np.int64)
         ctx.waiter.collective(ctx.comm, "Bcast", size, root)
         if ctx.rank != root:
@@ -132,8 +126,5 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
             buf = buf.copy()  # the result must not alias the root's input
             stats.add_message(buf.nbytes * (ctx.size - 1), dense)
         ctx.waiter.collective(ctx.comm, "Bcast", [buf, MPI.BYTE], root)
-    except BaseException as exc:  # noqa: BLE001
-        fail_stop(ctx.comm, "bcast", exc)
-        raise
     header = decode(buf)
     return as_vector(header, int(header.offset + header.length))

@@ -17,6 +17,7 @@ MPI's default error handler does, rather than leaving them waiting.
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 import numpy as np
 from mpi4py import MPI
@@ -139,15 +140,12 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
-    try:
+    with fail_stop(ctx.comm, f"allreduce({chosen})"):
         if record.writes_out:
             result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
         else:
             result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
                                 out=None, sent=sent)
-    except BaseException as exc:  # noqa: BLE001 - the exchange cannot be completed
-        fail_stop(ctx.comm, f"allreduce({chosen})", exc)
-        raise
     if algorithm == AUTO:
         auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:
@@ -155,9 +153,19 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     return result
 
 
-def fail_stop(comm, what: str, exc: BaseException) -> None:
-    """A rank failed inside an exchange the other ranks are in: print why and abort the job
-    (:class:`CollectiveFailure`). Returns only at P = 1 or after MPI is finalized."""
+@contextmanager
+def fail_stop(comm, what: str):
+    """``with fail_stop(comm, "bcast"): exchange()``: a rank that fails inside an exchange the
+    other ranks are in prints why and aborts the job (:class:`CollectiveFailure`); at P = 1 or
+    after MPI is finalized the error propagates as it is."""
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001 - the exchange cannot be completed
+        _abort_job(comm, what, exc)
+        raise
+
+
+def _abort_job(comm, what: str, exc: BaseException) -> None:
     if comm.Get_size() == 1 or MPI.Is_finalized():
         return
     failure = CollectiveFailure(
