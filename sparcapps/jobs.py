@@ -9,12 +9,14 @@ Subcommands:
     passed on as the app's ``--algorithms``. Prints ``JOBID<TAB>NODES<TAB>ALGORITHMS`` per job
     (``--dry-run`` prints the shell-quoted commands instead); ``--wait`` then waits for them all.
 
-``sparc-jobs run --output FILE -- COMMAND...``
+``sparc-jobs run --output FILE [--script-args='ARGS'] -- COMMAND...``
     What a template executes: runs COMMAND (usually ``mpiexec ... sparc-bench ...``), passes its
     output through, forwards SIGTERM/SIGINT/SIGUSR1 (Slurm's warning before the time limit), and
     when COMMAND exits non-zero, is killed, cannot start, or exits 0 without appending a record to
     FILE, appends a ``status: "failed"`` record with the error (the last lines of its stderr).
-    Exits with COMMAND's status.
+    Exits with COMMAND's status. Inside a job that ``sparc-jobs sweep`` did not submit,
+    ``--script-args`` (the template's own arguments) rebuilds the job's ``sbatch`` line for the
+    records (``SPARC_SUBMIT_SBATCH``); a sweep passes its own line and the job's.
 
 ``sparc-jobs wait JOBID...``
     Polls ``squeue`` until the jobs have left the queue (``sbatch --wait`` polls slowly), then
@@ -38,8 +40,8 @@ from typing import Sequence
 
 from sparcapps.records import append_record, capture_environment, make_record
 
-__all__ = ["SweepJob", "SlurmError", "plan_sweep", "submit", "wait_jobs", "job_states",
-           "run_recorded", "main"]
+__all__ = ["SweepJob", "SlurmError", "TEMPLATE_VARS", "env_prefix", "plan_sweep", "submit",
+           "wait_jobs", "job_states", "run_recorded", "main"]
 
 _JOBID = re.compile(r"^(\d+)(?:;\S+)?$")
 
@@ -96,10 +98,30 @@ def plan_sweep(template: str | os.PathLike, nodes: Sequence[int], *,
     return jobs
 
 
-def submit(jobs: Sequence[SweepJob], *, env: dict | None = None) -> list[SweepJob]:
-    """Run each job's sbatch command; sets ``job_id``. Raises SlurmError with sbatch's message."""
+# the environment the templates read: part of the command that made a job
+TEMPLATE_VARS = ("SPARC_N_PER_RANK", "SPARC_GLOBAL_BATCH", "SPARC_LAUNCH", "SPARC_SETUP",
+                 "SPARC_RESULTS")
+
+
+def env_prefix(env: dict) -> str:
+    """``VAR=value `` words for the template variables set in ``env`` (shell-quoted)."""
+    return "".join(f"{k}={shlex.quote(env[k])} " for k in TEMPLATE_VARS if env.get(k))
+
+
+def submit(jobs: Sequence[SweepJob], *, env: dict | None = None,
+           sweep_command: str | None = None) -> list[SweepJob]:
+    """Run each job's sbatch command; sets ``job_id``. Raises SlurmError with sbatch's message.
+
+    Each job gets ``SPARC_SUBMIT_SBATCH`` (its own sbatch line, with the template variables of
+    ``env`` in front) and, with ``sweep_command``, ``SPARC_SUBMIT_SWEEP`` in its environment:
+    the records keep the command that made them (:func:`sparcapps.records.capture_environment`).
+    """
+    base = dict(os.environ if env is None else env)
     for job in jobs:
-        proc = subprocess.run(job.argv, capture_output=True, text=True, env=env, timeout=60)
+        job_env = {**base, "SPARC_SUBMIT_SBATCH": env_prefix(base) + job.command()}
+        if sweep_command:
+            job_env["SPARC_SUBMIT_SWEEP"] = sweep_command
+        proc = subprocess.run(job.argv, capture_output=True, text=True, env=job_env, timeout=60)
         match = _JOBID.match(proc.stdout.strip())
         if proc.returncode != 0 or not match:
             raise SlurmError(f"sbatch failed (exit {proc.returncode}) for: {job.command()}\n"
@@ -159,6 +181,39 @@ def _app_from(command: Sequence[str]) -> str:
         if base.startswith("sparc-"):
             return base
     return os.path.basename(command[0]) if command else "unknown"
+
+
+def _job_script() -> str:
+    """The batch script of the current Slurm job as submitted (``scontrol``'s ``Command=``),
+    relative to the submission directory when under it; ``TEMPLATE`` when Slurm cannot say."""
+    try:
+        proc = subprocess.run(["scontrol", "-o", "show", "job", os.environ["SLURM_JOB_ID"]],
+                              capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return "TEMPLATE"
+    m = re.search(r"\bCommand=(\S+)", proc.stdout)
+    if not m:
+        return "TEMPLATE"
+    script = Path(m.group(1))
+    try:
+        return str(script.relative_to(os.environ.get("SLURM_SUBMIT_DIR", "")))
+    except ValueError:
+        return str(script)
+
+
+def submission_command(script_args: str, env: dict | None = None) -> str | None:
+    """The ``sbatch`` line that made the current Slurm job, rebuilt inside it: the template
+    variables, the node count and tasks per node Slurm gave the job, the batch script and
+    ``script_args`` (its arguments, already shell-quoted). None outside a Slurm job."""
+    env = os.environ if env is None else env
+    if "SLURM_JOB_ID" not in env:
+        return None
+    argv = ["sbatch", f"--nodes={env.get('SLURM_JOB_NUM_NODES', env.get('SLURM_NNODES', 1))}"]
+    per_node = env.get("SLURM_NTASKS_PER_NODE")
+    argv.append(f"--ntasks-per-node={per_node}" if per_node
+                else f"--ntasks={env.get('SLURM_NTASKS', 1)}")
+    argv.append(_job_script())
+    return (env_prefix(env) + shlex.join(argv) + (" " + script_args if script_args else ""))
 
 
 def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str | None = None,
@@ -254,6 +309,10 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a command; a failure appends a failed record")
     r.add_argument("--output", required=True, help="the records file the command appends to")
     r.add_argument("--app", default=None, help="app name for the failure record")
+    r.add_argument("--script-args", default=None, metavar="'ARGS'",
+                   help="inside a template: its own arguments, shell-quoted (--script-args="
+                        "\"${*@Q}\"); the records then keep the sbatch line that made the job "
+                        "when it was not submitted by sparc-jobs sweep")
 
     w = sub.add_parser("wait", help="wait for Slurm jobs to leave the queue")
     w.add_argument("job_ids", nargs="+")
@@ -276,6 +335,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.cmd == "run":
+            if args.script_args is not None and not os.environ.get("SPARC_SUBMIT_SBATCH"):
+                line = submission_command(args.script_args)  # a plain sbatch of a template
+                if line:
+                    os.environ["SPARC_SUBMIT_SBATCH"] = line
+                    os.environ.pop("SPARC_SUBMIT_SWEEP", None)
             return run_recorded(rest, args.output, app=args.app)
         if args.cmd == "wait":
             return _print_states(wait_jobs(args.job_ids, timeout=args.timeout))
@@ -283,16 +347,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                           app_args=rest, sbatch_args=args.sbatch_arg,
                           results=args.results, algorithm_flag=args.algorithm_flag)
         env = dict(os.environ)
-        prefix = ""
+        # the sweep as the user ran it (without --wait/--dry-run, which change no result)
+        sweep_line = env_prefix(env) + shlex.join(
+            ["sparc-jobs", *[a for a in argv if a not in ("--wait", "--dry-run")],
+             *(["--", *rest] if rest else [])])
         if args.results is not None:
             Path(args.results).mkdir(parents=True, exist_ok=True)
             env["SPARC_RESULTS"] = str(args.results)
-            prefix = f"SPARC_RESULTS={shlex.quote(str(args.results))} "
         if args.dry_run:
             for job in jobs:
-                print(prefix + job.command())
+                print(env_prefix(env) + job.command())
             return 0
-        for job in submit(jobs, env=env):
+        for job in submit(jobs, env=env, sweep_command=sweep_line):
             print(f"{job.job_id}\t{job.nodes}\t{job.algorithms or '-'}", flush=True)
         if args.wait:
             return _print_states(wait_jobs([j.job_id for j in jobs], timeout=args.timeout))

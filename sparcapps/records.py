@@ -109,9 +109,22 @@ def _git_dirty() -> bool | None:
     return None if status is None else bool(status)
 
 
+# the command the user ran, when it was not the app itself (jobs/*.sbatch, sparc-jobs sweep)
+_SUBMIT_VARS = {"sweep": "SPARC_SUBMIT_SWEEP", "sbatch": "SPARC_SUBMIT_SBATCH"}
+# how the ranks were started: a variable each launcher sets in its processes
+_LAUNCHER_VARS = (("PMI_SIZE", "mpiexec"), ("PMIX_RANK", "mpiexec"),
+                  ("OMPI_COMM_WORLD_SIZE", "mpiexec"), ("SLURM_STEP_ID", "srun"))
+
+
 def capture_environment(comm=None) -> dict[str, Any]:
     """Package versions, MPI library, hosts, CPU model, git commit, Slurm job id, command line,
     and the emulated network (``jobs/emulate.sh``) when there is one.
+
+    The command that made the run, at the level the user ran it: ``command`` (the app's argv),
+    ``launcher`` (``"mpiexec"`` or ``"srun"`` when a launcher started the ranks, None for a
+    plain command), and ``submitted`` (``{"sbatch": line, "sweep": line}``, from
+    ``SPARC_SUBMIT_SBATCH`` / ``SPARC_SUBMIT_SWEEP``, which ``sparc-jobs sweep`` and the
+    ``jobs/*.sbatch`` templates set).
 
     Collective when ``comm`` is given (every rank must call; host names are gathered).
     """
@@ -136,6 +149,11 @@ def capture_environment(comm=None) -> dict[str, Any]:
     }
     if os.environ.get("SPARC_EMULATED_NET"):  # set by jobs/emulate.sh
         env["emulated_network"] = os.environ["SPARC_EMULATED_NET"]
+    submitted = {key: os.environ[var] for key, var in _SUBMIT_VARS.items()
+                 if os.environ.get(var)}
+    if submitted:
+        env["submitted"] = submitted
+    env["launcher"] = next((name for var, name in _LAUNCHER_VARS if var in os.environ), None)
     host = socket.gethostname()
     if comm is not None:
         from mpi4py import MPI

@@ -1,5 +1,7 @@
-"""sparc-report: tables whose numbers are the records', plots that are PNG images."""
+"""sparc-report: tables whose numbers are the records', figures people can read, commands that
+reproduce the figures into new records."""
 
+import base64
 import json
 import re
 
@@ -7,25 +9,25 @@ import pytest
 
 from sparcapps.records import RecordError, append_record, make_record, summarize
 from sparcapps.report import build_report, main, rerun_command
+from sparcapps.records import read_records
 
 PNG = b"\x89PNG\r\n\x1a\n"
 ENV = {"hosts": ["n0", "n1"], "python": "3.11", "git_commit": "abc123",
-       "command": ["sparc-bench", "--N", "1000"], "mpi_library": "MPICH Version: 5\nmore",
-       "slurm": {"SLURM_JOB_ID": "77"}}
+       "command": ["sparc-bench", "--N", "1000", "--output", "res/sweep.jsonl"],
+       "mpi_library": "MPICH Version: 5\nmore", "slurm": {"SLURM_JOB_ID": "77"}}
 
 
-def _bench(P, density, alg, median, **metrics):
+def _bench(P, density, alg, median, N=1000, env=None, **metrics):
     samples = [median * 0.9, median, median * 1.3]
     return make_record("sparc-bench", config={"pattern": "random", "dtype": "float32"},
-                       environment={**ENV, "hosts": [f"n{i}" for i in range(P)]}, P=P, N=1000,
-                       density=density, algorithm=alg, timings={"allreduce": summarize(samples)},
-                       metrics=metrics, bytes={"sent_per_rank": 8 * P})
+                       environment={**ENV, "hosts": [f"n{i}" for i in range(P)], **(env or {})},
+                       P=P, N=N, density=density, algorithm=alg,
+                       timings={"allreduce": summarize(samples)}, metrics=metrics,
+                       bytes={"sent_per_rank": 8 * P})
 
 
-@pytest.fixture
-def sweep(tmp_path):
+def make_sweep(path):
     """A small sweep: P x density x algorithm, plus an app, a failure, and two bad lines."""
-    path = tmp_path / "sweep.jsonl"
     expected = {}
     for P in (2, 4, 8):
         for d in (0.001, 0.01):
@@ -43,10 +45,10 @@ def sweep(tmp_path):
             expected[(P, d, "allgather")] = (2 * t, 1.2345)
     epochs = [{"epoch": e, "wall_seconds": 1.5 * e, "loss": 1 / e, "test_accuracy": 0.5 + e / 10}
               for e in (1, 2, 3)]
-    append_record(path, make_record("sparc-linear", config={"bits": 4,
+    append_record(path, make_record("sparc-linear", config={"bits": 4, "synth": "url",
                                                             "no_error_feedback": True},
                                     environment=ENV, P=2,
-                                    algorithm="ssar_split_allgather", density=0.01,
+                                    algorithm="ssar_split_allgather", density=0.00271406,
                                     metrics={"epochs": epochs}))
     append_record(path, make_record("sparc-bench", config={"command": ["mpiexec", "sparc-bench"]},
                                     environment=ENV, P=4, status="failed",
@@ -55,6 +57,23 @@ def sweep(tmp_path):
         fh.write('{"schema": 1, "app": "sparc-bench", "status": "ok", "timings": {"allreduce": \n')
         fh.write(json.dumps(_bench(2, 0.5, "dense", 1e9))[:-40])  # partial: writer died
     return path, expected
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """The sweep's report, built once for the tests that read it: (path, expected, out, md,
+    problems, figures)."""
+    from sparcapps.report.build import build
+
+    tmp = tmp_path_factory.mktemp("sweep")
+    path, expected = make_sweep(tmp / "sweep.jsonl")
+    md_path, problems, figs = build([path], tmp / "out")
+    return path, expected, tmp / "out", md_path.read_text(), problems, figs
+
+
+@pytest.fixture
+def sweep(tmp_path):
+    return make_sweep(tmp_path / "sweep.jsonl")
 
 
 def _table(md, heading):
@@ -69,10 +88,12 @@ def _table(md, heading):
     return [dict(zip(lines[0], cells)) for cells in lines[2:]]
 
 
-def test_report_tables_match_records(sweep, tmp_path):
-    path, expected = sweep
-    md_path, problems = build_report([path], tmp_path / "out")
-    md = md_path.read_text()
+def _num(text):
+    return float(text.replace(",", "").split()[0].rstrip("%"))
+
+
+def test_report_tables_match_records(built):
+    path, expected, out, md, problems, _ = built
     # the two bad lines are skipped and named by file:line
     assert [p.line for p in problems] == [21, 22]  # 18 bench + app + failure, then 2
     assert f"{path}:21" in md and f"{path}:22" in md
@@ -80,58 +101,174 @@ def test_report_tables_match_records(sweep, tmp_path):
     rows = _table(md, "## Collectives")
     assert len(rows) == len(expected) == 18
     for row in rows:
-        t, speedup = expected[(int(row["P"]), float(row["density"]), row["algorithm"])]
-        assert float(row["median s"]) == pytest.approx(t, rel=1e-5)
-        assert float(row["q75 s"]) == pytest.approx(t * 1.15, rel=1e-5)
-        assert float(row["speedup vs dense"]) == pytest.approx(speedup, rel=1e-5)
-        assert int(row["sent bytes/rank"]) == 8 * int(row["P"])
+        assert row["density"].endswith("%") and row["N"] == "1,000"
+        t, speedup = expected[(int(row["P"]), _num(row["density"]) / 100,
+                               row["configuration"])]
+        assert _num(row["median ms"]) == pytest.approx(t * 1e3, rel=5e-3)
+        q25, q75 = row["q25-q75 ms"].split("-")
+        assert _num(q75) == pytest.approx(t * 1.15e3, rel=5e-3)
+        assert _num(row["speedup vs dense"]) == pytest.approx(speedup, rel=5e-3)
+        assert _num(row["KiB sent / rank"]) == pytest.approx(8 * int(row["P"]) / 1024, rel=5e-3)
         assert int(row["nodes"]) == int(row["P"])
         model = {"ssar_split_allgather": (0.8, 0.3, 0.5), "dense": (0.7, None, None)}.get(
-            row["algorithm"], (None, None, None))
-        for col, factor in zip(("model s", "floor s", "RS+AG s"), model):
+            row["configuration"], (None, None, None))
+        for col, factor in zip(("model ms", "floor ms", "RS+AG ms"), model):
             if factor is None:
                 assert row[col] == ""
             else:
-                assert float(row[col]) == pytest.approx(t * factor, rel=1e-5)
+                assert _num(row[col]) == pytest.approx(t * factor * 1e3, rel=5e-3)
+    # the speedup's range from the quartiles: dense q25 / q75 .. dense q75 / q25
+    row = next(r for r in rows if r["configuration"] == "ssar_split_allgather"
+               and r["P"] == "2" and r["density"] == "0.1%")
+    lo, hi = re.search(r"\(([\d.]+)-([\d.]+)\)", row["speedup vs dense"]).groups()
+    t, s = expected[(2, 0.001, "ssar_split_allgather")]
+    assert float(lo) == pytest.approx(s * 0.95 / 1.15, rel=0.02)
+    assert float(hi) == pytest.approx(s * 1.15 / 0.95, rel=0.02)
+    # the full precision is in the CSV
+    csv_text = (out / "collectives.csv").read_text()
+    assert csv_text.count("\n") == 19 and "0.0011" in csv_text
     # the failure is shown, with its error
     assert "## Failed runs" in md and "mpiexec exited with status 9" in md
-    # training run table: final epoch values
+    # training run table: final epoch values, the data set and the configuration in words
     train = _table(md, "## Training runs")[0]
     assert (train["app"], train["epochs"], float(train["test accuracy"]),
-            float(train["wall s"]), train["compression"]) == ("sparc-linear", "3", 0.8, 4.5,
-                                                               "q4 no EF")
+            float(train["wall s"])) == ("sparc-linear", "3", 0.8, 4.5)
+    assert train["configuration"] == ("ssar_split_allgather, density 0.271%, 4-bit QSGD, "
+                                      "no error feedback")
+    assert train["data set"] == "synthetic url"
     # environment and rerun commands
     assert "MPICH Version: 5" in md and "abc123" in md and "77" in md
-    assert "mpiexec -n 4 sparc-bench --N 1000" in md
 
 
-def test_rerun_command():
-    rec = {"P": 8, "environment": {"command": ["sparc-bench", "--N", "1 2"]}}
-    assert rerun_command(rec) == "mpiexec -n 8 sparc-bench --N '1 2'"
-    rec["environment"]["emulated_network"] = "4x1gbit,ppn=2"
-    assert rerun_command(rec) == "bash jobs/emulate.sh --ranks-per-node 2 4x1gbit -- " \
-                                 "sparc-bench --N '1 2'"
+def test_rerun_commands_at_the_users_level():
+    """Defect 11: the command at the level the user ran it, writing a new records file."""
+    old = {"P": 8, "environment": {"command": ["sparc-bench", "--N", "1 2", "--output",
+                                               "r/x.jsonl"]}}
+    # a record from before 'launcher' was kept: mpiexec, with a new output file
+    assert rerun_command(old) == "mpiexec -n 8 sparc-bench --N '1 2' --output r/x.rerun.jsonl"
+    assert rerun_command(old, "new.jsonl").endswith("--output new.jsonl")
+    emulated = {**old, "environment": {**old["environment"],
+                                       "emulated_network": "4x1gbit,ppn=2"}}
+    assert rerun_command(emulated) == ("bash jobs/emulate.sh --ranks-per-node 2 4x1gbit -- "
+                                       "sparc-bench --N '1 2' --output r/x.rerun.jsonl")
+    plain = {"P": 1, "environment": {"command": ["sparc-bench", "--output=a.jsonl"],
+                                     "launcher": None}}
+    assert rerun_command(plain) == "sparc-bench --output=a.rerun.jsonl"
+    simulated = {"P": 64, "simulated": True, "network": "10gbit",
+                 "environment": {"command": ["sparc-bench", "--simulate", "64"]}}
+    assert rerun_command(simulated) == "sparc-bench --simulate 64"  # one process, no output
+    sbatch = ("SPARC_N_PER_RANK=1024 SPARC_RESULTS=res sbatch --nodes=4 --ntasks-per-node=2 "
+              "jobs/bench-weak.sbatch --density 0.01")
+    job = {"P": 8, "environment": {**old["environment"], "launcher": "mpiexec",
+                                   "submitted": {"sbatch": sbatch}}}
+    # the results root is the template's business: a new job writes a new directory
+    assert rerun_command(job) == ("SPARC_N_PER_RANK=1024 sbatch --nodes=4 --ntasks-per-node=2 "
+                                  "jobs/bench-weak.sbatch --density 0.01")
+    sweep = ("sparc-jobs sweep jobs/bench-strong.sbatch --nodes 1 2 "
+             "--sbatch-arg=--ntasks-per-node=2 --results res -- --N 2048")
+    job["environment"]["submitted"]["sweep"] = sweep
+    assert rerun_command(job) == sweep
+    from sparcapps.report import command_of
+
+    assert command_of(job).with_output(results="new").line() == sweep.replace("res ", "new ")
 
 
-def test_report_plots_are_png_images(sweep, tmp_path):
-    path, _ = sweep
-    out = tmp_path / "out"
-    md_path, _ = build_report([path], out)
-    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md_path.read_text())
-    kinds = {name.split("-")[0] for name in images}
-    assert {"speedup", "time", "model", "test_accuracy"} <= kinds
-    for name in images:
-        data = (out / name).read_bytes()
-        assert data[:8] == PNG, name
-        width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
-        assert width > 300 and height > 200
+def test_figures_readable(built):
+    """Defect 10: log2 rank axis with integer ticks, error bars, units, legends in words."""
+    figs = built[5]
+    by_kind = {f.id.split("-")[0]: f for f in figs}
+    assert {"strong", "speedup", "density", "model", "test_accuracy"} <= set(by_kind)
+    for f in figs:
+        assert f.png[:8] == PNG
+        width, height = int.from_bytes(f.png[16:20], "big"), int.from_bytes(f.png[20:24], "big")
+        assert width > 600 and height > 400
+        assert "_" not in f.meta["xlabel"] + f.meta["ylabel"], f.meta  # no raw keys
+        for text in f.meta["legend"]:
+            assert not re.search(r"d=|P=\d+ d|\s-$|^-$|\d\.\d{5,}", text), (f.id, text)
+    for kind in ("strong", "speedup"):
+        m = by_kind[kind].meta
+        assert m["xscale"] == "log" and m["xticklabels"] == ["2", "4", "8"], m
+        assert m["errorbars"] >= 2, m
+    assert "ms" in by_kind["strong"].meta["ylabel"]
+    assert "dense" in by_kind["strong"].meta["legend"]
+    assert "%" in "".join(by_kind["density"].meta["xticklabels"])
+    assert by_kind["test_accuracy"].meta["legend"] == [
+        "ssar_split_allgather, density 0.271%, 4-bit QSGD, no error feedback, P = 2"]
+
+
+def test_html_is_self_contained_and_commands_once_per_group(built):
+    _, _, out, md, _, _ = built
     html = (out / "report.html").read_text()
-    assert html.count("<img ") == len(images) and "<table>" in html
-    assert (out / "collectives.csv").read_text().count("\n") == 19
+    srcs = re.findall(r"src='([^']*)'", html)
+    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
+    for s in srcs:
+        assert base64.b64decode(s.split(",", 1)[1])[:8] == PNG
+    images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert len(images) == len(srcs) and all((out / name).is_file() for name in images)
+    # the bench records share one command: one block for every figure made from it
+    line = "mpiexec -n 4 sparc-bench --N 1000 --output res/sweep.rerun.jsonl"
+    assert md.count(line) == 1 and "res/sweep.jsonl" not in md.split("## Commands")[1]
 
 
-def test_cli(sweep, tmp_path, capsys):
-    path, _ = sweep
+def test_data_sizes_and_simulated_records(tmp_path):
+    """Runs on two data sizes get figures of their own; simulated records (helper 'sim':
+    ``simulated``, ``network``) join the measured ones with their own markers up to P=1,024."""
+    path = tmp_path / "r.jsonl"
+    sim_env = {"command": ["sparc-bench", "--simulate", "2", "1024", "--network", "10gbit"],
+               "launcher": None}
+    for N in (1000, 4000):
+        for P in (2, 4):
+            append_record(path, _bench(P, 0.01, "dense", 1e-3 * P, N=N))
+            append_record(path, _bench(P, 0.01, "allgather", 5e-4 * P, N=N))
+    for P in (2, 4, 16, 256, 1024):
+        for alg, t in (("dense", 1e-3 * P), ("allgather", 4e-4 * P)):
+            rec = _bench(P, 0.01, alg, t, N=1000, env=sim_env)
+            rec.update(simulated=True, network="10gbit")
+            append_record(path, rec)
+    from sparcapps.report.build import build
+
+    md_path, _, figs = build([path], tmp_path / "out")
+    strong = {f.id: f for f in figs if f.id.startswith("strong")}
+    assert sorted(strong) == ["strong-N-1000-d-0.01-random-float32",
+                              "strong-N-4000-d-0.01-random-float32"]
+    m = strong["strong-N-1000-d-0.01-random-float32"].meta
+    assert "1,000" in m["title"]
+    assert m["xticklabels"] == ["2", "4", "16", "256", "1,024"] and max(m["xdata"]) == 1024
+    assert {"measured", "simulated (10gbit)"} <= set(m["legend"])
+    assert "simulated" not in "".join(strong["strong-N-4000-d-0.01-random-float32"].meta["legend"])
+    md = md_path.read_text()
+    rows = _table(md, "## Collectives")
+    assert {r["source"] for r in rows} == {"measured", "simulated (10gbit)"}
+    assert md.count("sparc-bench --simulate 2 1024 --network 10gbit") == 1
+
+
+def test_time_to_accuracy_against_dense(tmp_path):
+    from sparcapps.report.training import time_to_accuracy, training_runs
+
+    path = tmp_path / "t.jsonl"
+    for dense, speed in ((True, 1.0), (False, 2.0)):
+        epochs = [{"epoch": e, "wall_seconds": e * 10 / speed, "test_accuracy": 0.6 + 0.1 * e}
+                  for e in (1, 2, 3)]
+        append_record(path, make_record("sparc-cnn", config={"dense": dense, "dataset": "cifar10"},
+                                        environment=ENV, P=2, algorithm="ssar_split_allgather",
+                                        density=None if dense else 0.01,
+                                        metrics={"epochs": epochs}))
+    records, _ = read_records([path])
+    res = time_to_accuracy(training_runs(records))
+    assert [r["run"]["config"] for r in res] == ["dense baseline",
+                                                 "ssar_split_allgather, density 1%"]
+    assert all(r["target"] == pytest.approx(0.9 * 0.99) for r in res)
+    assert [r["seconds"] for r in res] == [30, 15] and res[1]["ratio"] == pytest.approx(2.0)
+    md = build_report([path], tmp_path / "out")[0].read_text()
+    assert _table(md, "## Training runs")[1]["dense time / time"] == "2.00"
+
+
+def test_cli(tmp_path, capsys):
+    path = tmp_path / "r.jsonl"
+    for P in (2, 4):
+        append_record(path, _bench(P, 0.01, "dense", 1e-3 * P))
+    with open(path, "a") as fh:
+        fh.write("{partial")
     assert main([str(path), "-o", str(tmp_path / "a")]) == 0
     assert "skipped" in capsys.readouterr().err
     assert main([str(path), "-o", str(tmp_path / "b"), "--strict"]) == 1
@@ -141,3 +278,5 @@ def test_cli(sweep, tmp_path, capsys):
     assert "no valid records" in capsys.readouterr().err
     with pytest.raises(RecordError):
         build_report([tmp_path / "nope"], tmp_path / "d")
+    assert main([str(path), "-o", str(tmp_path / "e"), "--rerun", "no-such-figure"]) == 2
+    assert "figures: strong-" in capsys.readouterr().err

@@ -1,0 +1,72 @@
+"""``sparc-report RESULTS... -o DIR``: a reproducibility report from result records.
+
+Reads records (files or directories of ``*.jsonl``; see :mod:`sparcapps.records`), and writes
+``DIR/report.md`` with its PNG figures, ``DIR/report.html`` (one self-contained file: the
+figures inline as ``data:`` URIs) and ``DIR/collectives.csv``:
+
+- skipped lines (corrupt or partial, by file:line) and failed runs, listed, never averaged in;
+- collectives (records with an ``allreduce`` timing: ``sparc-bench``, measured or simulated):
+  a table in ms and KiB; strong and weak scaling (time vs P, log2 axis, the dense line),
+  speedup over dense vs P with error bars from the quartiles, time vs density, measured vs
+  cost model; simulated records (``"simulated": true, "network": SPEC``) beside the measured
+  ones with their own markers;
+- training runs (``metrics["epochs"]``): accuracy vs wall time and time to accuracy against
+  the dense baseline;
+- the environments, and the commands that made each group of figures, at the level the user
+  ran them (``sparc-jobs sweep``, ``sbatch``, ``mpiexec``), writing new records.
+
+``sparc-report RESULTS --rerun FIGURE -o DIR`` runs one figure's commands again and puts the
+old and new figure side by side (:mod:`sparcapps.report.rerun`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from sparcapps.records import RecordError
+
+from .build import build_report
+from .commands import command_of, rerun_command
+from .rerun import ReportError, rerun_figure
+from .rows import collective_rows
+
+__all__ = ["build_report", "collective_rows", "command_of", "rerun_command", "rerun_figure",
+           "ReportError", "main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="sparc-report", description="Turn result records into a Markdown + HTML report "
+        "with tables, figures, environment and the commands to rerun each group of figures.")
+    p.add_argument("results", nargs="+", help="records files (.jsonl) or directories of them")
+    p.add_argument("-o", "--output", required=True, help="report directory (created)")
+    p.add_argument("--title", default="SparCML results", help="the report's title")
+    p.add_argument("--strict", action="store_true",
+                   help="exit non-zero when any line had to be skipped")
+    p.add_argument("--rerun", metavar="FIGURE",
+                   help="run the commands of this figure (its id, as the report names it) "
+                        "again into new records under the output directory, and report the "
+                        "old and new figure side by side")
+    p.add_argument("--timeout-seconds", type=float, default=3600,
+                   help="with --rerun: the limit for each command (default: %(default)s)")
+    args = p.parse_args(argv)
+    try:
+        if args.rerun:
+            md, cmp = rerun_figure(args.results, args.rerun, args.output,
+                                   timeout=args.timeout_seconds)
+            print(md)
+            return 0
+        md, problems = build_report(args.results, args.output, title=args.title)
+    except RecordError as exc:
+        print(f"sparc-report: {exc}", file=sys.stderr)
+        return 2
+    for prob in problems:
+        print(f"sparc-report: skipped {prob}", file=sys.stderr)
+    print(md)
+    return 1 if problems and args.strict else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,112 @@
+"""A tiny document model rendered to Markdown (images as files beside it) and to one
+self-contained HTML file (images inline as ``data:`` URIs, tables that wrap to the page)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+
+__all__ = ["Doc", "CSS"]
+
+CSS = """
+body{font-family:sans-serif;max-width:72em;margin:auto;padding:0 1em;line-height:1.35}
+.tbl{max-width:100%;overflow-x:auto}
+table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
+td,th{border:1px solid #bbb;padding:2px 6px;overflow-wrap:anywhere;vertical-align:top}
+th{background:#eee}
+td.num{text-align:right;white-space:nowrap}
+pre{background:#f4f4f4;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}
+img{max-width:100%;height:auto}
+.side{display:flex;flex-wrap:wrap;gap:1em}
+.side figure{flex:1 1 30em;margin:0;min-width:0}
+figcaption{font-size:0.85em;color:#444}
+"""
+
+
+class Doc:
+    """Blocks -> Markdown and HTML. Table cells are strings; ``numeric`` columns align right."""
+
+    def __init__(self):
+        self.blocks: list[tuple] = []
+
+    def h(self, level: int, text: str, anchor: str | None = None) -> None:
+        self.blocks.append(("h", level, text, anchor))
+
+    def p(self, text: str) -> None:
+        self.blocks.append(("p", text))
+
+    def table(self, headers: list[str], rows: list[list], numeric: set[int] = frozenset()
+              ) -> None:
+        self.blocks.append(("table", headers, rows, set(numeric)))
+
+    def img(self, name: str, png: bytes, alt: str) -> None:
+        """A PNG: ``name`` is its file beside report.md; the HTML carries the bytes."""
+        self.blocks.append(("img", [(name, png, alt)]))
+
+    def side_by_side(self, images: list[tuple[str, bytes, str]]) -> None:
+        self.blocks.append(("img", images))
+
+    def code(self, text: str) -> None:
+        self.blocks.append(("code", text))
+
+    def markdown(self) -> str:
+        out = []
+        for b in self.blocks:
+            if b[0] == "h":
+                out.append("#" * b[1] + " " + b[2])
+            elif b[0] == "p":
+                out.append(b[1])
+            elif b[0] == "table":
+                def cell(v):
+                    return ("" if v is None else str(v)).replace("|", "\\|").replace("\n", " ")
+                out.append("\n".join(["| " + " | ".join(b[1]) + " |",
+                                      "|" + "---|" * len(b[1]),
+                                      *("| " + " | ".join(cell(v) for v in row) + " |"
+                                        for row in b[2])]))
+            elif b[0] == "img":
+                out.append("\n".join(f"![{alt}]({name})" for name, _, alt in b[1]))
+            elif b[0] == "code":
+                out.append("```\n" + b[1] + "\n```")
+        return "\n\n".join(out) + "\n"
+
+    def html(self, title: str) -> str:
+        e = html.escape
+        out = [f"<!DOCTYPE html><html><head><meta charset='utf-8'>"
+               f"<meta name='viewport' content='width=device-width'><title>{e(title)}</title>"
+               f"<style>{CSS}</style></head><body>"]
+        for b in self.blocks:
+            if b[0] == "h":
+                anchor = f" id='{e(b[3])}'" if b[3] else ""
+                out.append(f"<h{b[1]}{anchor}>{e(b[2])}</h{b[1]}>")
+            elif b[0] == "p":
+                out.append(f"<p>{e(b[1])}</p>")
+            elif b[0] == "table":
+                nums = b[3]
+                out.append("<div class='tbl'><table><tr>"
+                           + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr>")
+                out.extend("<tr>" + "".join(
+                    f"<td{' class=num' if i in nums else ''}>{e('' if v is None else str(v))}"
+                    "</td>" for i, v in enumerate(row)) + "</tr>" for row in b[2])
+                out.append("</table></div>")
+            elif b[0] == "img":
+                figs = "".join(
+                    f"<figure><img src='data:image/png;base64,"
+                    f"{base64.b64encode(png).decode()}' alt='{e(alt)}'>"
+                    f"<figcaption>{e(alt)}</figcaption></figure>" for _, png, alt in b[1])
+                out.append(f"<div class='side'>{figs}</div>")
+            elif b[0] == "code":
+                out.append(f"<pre>{e(b[1])}</pre>")
+        out.append("</body></html>")
+        return "\n".join(out) + "\n"
+
+    def write(self, out: Path, title: str) -> Path:
+        """``out/report.md`` (+ the PNG files it names) and ``out/report.html``."""
+        for b in self.blocks:
+            if b[0] == "img":
+                for name, png, _ in b[1]:
+                    (out / name).write_bytes(png)
+        md = out / "report.md"
+        md.write_text(self.markdown())
+        (out / "report.html").write_text(self.html(title))
+        return md
