@@ -105,7 +105,7 @@ def _scaling(rows, styles, kind):
                                  yerr=_time_err)
         pl.rank_axis(ax, [r["P"] for r in grp])
         if all(r["median"] > 0 for r in grp):
-            ax.set_yscale("log")
+            pl.log_y(ax)
         pl.legend(ax, styles, series, sources)
         fid = slug(kind, "N" if kind == "strong" else "NperP", k[0], "d", k[1], k[2], k[3])
         figs.append(Fig(fid, f"{kind.capitalize()} scaling", f"{kind} scaling, {what}; bars: "
@@ -128,6 +128,7 @@ def _speedup(rows, styles):
             yerr=lambda r: None if r["speedup_lo"] is None else (r["speedup_lo"],
                                                                  r["speedup_hi"]))
         ax.axhline(1.0, color="black", lw=1.5)
+        ax.set_ylim(bottom=0)
         pl.rank_axis(ax, [r["P"] for r in grp])
         from matplotlib.lines import Line2D
 
@@ -153,7 +154,7 @@ def _vs_density(rows, styles):
                                  lambda r: r["median"] * 1e3, yerr=_time_err)
         pl.percent_axis(ax)
         if all(r["median"] > 0 for r in grp):
-            ax.set_yscale("log")
+            pl.log_y(ax)
         pl.legend(ax, styles, series, sources)
         figs.append(Fig(slug("density", "P", k[0], "N", k[1], k[2], k[3]), "Time vs density",
                         f"time vs density, {what}", *render(fig), grp))
@@ -177,14 +178,14 @@ def _model(rows, styles):
         series = set()
         for name, g in group_rows(grp, lambda r: r["series"]):
             g = sorted(g, key=lambda r: r["density"])
-            colour = styles.colour.get(name[0], "gray")
+            colour = styles.colour.get(name, "gray")
             ax.plot([r["density"] for r in g], [r["median"] * 1e3 for r in g], "o-",
                     color=colour)
             pts = [(r["density"], r["model_seconds"] * 1e3) for r in g
                    if r["model_seconds"] is not None]
             if pts:
                 ax.plot(*zip(*pts), "--", color=colour)
-            series.add(name[0])
+            series.add(name)
         for key, label, style in REFERENCES[1:]:  # the same for every algorithm: one line each
             by_density = {r["density"]: r[key] * 1e3 for r in grp if r[key] is not None}
             if by_density:
@@ -194,7 +195,7 @@ def _model(rows, styles):
         extra.append(Line2D([], [], color="gray", ls="--", label="cost model"))
         pl.percent_axis(ax)
         if all(r["median"] > 0 for r in grp):
-            ax.set_yscale("log")
+            pl.log_y(ax)
         pl.legend(ax, styles, series, [(False, None)], extra=extra)
         figs.append(Fig(slug("model", "P", k[0], "N", k[1], k[2], k[3]),
                         "Measured vs cost model vs lower bound",

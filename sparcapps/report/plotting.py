@@ -8,7 +8,7 @@ import io
 from typing import Iterable
 
 __all__ = ["new_axes", "rank_axis", "percent_axis", "style_for", "source_label", "legend",
-           "png", "describe", "SeriesStyles"]
+           "png", "describe", "log_y", "SeriesStyles"]
 
 _MARKERS = ("s", "^", "D", "v", "P", "X")
 
@@ -37,6 +37,16 @@ def rank_axis(ax, ps: Iterable[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(round(v)):,}"))
     ax.set_xlabel("P (ranks, log scale)")
+
+
+def log_y(ax) -> None:
+    """y on a log scale labelled with plain numbers (1, 2, 5, 10, ...), no 4x10^0."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def percent_axis(ax) -> None:
@@ -105,7 +115,10 @@ def png(fig) -> bytes:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    fig.tight_layout()
+    # fixed margins: tight_layout would draw the figure once more (a third of the time)
+    outside = any(getattr(leg, "_bbox_to_anchor", None) is not None
+                  for leg in (ax.get_legend() for ax in fig.axes) if leg)
+    fig.subplots_adjust(left=0.1, bottom=0.12, top=0.92, right=0.7 if outside else 0.97)
     buf = io.BytesIO()
     fig.savefig(buf, dpi=100, format="png")
     return buf.getvalue()

@@ -88,6 +88,8 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
         lo = hi = None
         if d is not None and t.get("q25") and t.get("q75") and d.get("q25") is not None:
             lo, hi = d["q25"] / t["q75"], d["q75"] / t["q25"]
+            if not lo <= speedup <= hi:  # a recorded speedup from other timings: no range
+                lo = hi = None
         rows.append({
             "source": r.get("_source"), "P": r.get("P"), "nodes": r.get("nodes"), "N": r.get("N"),
             "density": r.get("density"), "pattern": field(r, "pattern"),
