@@ -183,11 +183,12 @@ def _app_from(command: Sequence[str]) -> str:
     return os.path.basename(command[0]) if command else "unknown"
 
 
-def _job_script() -> str:
-    """The batch script of the current Slurm job as submitted (``scontrol``'s ``Command=``),
-    relative to the submission directory when under it; ``TEMPLATE`` when Slurm cannot say."""
+def _job_script(env: dict) -> str:
+    """The batch script of the Slurm job ``env["SLURM_JOB_ID"]`` as submitted (``scontrol``'s
+    ``Command=``), relative to the submission directory when under it; ``TEMPLATE`` when Slurm
+    cannot say."""
     try:
-        proc = subprocess.run(["scontrol", "-o", "show", "job", os.environ["SLURM_JOB_ID"]],
+        proc = subprocess.run(["scontrol", "-o", "show", "job", env["SLURM_JOB_ID"]],
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return "TEMPLATE"
@@ -196,7 +197,7 @@ def _job_script() -> str:
         return "TEMPLATE"
     script = Path(m.group(1))
     try:
-        return str(script.relative_to(os.environ.get("SLURM_SUBMIT_DIR", "")))
+        return str(script.relative_to(env.get("SLURM_SUBMIT_DIR") or "/nonexistent"))
     except ValueError:
         return str(script)
 
@@ -212,7 +213,7 @@ def submission_command(script_args: str, env: dict | None = None) -> str | None:
     per_node = env.get("SLURM_NTASKS_PER_NODE")
     argv.append(f"--ntasks-per-node={per_node}" if per_node
                 else f"--ntasks={env.get('SLURM_NTASKS', 1)}")
-    argv.append(_job_script())
+    argv.append(_job_script(env))
     return (env_prefix(env) + shlex.join(argv) + (" " + script_args if script_args else ""))
 
 

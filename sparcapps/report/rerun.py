@@ -20,7 +20,7 @@ from sparcapps.records import RecordError, iter_record_files, read_records
 
 from .build import all_figures, load
 from .doc import Doc
-from .fmt import ms, sig
+from .fmt import count, ms, percent, sig
 from .plotting import source_label
 
 __all__ = ["ReportError", "rerun_figure", "compare_rows"]
@@ -145,7 +145,8 @@ def _write(out: Path, fig, new_fig, cmp, ran) -> None:
     doc.table(["configuration", "source", "P", "N", "density", "old median ms",
                "new median ms", "new/old time", "old speedup", "new speedup", "new/old speedup"],
               [[c["old"]["series"], source_label(c["old"]["simulated"], c["old"]["network"]),
-                c["old"]["P"], c["old"]["N"], c["old"]["density"], ms(c["old"]["median"]),
+                c["old"]["P"], count(c["old"]["N"]), percent(c["old"]["density"]),
+                ms(c["old"]["median"]),
                 ms(c["new"]["median"]) if c["new"] else "missing", sig(c["time_ratio"]),
                 sig(c["old"]["speedup"]), sig(c["new"]["speedup"]) if c["new"] else "",
                 sig(c["speedup_ratio"])] for c in cmp],

@@ -1,0 +1,132 @@
+"""Reproducibility: records keep the command the user ran (sparc-jobs sweep, sbatch, mpiexec,
+plain), and ``sparc-report --rerun FIGURE`` runs a figure's commands again into new records."""
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpirun import run_mpi
+
+from sparcapps import jobs
+from sparcapps.records import capture_environment, read_records
+from sparcapps.report import main as report_main
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def test_capture_environment_keeps_the_launch(monkeypatch):
+    for var in ("SPARC_SUBMIT_SBATCH", "SPARC_SUBMIT_SWEEP", "PMI_SIZE", "PMIX_RANK",
+                "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_ID"):
+        monkeypatch.delenv(var, raising=False)
+    env = capture_environment()
+    assert env["launcher"] is None and "submitted" not in env
+    monkeypatch.setenv("PMI_SIZE", "2")
+    monkeypatch.setenv("SPARC_SUBMIT_SBATCH", "sbatch --nodes=2 jobs/app.sbatch sparc-cnn")
+    monkeypatch.setenv("SPARC_SUBMIT_SWEEP", "sparc-jobs sweep jobs/app.sbatch --nodes 2")
+    env = capture_environment()
+    assert env["launcher"] == "mpiexec"
+    assert env["submitted"] == {"sbatch": "sbatch --nodes=2 jobs/app.sbatch sparc-cnn",
+                                "sweep": "sparc-jobs sweep jobs/app.sbatch --nodes 2"}
+
+
+def test_sweep_passes_its_line_and_each_jobs_sbatch_line(tmp_path, monkeypatch, capsys):
+    """Defect 11: what a sweep's jobs record is the sweep and the job's sbatch line (node
+    count, tasks per node), not the mpiexec line the template ran."""
+    fake = tmp_path / "bin" / "sbatch"
+    fake.parent.mkdir()
+    seen = tmp_path / "seen.jsonl"
+    fake.write_text("#!/bin/sh\n"
+                    f"{sys.executable} -c \"import json, os; print(json.dumps({{k: v for k, v in "
+                    f"os.environ.items() if k.startswith('SPARC_')}}), file=open('{seen}', 'a'))"
+                    "\"\necho 42\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("SPARC_N_PER_RANK", "1024")
+    for var in ("SPARC_RESULTS", "SPARC_GLOBAL_BATCH", "SPARC_LAUNCH", "SPARC_SETUP"):
+        monkeypatch.delenv(var, raising=False)
+    res = tmp_path / "res"
+    argv = ["sweep", str(REPO / "jobs" / "bench-weak.sbatch"), "--nodes", "1", "4",
+            "--sbatch-arg=--ntasks-per-node=2", "--algorithms", "allgather", "--results",
+            str(res), "--", "--density", "0.01"]
+    assert jobs.main(argv) == 0
+    envs = [json.loads(line) for line in seen.read_text().splitlines()]
+    sweep = (f"SPARC_N_PER_RANK=1024 sparc-jobs sweep {REPO}/jobs/bench-weak.sbatch --nodes 1 4 "
+             f"--sbatch-arg=--ntasks-per-node=2 --algorithms allgather --results {res} -- "
+             "--density 0.01")
+    assert [e["SPARC_SUBMIT_SWEEP"] for e in envs] == [sweep, sweep]
+    for nodes, e in zip((1, 4), envs):
+        line = e["SPARC_SUBMIT_SBATCH"]
+        assert line.startswith(f"SPARC_N_PER_RANK=1024 SPARC_RESULTS={res} sbatch ")
+        assert f"--nodes={nodes}" in line and "--ntasks-per-node=2" in line
+        assert line.endswith("bench-weak.sbatch --density 0.01 --algorithms allgather")
+
+
+def test_sbatch_line_rebuilt_inside_a_job(monkeypatch):
+    """A plain ``sbatch`` of a template: the job rebuilds its line from Slurm's variables."""
+    env = {"SLURM_JOB_ID": "999999999", "SLURM_JOB_NUM_NODES": "4",
+           "SLURM_NTASKS_PER_NODE": "2", "SPARC_GLOBAL_BATCH": "64"}
+    line = jobs.submission_command("sparc-linear '--data' 'a b.h5'", env)
+    assert line.startswith("SPARC_GLOBAL_BATCH=64 sbatch --nodes=4 --ntasks-per-node=2 ")
+    assert line.endswith(" sparc-linear '--data' 'a b.h5'")
+    assert jobs.submission_command("", {}) is None  # outside Slurm: the mpiexec level
+
+
+def test_rerun_figure_into_new_records(tmp_path, capsys):
+    """``sparc-report RESULTS --rerun FIGURE -o DIR`` reruns a small figure's command and puts
+    the figures side by side.
+
+    Noise, honestly: on this shared 2-core machine (seven sessions' tests and benchmarks) the
+    same ms-scale P = 2 allreduce has quartiles up to 5x apart within one run, and a point's
+    median moved 3.5x between two runs a minute apart. So "within noise" is judged with each
+    run's own spread: for every point the two runs' quartile ranges, each widened by 2x, must
+    overlap, and the medians must agree within 4x on (geometric) average. A figure from
+    another size, algorithm or code path fails that or misses points; a quiet machine passes
+    with ratios near 1 (see the rerun report's table).
+    """
+    bench = [str(BIN / "sparc-bench"), "--N", "65536", "--density", "0.01", "0.1",
+             "--algorithms", "ssar_split_allgather", "--reps", "9", "--warmup", "2",
+             "--no-model", "--output", "orig.jsonl"]
+    path = "PATH=" + f"{BIN}{os.pathsep}{os.environ['PATH']}"
+    run_mpi(2, args=bench, cwd=tmp_path, timeout=180, env=dict([path.split("=", 1)]))
+    orig = tmp_path / "orig.jsonl"
+    before = orig.read_bytes()
+    rec = read_records([orig])[0][0]
+    assert rec["environment"]["launcher"] == "mpiexec"
+    out = tmp_path / "rerun"
+    cwd = os.getcwd()
+    os.chdir(tmp_path)  # the recorded command is relative to where it ran
+    try:
+        assert report_main([str(orig), "--rerun", "density-P-2", "-o", str(out)]) == 0
+    finally:
+        os.chdir(cwd)
+    assert orig.read_bytes() == before  # the reproduced records are untouched
+    new, problems = read_records([out / "rerun-records.jsonl"])
+    assert problems == [] and len(new) == 4
+    md = (out / "report.md").read_text()
+    assert "density-P-2-N-65536-random-float32-before.png" in md
+    assert "density-P-2-N-65536-random-float32-rerun.png" in md
+    html = (out / "report.html").read_text()
+    assert html.count("<img src='data:image/png;base64,") == 2
+    assert f"--output {out / 'rerun-records.jsonl'}" in md
+    from sparcapps.report.build import all_figures
+    from sparcapps.report.rerun import _geomean, compare_rows
+
+    old_fig = next(f for f in all_figures(read_records([orig])[0])[2]
+                   if f.id.startswith("density-P-2"))
+    new_fig = next(f for f in all_figures(new)[2] if f.id == old_fig.id)
+    cmp = compare_rows(old_fig.rows, new_fig.rows)
+    assert len(cmp) == 4 and all(c["new"] is not None for c in cmp)
+    for c in cmp:
+        o, n = c["old"], c["new"]
+        assert o["q25"] / 2 <= n["q75"] * 2 and n["q25"] / 2 <= o["q75"] * 2, (o, n)
+    assert 0.25 < _geomean(c["time_ratio"] for c in cmp) < 4, [c["time_ratio"] for c in cmp]
+    # a second rerun into a directory of the records it reproduces is refused
+    with pytest.raises(Exception, match="another -o"):
+        from sparcapps.report import rerun_figure
+
+        rerun_figure([out / "rerun-records.jsonl"], old_fig.id, out)
