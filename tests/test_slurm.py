@@ -132,8 +132,17 @@ def test_templates_under_slurm(slurm, tmp_path):
                  app_args=["sparc-cnn", "--epochs", "1", "--no-progress"])
     bad = _sweep(env, "app.sbatch", "--results", str(res),
                  app_args=["sparc-bench", *TINY, "--algorithms", "no_such_algorithm"])
+    # a plain sbatch of a template, not a sweep: the job rebuilds its own sbatch line
+    plain = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2",
+                            "--time=5", f"--output={res}/%x-%j.out", "jobs/bench-strong.sbatch",
+                            *TINY, "--algorithms", "allgather"],
+                           env={**env, "SPARC_RESULTS": str(res)}, cwd=REPO,
+                           capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0, plain.stderr
+    plain_id = plain.stdout.strip().split(";")[0]
     assert [row[1:] for row in strong] == [["1", "allgather"], ["1", "ssar_split_allgather"]]
-    ids = [row[0] for row in strong + weak + app + linear + cnn + bad]
+    ids = [row[0] for row in strong + weak + app + linear + cnn]
+    ids += [plain_id, bad[0][0]]
     wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "240", *ids], env=env,
                           capture_output=True, text=True, timeout=300)
     states = dict(line.split("\t") for line in wait.stdout.splitlines())
@@ -167,9 +176,23 @@ def test_templates_under_slurm(slurm, tmp_path):
     assert failed["status"] == "failed" and failed["P"] == 2
     assert "no_such_algorithm" in failed["error"] and "exited with status" in failed["error"]
 
+    # each record keeps the command the user ran: the sweep, and its job's sbatch line
+    for rec in records(strong[0][0]):
+        sub = rec["environment"]["submitted"]
+        assert sub["sweep"].startswith("SPARC_N_PER_RANK=1024 sparc-jobs sweep "), sub
+        assert "--nodes 1 --sbatch-arg=--ntasks-per-node=2" in sub["sweep"], sub
+        assert "--nodes=1" in sub["sbatch"] and "--ntasks-per-node=2" in sub["sbatch"], sub
+    (rec, _) = records(plain_id)
+    assert rec["environment"]["submitted"] == {"sbatch": (
+        f"SPARC_N_PER_RANK=1024 SPARC_RESULTS={res} sbatch --nodes=1 --ntasks-per-node=2 "
+        "jobs/bench-strong.sbatch "
+        + " ".join(f"'{a}'" for a in [*TINY, "--algorithms", "allgather"]))}, rec["environment"]
+
     md, problems = build_report([res], tmp_path / "report")
     text = md.read_text()
     assert problems == [] and "## Failed runs" in text and text.count(".png)") >= 2
+    assert "sparc-jobs sweep" in text.split("## Commands to rerun")[1]
+    assert f"--output {res}" not in text.split("## Commands to rerun")[1]
 
 
 def test_time_limit_warning_checkpoints_under_slurm(slurm, tmp_path):
