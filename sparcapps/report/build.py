@@ -66,23 +66,47 @@ def command_groups(figs: list[Fig]) -> dict[str, tuple]:
     return {fid: (k, tuple(sorted(cmds[k], key=lambda c: c.line()))) for fid, k in out.items()}
 
 
+def drop_constant(headers, table, candidates):
+    """Columns among ``candidates`` with one value in every row, moved out of the table:
+    returns the narrower headers and rows and the (header, value) pairs dropped."""
+    keep, same = [], []
+    for i, h in enumerate(headers):
+        values = {str(row[i]) for row in table}
+        if h in candidates and len(values) == 1 and table:
+            same.append((h, table[0][i]))
+        else:
+            keep.append(i)
+    return ([headers[i] for i in keep], [[row[i] for i in keep] for row in table], same)
+
+
 def _collective_table(doc: Doc, rows, out: Path) -> None:
     doc.h(2, "Collectives")
     doc.p("Median time of the slowest rank per repetition and its quartiles (ms), the speedup "
           "over dense with its range from the quartiles, KiB sent per rank, and the cost model "
           "and reference times where recorded. Full precision: collectives.csv.")
     headers = ["P", "nodes", "N", "density", "pattern", "dtype", "configuration", "source",
-               "median ms", "q25-q75 ms", "reps", "speedup vs dense", "KiB sent / rank",
+               "median ms", "q25\u2013q75 ms", "reps", "speedup vs dense", "KiB sent / rank",
                "model ms", "RS+AG ms", "floor ms"]
     table = []
     for r in rows:
         table.append([r["P"], r["nodes"], count(r["N"]), percent(r["density"]), r["pattern"],
                       r["dtype"], r["series"], source_label(r["simulated"], r["network"]),
                       ms(r["median"]),
-                      "" if r["q25"] is None else f"{ms(r['q25'])}-{ms(r['q75'])}", r["n"],
+                      "" if r["q25"] is None else f"{ms(r['q25'])}\u2013{ms(r['q75'])}", r["n"],
                       speedup_text(r), kib(r["sent_per_rank"]),
                       *(ms(r[k]) for k, _, _ in REFERENCES)])
-    doc.table(headers, table, numeric={0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 14, 15})
+    numeric = {"P", "nodes", "N", "density", "median ms", "q25\u2013q75 ms", "reps",
+               "speedup vs dense", "KiB sent / rank", "model ms", "RS+AG ms", "floor ms"}
+    if all(r["nodes"] == r["P"] for r in rows):  # one rank per node: nodes says nothing new
+        headers, table = headers[:1] + headers[2:], [t[:1] + t[2:] for t in table]
+        doc.p("One rank per node in every row.")
+    headers, table, same = drop_constant(headers, table, {"N", "pattern", "dtype", "source",
+                                                          "reps", "model ms", "RS+AG ms",
+                                                          "floor ms"})
+    if same:
+        doc.p("In every row: " + ", ".join(f"{h} {v}" if v != "" else f"no {h}"
+                                           for h, v in same) + ".")
+    doc.table(headers, table, numeric={i for i, h in enumerate(headers) if h in numeric})
     with open(out / "collectives.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(_CSV_COLS + ["command"])

@@ -13,7 +13,7 @@ CSS = """
 body{font-family:sans-serif;max-width:72em;margin:auto;padding:0 1em;line-height:1.35}
 .tbl{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
-td,th{border:1px solid #bbb;padding:2px 6px;overflow-wrap:anywhere;vertical-align:top}
+td,th{border:1px solid #bbb;padding:2px 6px;overflow-wrap:break-word;vertical-align:top}
 th{background:#eee}
 td.num{text-align:right;white-space:nowrap}
 pre{background:#f4f4f4;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -22,6 +22,15 @@ img{max-width:100%;height:auto}
 .side figure{flex:1 1 30em;margin:0;min-width:0}
 figcaption{font-size:0.85em;color:#444}
 """
+
+
+def _breakable(value) -> str:
+    """A cell's text, escaped, with line-break opportunities after '_', '/' and ',' (names
+    like ssar_split_allgather and paths wrap there, not in the middle of a word)."""
+    text = html.escape("" if value is None else str(value))
+    for ch in ("_", "/", ","):
+        text = text.replace(ch, ch + "<wbr>")
+    return text
 
 
 class Doc:
@@ -86,8 +95,9 @@ class Doc:
                 out.append("<div class='tbl'><table><tr>"
                            + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr>")
                 out.extend("<tr>" + "".join(
-                    f"<td{' class=num' if i in nums else ''}>{e('' if v is None else str(v))}"
-                    "</td>" for i, v in enumerate(row)) + "</tr>" for row in b[2])
+                    f"<td class=num>{e('' if v is None else str(v))}</td>" if i in nums
+                    else f"<td>{_breakable(v)}</td>"
+                    for i, v in enumerate(row)) + "</tr>" for row in b[2])
                 out.append("</table></div>")
             elif b[0] == "img":
                 figs = "".join(

@@ -215,4 +215,4 @@ def speedup_text(r) -> str:
         return ""
     if r["speedup_lo"] is None:
         return sig(r["speedup"])
-    return f"{sig(r['speedup'])} ({sig(r['speedup_lo'], 2)}-{sig(r['speedup_hi'], 2)})"
+    return f"{sig(r['speedup'])} ({sig(r['speedup_lo'], 2)}\u2013{sig(r['speedup_hi'], 2)})"

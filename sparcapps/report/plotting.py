@@ -135,4 +135,6 @@ def describe(fig) -> dict:
             "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
             "legend": [t.get_text() for t in leg.get_texts()] if leg else [],
             "errorbars": len(ax.containers),
-            "xdata": sorted({float(x) for line in ax.get_lines() for x in line.get_xdata()})}
+            "xdata": sorted({float(x) for line in ax.get_lines()  # data lines, not axhline
+                             if line.get_transform() == ax.transData
+                             for x in line.get_xdata()})}
