@@ -15,10 +15,10 @@ import subprocess
 
 import pytest
 
-from sparcapps.records import append_record
+from sparcapps.records import append_record, make_record
 from sparcapps.report import build_report
 
-from test_report import _bench, make_sweep
+from test_report import ENV, _bench
 
 _BROWSERS = ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome")
 
@@ -90,16 +90,28 @@ def _measure(browser, html_path, width, tmp_path):
 
 
 def test_report_renders_in_chromium(browser, tmp_path):
-    path, _ = make_sweep(tmp_path / "sweep.jsonl")
+    path = tmp_path / "r.jsonl"
+    long_cmd = ["sparc-bench", "--output", "/a/very/long/path/" * 8 + "records.jsonl"]
     sim = {"command": ["sparc-bench", "--simulate", "2", "64", "--network", "1gbit"],
            "launcher": None}
-    with open(path, "a") as fh:
-        fh.write("\n")  # after the fixture's partial line
+    for P in (2, 8):
+        for alg, t in (("dense", 1e-2 * P), ("ssar_split_allgather", 3e-3 * P),
+                       ("dsar_split_allgather", 4e-3 * P), ("allgather", 5e-3 * P)):
+            append_record(path, _bench(P, 0.01, alg, t, env={"command": long_cmd},
+                                       model={"predicted_s": t, "floor_s": t / 3,
+                                              "rs_ag_s": t / 2}))
     for P in (2, 8, 64):
         for alg, t in (("dense", 1e-2 * P), ("ssar_split_allgather", 3e-3 * P)):
-            rec = _bench(P, 0.01, alg, t, env=sim)
+            rec = _bench(P, 0.01, alg, t, env=sim, N=4096)
             rec.update(simulated=True, network="1gbit")
             append_record(path, rec)
+    epochs = [{"epoch": e, "wall_seconds": e, "test_accuracy": 0.5 + e / 10} for e in (1, 2)]
+    append_record(path, make_record("sparc-linear", config={"synth": "url", "rows": 3000},
+                                    environment=ENV, P=2, algorithm="ssar_split_allgather",
+                                    density=0.001, metrics={"epochs": epochs}))
+    append_record(path, make_record("sparc-bench", config={"command": long_cmd},
+                                    environment=ENV, P=4, status="failed",
+                                    error="x" * 300 + "\nkilled"))
     out = tmp_path / "report"
     build_report([path], out)
     html = out / "report.html"

@@ -15,7 +15,7 @@ body{font-family:sans-serif;max-width:72em;margin:auto;padding:0 1em;line-height
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
 td,th{border:1px solid #bbb;padding:2px 6px;overflow-wrap:break-word;vertical-align:top}
 th{background:#eee}
-td.num{text-align:right;white-space:nowrap}
+td.num{text-align:right}
 pre{background:#f4f4f4;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}
 img{max-width:100%;height:auto}
 .side{display:flex;flex-wrap:wrap;gap:1em}
@@ -26,11 +26,16 @@ figcaption{font-size:0.85em;color:#444}
 
 def _breakable(value) -> str:
     """A cell's text, escaped, with line-break opportunities after '_', '/' and ',' (names
-    like ssar_split_allgather and paths wrap there, not in the middle of a word)."""
-    text = html.escape("" if value is None else str(value))
-    for ch in ("_", "/", ","):
-        text = text.replace(ch, ch + "<wbr>")
-    return text
+    like ssar_split_allgather and paths wrap there, not in the middle of a word) and inside
+    runs of more than 24 characters without one (a long token must not widen the table)."""
+    pieces, run = [""], 0
+    for ch in "" if value is None else str(value):
+        pieces[-1] += ch
+        run = 0 if ch.isspace() else run + 1
+        if ch in "_/," or run >= 24:
+            pieces.append("")
+            run = 0
+    return "<wbr>".join(html.escape(piece) for piece in pieces if piece)
 
 
 class Doc:
