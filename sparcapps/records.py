@@ -20,6 +20,13 @@ Conventions the report (:mod:`sparcapps.report`) understands, all optional:
 - ``metrics["epochs"]``: the apps' per-epoch list of dicts with ``epoch``, ``wall_seconds``
   (since the start of training) and any of ``loss``, ``train_accuracy``, ``test_accuracy``.
 
+- ``simulated`` (True) and ``network`` (the network spec): a record of ``sparc-bench
+  --simulate``, computed from the cost model instead of measured; the report draws it beside
+  the measured records with its own marker.
+- ``environment["submitted"]`` (``{"sweep": line, "sbatch": line}``) and
+  ``environment["launcher"]`` (``"mpiexec"``, ``"srun"`` or None): the command that made the
+  record at the level the user ran it; the report's rerun commands come from them.
+
 A failed run leaves a record too: ``status == "failed"`` and ``error`` saying what went wrong
 (``sparc-jobs run`` writes one when the launched command exits non-zero or is killed).
 

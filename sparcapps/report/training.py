@@ -100,6 +100,12 @@ def training_figures(runs) -> list[Fig]:
                 ax.plot(*zip(*pts), "o-", color="black" if dense else f"C{i % 10}",
                         lw=2 if dense else 1.5, markersize=4,
                         label=f"{g['config']}, P = {g['P']}")
+        targets = {(t["target"], t["basis"]) for t in time_to_accuracy(grp)}
+        if len(targets) == 1:  # one P: the time-to-accuracy target as a line
+            (target, basis), = targets
+            ax.axhline(target, color="gray", ls=":", lw=1, label="time-to-accuracy target ("
+                       + ("99% of the dense baseline's best)" if basis == "dense baseline"
+                          else "99% of the runs' lowest best)"))
         ax.legend(fontsize=8)
         figs.append(Fig(slug(metric, app, dataset), "Training runs",
                         f"{app}{', ' + dataset if dataset else ''}: {name} vs wall time",
