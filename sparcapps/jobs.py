@@ -214,7 +214,8 @@ def submission_command(script_args: str, env: dict | None = None) -> str | None:
     argv.append(f"--ntasks-per-node={per_node}" if per_node
                 else f"--ntasks={env.get('SLURM_NTASKS', 1)}")
     argv.append(_job_script(env))
-    return (env_prefix(env) + shlex.join(argv) + (" " + script_args if script_args else ""))
+    script_args = script_args.strip()
+    return env_prefix(env) + shlex.join(argv) + (" " + script_args if script_args else "")
 
 
 def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str | None = None,
