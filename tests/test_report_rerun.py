@@ -130,3 +130,28 @@ def test_rerun_figure_into_new_records(tmp_path, capsys):
         from sparcapps.report import rerun_figure
 
         rerun_figure([out / "rerun-records.jsonl"], old_fig.id, out)
+
+
+def test_rerun_of_slurm_levels_waits_and_writes_elsewhere(tmp_path):
+    """What ``--rerun`` executes for a sweep or an sbatch line: the same submission, waiting
+    for the jobs, with the results root moved to the rerun's directory."""
+    from sparcapps.report.commands import command_of
+    from sparcapps.report.rerun import _executable
+
+    sweep = ("SPARC_N_PER_RANK=1024 sparc-jobs sweep jobs/bench-weak.sbatch --nodes 1 2 "
+             "--results res -- --density 0.01")
+    rec = {"P": 2, "environment": {"command": ["sparc-bench"], "launcher": "mpiexec",
+                                   "submitted": {"sweep": sweep,
+                                                 "sbatch": "sbatch --nodes=2 x.sbatch"}}}
+    new, results = tmp_path / "new.jsonl", tmp_path / "rerun-results"
+    argv, env = _executable(command_of(rec), new, results)
+    assert argv == ["sparc-jobs", "sweep", "jobs/bench-weak.sbatch", "--nodes", "1", "2",
+                    "--results", str(results), "--wait", "--", "--density", "0.01"]
+    assert env["SPARC_N_PER_RANK"] == "1024"
+    del rec["environment"]["submitted"]["sweep"]
+    argv, env = _executable(command_of(rec), new, results)
+    assert argv == ["sbatch", "--wait", "--nodes=2", "x.sbatch"]
+    assert env["SPARC_RESULTS"] == str(results)
+    del rec["environment"]["submitted"]
+    argv, _ = _executable(command_of(rec), new, results)
+    assert argv == ["mpiexec", "-n", "2", "sparc-bench", "--output", str(new)]
