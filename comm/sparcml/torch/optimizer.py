@@ -335,6 +335,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 return
             passes = bucket.ready.get(id(param), 0) + 1
             if bucket.request is not None or passes > self.backward_passes_per_step:
+                if bucket.versions:  # step() goes on with the passes reduced before this one
+                    i = [id(p) for p in bucket.params].index(id(param))
+                    bucket.versions[i] = (id(param.grad), param.grad._version)
                 raise SparcmlError(
                     f"the gradient of {bucket.name_of(param)!r} was accumulated twice before "
                     f"step(): DistributedOptimizer reduces after every "
