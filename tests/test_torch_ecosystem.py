@@ -40,8 +40,9 @@ def test_readme_ddp_example_runs_as_written(tmp_path):
     script.write_text(readme_ddp_example())
     proc = run_mpi(2, args=[sys.executable, str(script)], timeout=240, cwd=tmp_path,
                    env={"OMP_NUM_THREADS": "1"})
-    found = re.search(r"loss after 30 steps: (\d+\.\d+)", proc.stdout)
-    assert found and float(found.group(1)) < 0.5, proc.stdout + proc.stderr
+    found = re.search(r"loss: (\d+\.\d+) at the first step, (\d+\.\d+) after 30", proc.stdout)
+    assert found and float(found.group(2)) < 0.8 * float(found.group(1)), \
+        proc.stdout + proc.stderr  # it learns
 
 
 def test_host_staging_decisions():
