@@ -312,7 +312,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         schedule = Schedule(self.learning_rate, alpha=self.alpha, eta0=self.eta0,
                             power_t=self.power_t)
         return DataParallelSGD(
-            X, y_pm, comm, sample_weight=weights, loss=self._loss_name(), schedule=schedule, alpha=self.alpha,
+            X, y_pm, comm, sample_weight=weights, loss=self._loss_name(), schedule=schedule,
+            alpha=self.alpha,
             fit_intercept=self.fit_intercept, global_batch=self.batch_size * comm.Get_size(),
             seed=self.seed, shuffle=self.shuffle, algorithm=self.algorithm,
             quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,

@@ -68,7 +68,8 @@ class DataParallelSGD:
     stream does not advance).
     """
 
-    def __init__(self, X, y, comm, *, sample_weight=None, loss: str, schedule: Schedule, alpha: float,
+    def __init__(self, X, y, comm, *, sample_weight=None, loss: str, schedule: Schedule,
+                 alpha: float,
                  fit_intercept: bool, global_batch: int, seed: int, shuffle: bool,
                  algorithm: str, quantizer=None, quantize_sparse: bool = False,
                  direct: bool | None = None, intercept_decay: float = INTERCEPT_DECAY):
