@@ -28,7 +28,7 @@ def small():
 
 # -- kernels -----------------------------------------------------------------------------------
 
-def _ref_gradient(X, y, rows, v, scale, b, kind):
+def _ref_gradient(X, y, rows, v, scale, b, kind, sw=None):
     p = scale * (X[rows] @ v) + b
     z = y[rows] * p
     if kind == K.LOG:
@@ -37,6 +37,8 @@ def _ref_gradient(X, y, rows, v, scale, b, kind):
     else:
         d = np.where(z <= 1.0, -y[rows], 0.0)
         loss = np.maximum(0, 1 - z)
+    if sw is not None:  # sample weights scale the gradient, not the reported loss
+        d = d * sw[rows]
     g = np.asarray(X[rows].T @ d).ravel()
     touched = np.unique(X[rows][d != 0].indices)
     return g, touched, loss.sum(), d.sum(), np.count_nonzero((p > 0) == (y[rows] > 0))
@@ -55,13 +57,16 @@ def test_batch_gradient_matches_numpy(kind, n_features):
     W[:, 0] = v
     bits = np.zeros((n_features + 63) // 64, np.uint64)
     touched = np.empty(n_features, np.int64)
-    for rows in (np.arange(300), rng.permutation(300)[:37], np.array([], np.int64)):
+    # sample weights: ones, and mixed ones with zeros (a zero-weight row touches nothing)
+    weights = (np.ones(300), rng.choice([0.0, 0.5, 2.0], 300))
+    for sw, rows in [(sw, rows) for sw in weights for rows in (
+            np.arange(300), rng.permutation(300)[:37], np.array([], np.int64))]:
         n, loss, dsum, correct = K.batch_gradient(X.indptr, X.indices, X.data, y, rows, W, 0.7,
-                                                  0.1, kind, bits, touched)
+                                                  0.1, kind, bits, touched, sw)
         idx, val = np.empty(n, np.int32), np.empty(n, np.float64)
         K.gather_clear(W, bits, touched, n, idx, val)
         g, ref_touched, ref_loss, ref_dsum, ref_correct = _ref_gradient(X, y, rows, v, 0.7,
-                                                                        0.1, kind)
+                                                                        0.1, kind, sw)
         np.testing.assert_array_equal(idx, ref_touched)
         np.testing.assert_allclose(val, g[ref_touched], rtol=1e-10, atol=1e-12)
         assert loss == pytest.approx(ref_loss) and dsum == pytest.approx(ref_dsum)
@@ -82,17 +87,19 @@ def test_direct_kernels_match_numpy(kind):
     v0 = rng.standard_normal(n_features) * 0.5
     stamp = np.zeros(n_features, np.uint8)
     active, dloss = np.empty(300, np.int64), np.empty(300)
+    sw = np.where(np.arange(300) % 7 == 0, 0.0, 1.5)  # every 7th row weighs nothing
     for mark, rows in enumerate((rng.permutation(300)[:120], np.arange(300),
                                  np.array([], np.int64)), start=1):
         v = v0.copy()
         loss, dsum, correct, m = K.row_margins(X.indptr, X.indices, X.data, y, rows, v, 0.7, 0.1,
-                                               kind, active, dloss)
+                                               kind, active, dloss, sw)
         g, touched, ref_loss, ref_dsum, ref_correct = _ref_gradient(
-            X.astype(np.float64), y, rows, v0, 0.7, 0.1, kind)
+            X.astype(np.float64), y, rows, v0, 0.7, 0.1, kind, sw)
         assert loss == pytest.approx(ref_loss) and dsum == pytest.approx(ref_dsum)
         assert correct == ref_correct and np.array_equal(v, v0)
         z = y[rows] * (0.7 * (X[rows] @ v0) + 0.1)
-        assert m == (len(rows) if kind == K.LOG else np.count_nonzero(z <= 1.0))
+        live = (rows % 7 != 0) & ((z <= 1.0) if kind == K.HINGE else True)
+        assert m == np.count_nonzero(live)
         n = K.add_rows(X.indptr, X.indices, X.data, active[:m], dloss[:m], v, -0.3, stamp,
                        np.uint8(mark))
         assert n == touched.shape[0]

@@ -118,8 +118,10 @@ def _dloss(kind, y, p):
 
 
 @_jit
-def batch_gradient(indptr, indices, data, y, rows, W, scale, intercept, kind, bits, touched):
-    """Sum of the loss gradients of ``rows`` (local row numbers) at ``w = scale * W[:, 0]``.
+def batch_gradient(indptr, indices, data, y, rows, W, scale, intercept, kind, bits, touched,
+                   sw):
+    """Sum of the loss gradients of ``rows`` (local row numbers) at ``w = scale * W[:, 0]``,
+    each row's weighted by ``sw[r]`` (float64 per local row; ones: unweighted, bitwise).
 
     Adds ``dloss_r * x_r`` into ``W[:, 1]`` (all zero on entry), marks each touched column once
     in the bitmap ``bits`` (uint64, one bit per column, all zero on entry) and appends it to
@@ -144,7 +146,7 @@ def batch_gradient(indptr, indices, data, y, rows, W, scale, intercept, kind, bi
         yr = np.float64(y[r])
         loss_sum += _loss(kind, yr, p)
         correct += (p > 0.0) == (yr > 0.0)
-        d = _dloss(kind, yr, p)
+        d = _dloss(kind, yr, p) * sw[r]
         dloss_sum += d
         if d == 0.0:
             continue
@@ -205,11 +207,11 @@ def add_scaled(W, idx, val, coef):
 
 
 @_jit
-def row_margins(indptr, indices, data, y, rows, v, scale, intercept, kind, active, dloss):
+def row_margins(indptr, indices, data, y, rows, v, scale, intercept, kind, active, dloss, sw):
     """Pass 1 of a minibatch applied straight from its rows: for each of ``rows`` (local row
     numbers) the margin at ``w = scale * v`` (contiguous float64) and its loss; the rows whose
-    derivative d loss / d p is not 0 go to ``active[:m]`` (int64) with that derivative in
-    ``dloss[:m]`` (float64), in order (both with room for the rows).
+    weighted derivative ``sw[r] * d loss / d p`` is not 0 go to ``active[:m]`` (int64) with
+    that derivative in ``dloss[:m]`` (float64), in order (both with room for the rows).
     Returns ``(loss_sum, dloss_sum, correct, m)``, the first three as :func:`batch_gradient`.
     """
     loss_sum = 0.0
@@ -234,7 +236,7 @@ def row_margins(indptr, indices, data, y, rows, v, scale, intercept, kind, activ
         yr = np.float64(y[r])
         loss_sum += _loss(kind, yr, p)
         correct += (p > 0.0) == (yr > 0.0)
-        d = _dloss(kind, yr, p)
+        d = _dloss(kind, yr, p) * sw[r]
         dloss_sum += d
         if d != 0.0:
             active[m] = rows[t]
@@ -290,11 +292,11 @@ def batch_rates(code, t, count, alpha, t0, eta0, power_t):
 @_jit
 def direct_steps(indptr, indices, data, y, rows, bounds, sizes, k0, k1, v, fstate, istate,
                  totals, counts, kind, code, rates, fit_intercept, intercept_decay,
-                 rescale_below, active, dloss, stamp, mark_max):
+                 rescale_below, active, dloss, stamp, mark_max, sw):
     """Steps ``k0 .. k1-1`` of the single-rank direct path, each the update of one minibatch:
     step ``k`` trains on ``rows[bounds[k]:bounds[k+1]]`` (``sizes[k]`` samples).
 
-    1. :func:`row_margins` at the weights of the step's start;
+    1. :func:`row_margins` at the weights of the step's start (rows weighted by ``sw``);
     2. ``(step, decay)`` of the schedule (:func:`batch_rates`; ``code`` and ``rates`` =
        ``(alpha, t0, eta0, power_t)``); ``scale *= decay``, folded into ``v`` below
        ``rescale_below`` (as :meth:`~.state.TrainState.decay`);
@@ -315,7 +317,7 @@ def direct_steps(indptr, indices, data, y, rows, bounds, sizes, k0, k1, v, fstat
     for k in range(k0, k1):
         mine = rows[bounds[k]:bounds[k + 1]]
         loss_sum, dsum, correct, m = row_margins(indptr, indices, data, y, mine, v, scale,
-                                                 intercept, kind, active, dloss)
+                                                 intercept, kind, active, dloss, sw)
         step, decay = batch_rates(code, t, sizes[k], rates[0], rates[1], rates[2], rates[3])
         scale *= decay
         if scale < rescale_below:

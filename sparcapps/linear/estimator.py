@@ -20,7 +20,8 @@ Example (``mpiexec -n 4 python script.py``)::
 Relation to ``SGDClassifier(loss="log_loss"|"hinge", penalty="l2")``: the same losses, L2 term
 and per-sample learning-rate schedules (a minibatch uses the mean rate of its samples on their
 summed gradient and the product of their decays), the same intercept damping for sparse input
-(updates x 0.01) and gradient clipping; with ``batch_size=1`` and ``shuffle=False`` in one
+(updates x 0.01; none for dense input, as there), the same ``sample_weight``, ``class_weight``
+and ``warm_start`` and gradient clipping; with ``batch_size=1`` and ``shuffle=False`` in one
 process the weights match SGDClassifier's up to float rounding (tested). Differences: the
 gradient is summed over a minibatch at the weights of its start, the epoch permutation comes
 from ``numpy.random.default_rng([seed, epoch])``, and the sum crosses the network in float32.
@@ -41,7 +42,8 @@ from scipy.special import expit
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
-from sklearn.utils.validation import check_is_fitted, validate_data
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import sparcml
 from sparcml.registry import check_algorithm_options
@@ -50,7 +52,7 @@ from .collective import collective_errors
 from .errors import CheckpointMismatchError, InputDataError, NotBinaryError
 from .schedule import SCHEDULES, Schedule
 from .state import TrainState
-from .trainer import DataParallelSGD
+from .trainer import INTERCEPT_DECAY, DataParallelSGD
 
 __all__ = ["SparseLinearClassifier", "LOSSES"]
 
@@ -108,6 +110,13 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     comm : mpi4py communicator or None
         None: ``MPI.COMM_WORLD`` (size 1 outside ``mpiexec``).
     fit_intercept, shuffle : bool
+    class_weight : dict, "balanced" or None
+        As SGDClassifier: a row's gradient is multiplied by its class's weight (a dict label
+        -> weight, 1 for a label it does not name; "balanced": ``n_samples / (2 * rows of the
+        class)``, counted over every rank's rows), times its ``sample_weight`` in ``fit``.
+    warm_start : bool
+        As SGDClassifier: ``fit`` starts from the weights of the previous ``fit`` (the sample
+        counter ``t_`` and the epochs start again).
 
     Attributes
     ----------
@@ -127,7 +136,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     def __init__(self, loss="log", *, alpha=1e-4, learning_rate="optimal", eta0=0.01,
                  power_t=0.5, batch_size=256, epochs=5, tol=None, n_iter_no_change=5,
                  algorithm=sparcml.DEFAULT_ALGORITHM, quantizer=None, quantize_sparse=False,
-                 seed=0, comm=None, fit_intercept=True, shuffle=True):
+                 seed=0, comm=None, fit_intercept=True, shuffle=True, class_weight=None,
+                 warm_start=False):
         self.loss = loss
         self.alpha = alpha
         self.learning_rate = learning_rate
@@ -144,6 +154,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         self.comm = comm
         self.fit_intercept = fit_intercept
         self.shuffle = shuffle
+        self.class_weight = class_weight
+        self.warm_start = warm_start
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -170,6 +182,11 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.tol is not None and not isinstance(self.tol, numbers.Real):
             raise ValueError(f"tol must be a float or None, got {self.tol!r}")
+        cw = self.class_weight
+        if not (cw is None or isinstance(cw, dict) or (isinstance(cw, str)
+                                                        and cw == "balanced")):
+            raise ValueError(f"class_weight must be None, 'balanced' or a dict label -> "
+                             f"weight, got {cw!r}")
         if self.quantizer is not None and not isinstance(self.quantizer, sparcml.QSGD):
             raise ValueError(f"quantizer must be a sparcml.QSGD or None, "
                              f"got {self.quantizer!r}")
@@ -189,20 +206,24 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     # -- data ---------------------------------------------------------------------------------
 
-    def _prepare(self, X, y, comm, *, classes=None, reset=True):
+    def _prepare(self, X, y, comm, *, classes=None, reset=True, sample_weight=None):
         """Collective validation of this rank's ``(X, y)``: the same error on every rank, or
-        ``(X csr float32, y float32 -1/+1)`` with ``classes_`` and ``n_features_in_`` set."""
-        with collective_errors(comm):
-            X = _as_csr(X)
-            y = np.asarray(y)
-            if y.ndim == 2 and y.shape[1] == 1:
-                y = y.ravel()
-            if y.ndim != 1 or y.shape[0] != X.shape[0]:
-                raise InputDataError(f"y must be 1-d with one label per row of X: X has "
-                                     f"{X.shape[0]} rows, y has shape {y.shape}")
-            local_classes = np.unique(y)
+        ``(X csr float32, y float32 -1/+1, row weights float64)`` with ``classes_`` and
+        ``n_features_in_`` set. The row weights are ``sample_weight`` times the class weight
+        of the row's label (ones without either)."""
         size = comm.Get_size()
-        info = (int(X.shape[1]), int(X.shape[0]), local_classes)
+        with collective_errors(comm):
+            # scikit-learn's own checks and messages (complex, empty, 2-d y, continuous y,
+            # y=None); a rank's shard may be empty under MPI, the whole data set may not
+            sparse = sp.issparse(X)
+            X, y = validate_data(self, X, y, accept_sparse="csr", dtype=np.float32,
+                                 ensure_min_samples=1 if size == 1 else 0, reset=reset)
+            check_classification_targets(y)
+            X = _as_csr(X)
+            sample_weight = _check_sample_weight(sample_weight, X, dtype=np.float64,
+                                                 ensure_non_negative=True)
+            local_classes, local_counts = np.unique(y, return_counts=True)
+        info = (int(X.shape[1]), int(X.shape[0]), local_classes, local_counts, sparse)
         every = comm.allgather(info) if size > 1 else [info]
         features = sorted({e[0] for e in every})
         if len(features) > 1:
@@ -211,6 +232,9 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                                  f"same n_features (load_shard does)")
         if sum(e[1] for e in every) == 0:
             raise InputDataError("no training rows on any rank")
+        # scikit-learn damps the intercept's updates for sparse input only; the ranks agree
+        self._intercept_decay = (INTERCEPT_DECAY if any(e[4] for e in every if e[1])
+                                 else 1.0)
         found = np.unique(np.concatenate([e[2] for e in every]))
         if classes is not None:
             classes = np.unique(np.asarray(classes))
@@ -221,10 +245,12 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         else:
             classes = found
         if classes.shape[0] != 2:
+            n = classes.shape[0]
             raise NotBinaryError(
-                f"labels must take exactly two values across all ranks (binary "
-                f"classification); found {classes.shape[0]}: {classes[:10].tolist()}"
-                f"{' ...' if classes.shape[0] > 10 else ''}")
+                f"Only binary classification is supported: labels must take exactly two "
+                f"values across all ranks; found {n} class{'' if n == 1 else 'es'}: "
+                f"{classes[:10].tolist()}{' ...' if n > 10 else ''}; for more classes wrap "
+                f"it in sklearn.multiclass.OneVsRestClassifier (one process)")
         n_features = features[0]
         if reset:
             self.classes_ = classes
@@ -237,8 +263,37 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                 raise InputDataError(f"X has {n_features} features, but this "
                                      f"SparseLinearClassifier was fitted with "
                                      f"{self.n_features_in_}")
-        y_pm = np.where(y == self.classes_[1], 1.0, -1.0).astype(np.float32)
-        return X, y_pm
+        positive = y == self.classes_[1]
+        y_pm = np.where(positive, 1.0, -1.0).astype(np.float32)
+        counts = np.zeros(2, dtype=np.int64)  # global rows per class, for "balanced"
+        for e in every:
+            for label, c in zip(e[2], e[3]):
+                counts[int(label == self.classes_[1])] += int(c)
+        cw = self._class_weights(counts)
+        if cw[0] != 1.0 or cw[1] != 1.0:
+            sample_weight = sample_weight * np.where(positive, cw[1], cw[0])
+        return X, y_pm, sample_weight
+
+    def _class_weights(self, counts) -> tuple[float, float]:
+        """The weights of ``classes_[0]`` and ``classes_[1]`` from ``class_weight`` and the
+        global row counts of the two classes (the same on every rank)."""
+        cw = self.class_weight
+        if cw is None:
+            return 1.0, 1.0
+        if isinstance(cw, str) and cw == "balanced":
+            total = counts.sum()
+            # scikit-learn's n_samples / (n_classes * bincount(y)), over every rank's rows
+            return tuple(float(total / (2 * c)) if c else 1.0 for c in counts)
+        if isinstance(cw, dict):
+            unknown = [k for k in cw if not np.isin(k, self.classes_)]
+            if unknown:
+                raise ValueError(f"class_weight names labels {unknown} that are not in "
+                                 f"classes_ {self.classes_.tolist()}")
+            lookup = {k.item() if hasattr(k, "item") else k: float(w) for k, w in cw.items()}
+            return tuple(lookup.get(c.item() if hasattr(c, "item") else c, 1.0)
+                         for c in self.classes_)
+        raise ValueError(f"class_weight must be None, 'balanced' or a dict label -> weight, "
+                         f"got {cw!r}")
 
     def encode_labels(self, y) -> np.ndarray:
         """``y`` as float32 +1 (``classes_[1]``) / -1 (``classes_[0]``); ValueError on a label
@@ -253,18 +308,22 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     # -- training -----------------------------------------------------------------------------
 
-    def _engine(self, X, y_pm, comm) -> DataParallelSGD:
+    def _engine(self, X, y_pm, weights, comm) -> DataParallelSGD:
         schedule = Schedule(self.learning_rate, alpha=self.alpha, eta0=self.eta0,
                             power_t=self.power_t)
         return DataParallelSGD(
-            X, y_pm, comm, loss=self._loss_name(), schedule=schedule, alpha=self.alpha,
+            X, y_pm, comm, sample_weight=weights, loss=self._loss_name(), schedule=schedule,
+            alpha=self.alpha,
             fit_intercept=self.fit_intercept, global_batch=self.batch_size * comm.Get_size(),
             seed=self.seed, shuffle=self.shuffle, algorithm=self.algorithm,
-            quantizer=self.quantizer, quantize_sparse=self.quantize_sparse)
+            quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
+            intercept_decay=self._intercept_decay)
 
-    def fit(self, X, y, *, monitor=None, resume=None):
-        """Train from zero weights (or from ``resume``, a :class:`TrainState` of a checkpoint)
-        for ``epochs`` epochs. Collective: every rank of ``comm`` calls with its shard.
+    def fit(self, X, y, sample_weight=None, *, monitor=None, resume=None):
+        """Train from zero weights (from the previous fit's with ``warm_start``; from
+        ``resume``, a :class:`TrainState` of a checkpoint) for ``epochs`` epochs. Collective:
+        every rank of ``comm`` calls with its shard (and its rows' ``sample_weight``, array of
+        shape (n_rows,) >= 0, or None for ones).
 
         ``monitor`` (optional, duck-typed): ``on_step(est, engine, state) -> bool`` after every
         step and ``on_epoch(est, engine, state, record) -> bool`` after every epoch (it may add
@@ -273,34 +332,52 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         """
         self._check_params()
         comm = self._get_comm()
-        X, y_pm = self._prepare(X, y, comm)
+        previous = None
+        if self.warm_start and hasattr(self, "coef_"):
+            previous = (self.coef_[0], float(self.intercept_[0]), self.classes_)
+        X, y_pm, weights = self._prepare(X, y, comm, sample_weight=sample_weight)
         if resume is not None:
             if resume.n_features != self.n_features_in_:
                 raise CheckpointMismatchError(
                     f"the checkpoint has {resume.n_features} features, the data "
                     f"{self.n_features_in_}; resume with the data set it was trained on")
             state = resume
+        elif previous is not None:
+            coef, intercept, classes = previous
+            if coef.shape[0] != self.n_features_in_ or not np.array_equal(classes,
+                                                                           self.classes_):
+                raise ValueError(f"warm_start: the previous fit had {coef.shape[0]} features "
+                                 f"and classes {classes.tolist()}, this data "
+                                 f"{self.n_features_in_} and {self.classes_.tolist()}; "
+                                 f"set warm_start=False to start from zero")
+            state = TrainState(v=np.array(coef, dtype=np.float64), intercept=intercept)
         else:
             state = TrainState.zeros(self.n_features_in_)
         self._state = state
-        self._train(X, y_pm, comm, self.epochs, monitor)
+        self._train(X, y_pm, weights, comm, self.epochs, monitor)
         return self
 
-    def partial_fit(self, X, y, classes=None, *, monitor=None):
+    def partial_fit(self, X, y, classes=None, sample_weight=None, *, monitor=None):
         """One more epoch over ``(X, y)`` (collective). ``classes`` is needed on the first call
-        unless every label occurs in the data of some rank."""
+        unless every label occurs in the data of some rank. ``class_weight="balanced"`` is
+        not supported here (as in SGDClassifier: the counts of one call are not the data's)."""
         self._check_params()
+        if isinstance(self.class_weight, str):
+            raise ValueError("class_weight='balanced' is not supported by partial_fit: pass "
+                             "a dict computed over the whole data (e.g. with "
+                             "sklearn.utils.class_weight.compute_class_weight)")
         comm = self._get_comm()
         first = not hasattr(self, "_state")
-        X, y_pm = self._prepare(X, y, comm, classes=classes, reset=first)
+        X, y_pm, weights = self._prepare(X, y, comm, classes=classes, reset=first,
+                                         sample_weight=sample_weight)
         if first:
             self._state = TrainState.zeros(self.n_features_in_)
-        self._train(X, y_pm, comm, self._state.epoch + 1, monitor, warn=False)
+        self._train(X, y_pm, weights, comm, self._state.epoch + 1, monitor, warn=False)
         return self
 
-    def _train(self, X, y_pm, comm, until_epoch, monitor, warn=True) -> None:
+    def _train(self, X, y_pm, weights, comm, until_epoch, monitor, warn=True) -> None:
         state = self._state
-        engine = self._engine(X, y_pm, comm)  # holds the data: not kept on the estimator
+        engine = self._engine(X, y_pm, weights, comm)  # holds the data: not kept on the estimator
         if self.quantizer is not None and state.quantizer_state is not None:
             self.quantizer.load_state_dict(state.quantizer_state)
         start = time.perf_counter()
@@ -369,7 +446,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def predict(self, X) -> np.ndarray:
         """The class of each row: ``classes_[1]`` where the decision is > 0."""
-        return self.classes_[(self.decision_function(X) > 0).astype(np.intp)]
+        positive = self.decision_function(X) > 0  # NotFittedError before fit
+        return self.classes_[positive.astype(np.intp)]
 
     @available_if(lambda self: self._loss_name() == "log")
     def predict_proba(self, X) -> np.ndarray:
@@ -380,4 +458,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.input_tags.sparse = True
+        # binary only: a K-class one-vs-rest would run K collective trainings over the
+        # network, and the applications (URL, webspam) are binary; in one process
+        # sklearn.multiclass.OneVsRestClassifier wraps it (tested)
+        tags.classifier_tags.multi_class = False
         return tags

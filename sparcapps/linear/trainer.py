@@ -10,7 +10,8 @@ One step, on every rank of ``comm`` (all must call, in the same order):
    baseline: the same code, a dense ``MPI_Allreduce``);
 4. apply the same update on every rank: decay the weights by the L2 factor through the scalar
    ``scale`` (nothing dense is touched or sent), then add ``-step / scale`` times the summed
-   gradient to ``v`` on its support, and ``-step * g_b * INTERCEPT_DECAY`` to the intercept.
+   gradient to ``v`` on its support, and ``-step * g_b * intercept_decay`` to the intercept
+   (:data:`INTERCEPT_DECAY` for sparse input, 1 for dense, as scikit-learn).
 
 Every rank computes the same update from the same allreduce result, so the weights are
 identical on every rank after every step.
@@ -56,7 +57,9 @@ PARTIAL_KEYS = ("train_seconds", "compute_seconds", "comm_seconds", "bytes_sent"
 
 class DataParallelSGD:
     """The SGD engine for one training set: this rank's rows ``X`` (CSR float32) and labels
-    ``y`` (float32, -1/+1).
+    ``y`` (float32, -1/+1); ``sample_weight`` (float64 per row, default ones) weights each
+    row's gradient. ``intercept_decay`` scales the intercept's updates (scikit-learn damps
+    them by :data:`INTERCEPT_DECAY` for sparse input only).
 
     Collective constructor (one ``allgather`` of the row counts). ``X`` rows of rank r precede
     those of rank r+1 in the global numbering (see :mod:`.sampling`). ``direct``: apply each
@@ -65,12 +68,19 @@ class DataParallelSGD:
     stream does not advance).
     """
 
-    def __init__(self, X, y, comm, *, loss: str, schedule: Schedule, alpha: float,
+    def __init__(self, X, y, comm, *, sample_weight=None, loss: str, schedule: Schedule,
+                 alpha: float,
                  fit_intercept: bool, global_batch: int, seed: int, shuffle: bool,
                  algorithm: str, quantizer=None, quantize_sparse: bool = False,
-                 direct: bool | None = None):
+                 direct: bool | None = None, intercept_decay: float = INTERCEPT_DECAY):
         self.X = X
         self.y = y
+        # per-row gradient weights (sample_weight x class_weight); ones multiply exactly
+        self.sample_weight = (np.ones(X.shape[0]) if sample_weight is None
+                              else np.ascontiguousarray(sample_weight, dtype=np.float64))
+        if self.sample_weight.shape != (X.shape[0],):
+            raise ValueError(f"sample_weight must have one entry per row ({X.shape[0]}), got "
+                             f"shape {self.sample_weight.shape}")
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
@@ -78,6 +88,7 @@ class DataParallelSGD:
         self.schedule = schedule
         self.alpha = float(alpha)
         self.fit_intercept = bool(fit_intercept)
+        self.intercept_decay = float(intercept_decay)
         self.algorithm = algorithm
         self.quantizer = quantizer
         self.quantize_sparse = bool(quantize_sparse)
@@ -139,7 +150,7 @@ class DataParallelSGD:
         X = self.X
         n, loss_sum, dsum, correct = K.batch_gradient(
             X.indptr, X.indices, X.data, self.y, rows, self._W, state.scale, state.intercept,
-            self.kind, self._bits, self._touched)
+            self.kind, self._bits, self._touched, self.sample_weight)
         m = n + 1
         idx = np.empty(m, dtype=self._idx_dtype)
         val = np.empty(m, dtype=np.float32)
@@ -166,7 +177,7 @@ class DataParallelSGD:
                 idx, val = idx[:-1], val[:-1]
             K.add_scaled(self._W, idx, val, coef)
         if self.fit_intercept:
-            state.intercept += -step * g_b * INTERCEPT_DECAY
+            state.intercept += -step * g_b * self.intercept_decay
         state.t += int(count)
 
     def direct_steps(self, state: TrainState, rows: np.ndarray, bounds: np.ndarray,
@@ -184,8 +195,9 @@ class DataParallelSGD:
         t0 = time.perf_counter()
         K.direct_steps(X.indptr, X.indices, X.data, self.y, rows, bounds, self.batch_sizes,
                        state.step, k1, state.v, fstate, istate, totals, counts, self.kind,
-                       self._rate_code, self._rates, self.fit_intercept, INTERCEPT_DECAY,
-                       RESCALE_BELOW, self._active, self._dloss, self._stamp, self._stamp_max)
+                       self._rate_code, self._rates, self.fit_intercept, self.intercept_decay,
+                       RESCALE_BELOW, self._active, self._dloss, self._stamp, self._stamp_max,
+                       self.sample_weight)
         seconds = time.perf_counter() - t0
         state.scale, state.intercept = float(fstate[0]), float(fstate[1])
         state.t, self._stamp_last = int(istate[0]), int(istate[1])

@@ -107,6 +107,30 @@ q = make("log", "dsar_split_allgather", quantizer=sparcml.QSGD(bits=4, seed=1),
 assert watch.steps > 0 and np.isfinite(q.coef_).all()
 cases += 1
 
+# sample_weight x class_weight="balanced" (the class counts of every rank's rows): the same
+# weights on every rank, and those of one process on all the rows up to float order (a
+# constant rate: "optimal"'s large first steps amplify the float32 rounding of the sums)
+sw_all = np.random.default_rng(9).choice([0.0, 0.5, 2.0], X_all.shape[0])
+watch = SameEverywhere()
+rate = {"learning_rate": "constant", "eta0": 0.05, "class_weight": "balanced"}
+weighted = make("log", **rate).fit(X, y, sample_weight=sw_all[lo:hi], monitor=watch)
+ref = None
+if rank == 0:
+    ref = SparseLinearClassifier("log", alpha=1e-4, epochs=2, batch_size=GLOBAL_BATCH,
+                                 comm=MPI.COMM_SELF, seed=5, **rate).fit(
+        X_all, y_all, sample_weight=sw_all).coef_
+ref = comm.bcast(ref)
+np.testing.assert_allclose(weighted.coef_, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+unweighted = make("log", learning_rate="constant", eta0=0.05).fit(X, y)
+assert watch.steps > 0 and not np.allclose(weighted.coef_, unweighted.coef_, rtol=1e-2)
+cases += 1
+# warm_start: the second fit starts from the first's weights, on every rank alike
+warm = make("hinge", warm_start=True).fit(X, y)
+first = warm.coef_.copy()
+warm.fit(X, y, monitor=SameEverywhere())
+assert not np.allclose(warm.coef_, first)
+assert len(set(comm.allgather(digest(warm._state)))) == 1
+cases += 1
 
 # -- bad input: the same error on every rank, and the communicator still works -----------------
 def expect(exc_type, needle, fn):
@@ -131,7 +155,7 @@ bad_X = X.copy()
 if rank == P - 1:
     bad_X.data[0] = np.nan
 expect(InputDataError, "NaN", lambda: make("log").fit(bad_X, y))
-expect(InputDataError, "one label per row",
+expect(InputDataError, "inconsistent numbers of samples",
        lambda: make("log").fit(X, y[:-1] if rank == 0 else y))
 expect(ValueError, "algorithm 'dense' cannot add quantized values",
        lambda: make("log", "dense", quantizer=sparcml.QSGD()).fit(X, y))

@@ -48,9 +48,17 @@ optimizer, and call ``step()`` (or ``synchronize()``), the same number of times 
 order. Wrap a script's ``main`` in :func:`sparcml.abort_on_error`: an error in one rank's
 ``backward()`` (NaN gradients, say) otherwise leaves the others waiting.
 
+``DistributedOptimizer`` is a ``torch.optim.Optimizer`` (LR schedulers, ``GradScaler``) and
+takes Horovod's habits (``backward_passes_per_step``, ``no_sync()``, ``root_rank=``).
+Under ``DistributedDataParallel`` the same compression runs as a communication hook:
+:mod:`sparcml.torch.hooks` (``ddp.register_comm_hook(SparcmlHookState(compression),
+sparcml_hook)``; imported on its own, it needs ``torch.distributed``).
+
 Modules: :mod:`.optimizer` (the wrapper), :mod:`.buckets` (parameters into flat host
-buffers), :mod:`.stats` (:class:`CompressionStats`), :mod:`.broadcast` (equal starting
-states), :mod:`.legacy` (the deprecated keyword arguments).
+buffers), :mod:`.reduction` (one bucket's reduction and the agreement on Inf/NaN, shared with
+the hook), :mod:`.checkpoint` (state dicts), :mod:`.hooks` (the DDP hook), :mod:`.stats`
+(:class:`CompressionStats`), :mod:`.broadcast` (equal starting states), :mod:`.legacy` (the
+deprecated keyword arguments).
 """
 
 from .broadcast import broadcast_optimizer_state, broadcast_parameters

@@ -28,7 +28,17 @@ def _tensors_of(obj) -> list[tuple[str, torch.Tensor]]:
     return list(obj)
 
 
-def broadcast_parameters(params, root: int = 0, comm=None) -> None:
+def _root(root, root_rank) -> int:
+    """``root``, or Horovod's name for it, ``root_rank`` (not both)."""
+    if root_rank is None:
+        return root
+    if root not in (0, root_rank):
+        raise TypeError(f"root={root} and root_rank={root_rank}: pass one of them (root_rank "
+                        f"is Horovod's name for root)")
+    return root_rank
+
+
+def broadcast_parameters(params, root: int = 0, comm=None, *, root_rank=None) -> None:
     """Overwrite, in place, every rank's tensors with ``root``'s: all ranks start equal.
 
     ``params``: an ``nn.Module`` (its ``state_dict``: parameters and buffers), a dict of name ->
@@ -36,8 +46,9 @@ def broadcast_parameters(params, root: int = 0, comm=None) -> None:
     tensors go through host memory). Collective over ``comm`` (default ``COMM_WORLD``): every
     rank must call with the same names, shapes and dtypes, in the same order, or every rank
     raises :class:`~sparcml.RankMismatchError` (a rank that passes something else than tensors:
-    every rank raises its error).
+    every rank raises its error). ``root_rank``: Horovod's name for ``root``.
     """
+    root = _root(root, root_rank)
     comm = MPI.COMM_WORLD if comm is None else comm
     lines: list[str] = []
     with capture() as failed:
@@ -60,16 +71,18 @@ def broadcast_parameters(params, root: int = 0, comm=None) -> None:
                 t.copy_(torch.from_numpy(host).view(t.dtype).reshape(t.shape))
 
 
-def broadcast_optimizer_state(optimizer, root: int = 0, comm=None) -> None:
+def broadcast_optimizer_state(optimizer, root: int = 0, comm=None, *, root_rank=None) -> None:
     """Give every rank ``root``'s optimizer state (momentum buffers, step counts, lr).
 
     ``optimizer``: a ``torch.optim.Optimizer`` or a :class:`DistributedOptimizer` (its wrapped
     optimizer's state; the error-feedback memory is per rank and stays). Collective; the state
     travels pickled, so it suits models that fit comfortably in host memory. A rank that cannot
-    load it: :class:`~sparcml.RankMismatchError` on every rank.
+    load it: :class:`~sparcml.RankMismatchError` on every rank. ``root_rank``: Horovod's
+    name for ``root``.
     """
     from .optimizer import DistributedOptimizer
 
+    root = _root(root, root_rank)
     comm = MPI.COMM_WORLD if comm is None else comm
     inner = optimizer.optimizer if isinstance(optimizer, DistributedOptimizer) else optimizer
     if comm.Get_size() == 1:

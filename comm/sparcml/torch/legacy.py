@@ -24,9 +24,24 @@ DEPRECATED = ("density", "k", "bits", "bucket_size", "algorithm", "error_feedbac
 _QSGD_BUCKET = 1024  # QSGD's default bucket_size, which quantizer_bucket_size defaulted to
 
 
+#: Horovod's DistributedOptimizer keywords that sparcml has no counterpart for, and why
+HOROVOD_ONLY = {
+    "op": "sparcml always averages (the sum over ranks divided by P)",
+    "gradient_predivide_factor": "the sum is divided by P once, after the reduction",
+    "num_groups": "buckets are cut by size: pass bucket_bytes=",
+    "groups": "buckets are cut by size: pass bucket_bytes=",
+    "sparse_as_dense": "sparse gradients are not reduced: build the layers with sparse=False",
+    "process_set": "pass an mpi4py communicator as comm=",
+}
+
+
 def check_names(kwargs: dict) -> None:
-    """TypeError, as Python's own, for a keyword that never existed."""
+    """TypeError, as Python's own, for a keyword that never existed; for a Horovod keyword
+    without a counterpart, :class:`~sparcml.IncompatibleOptionsError` saying what to do."""
     for name in kwargs:
+        if name in HOROVOD_ONLY:
+            raise IncompatibleOptionsError(f"Horovod's {name}= has no sparcml counterpart: "
+                                           f"{HOROVOD_ONLY[name]}")
         if name not in DEPRECATED:
             raise TypeError(f"DistributedOptimizer() got an unexpected keyword argument "
                             f"{name!r}")
