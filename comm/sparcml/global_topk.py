@@ -7,8 +7,10 @@ largest ``|sum|``, with bytes per rank bounded independently of P:
 1. **reduce-scatter** of the inputs over index partitions (phase 1 of the split algorithms,
    :func:`sparcml.exchange.split_reduce`): rank j owns the exact sum of partition j;
 2. **exact selection** of the global k-th magnitude: digit by digit on the bits of ``|value|``
-   (11-bit digits: 3 rounds for float32, 6 for float64), each rank histograms the keys of its
-   owned partial sums and the ranks add the histograms (an ``Allreduce`` of 16 KiB per round);
+   (up to 11-bit digits: 3 rounds for float32, 6 for float64; narrower for small k, so that a
+   round's histogram stays under an eighth of the selection's bytes:
+   :func:`sparcml.select_kernels.digit_bits`), each rank histograms the keys of its owned
+   partial sums and the ranks add the histograms (an ``Allreduce`` of at most 16 KiB a round);
    ties at the threshold go to the lower index (an ``Exscan`` of one integer, only when the
    ties must be split);
 3. **allgather of only the selected entries**.
@@ -47,10 +49,9 @@ from .vector import SparseVector
 from .wire import Codec, Part, decode
 
 __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_allreduce_in",
-           "partition_bounds", "DIGIT_BITS"]
+           "partition_bounds"]
 
 NAME = "topk_allreduce"  # the label in TrafficStats.algorithm and the benchmarks
-DIGIT_BITS = 11  # digits of the distributed radix select: 2**11 + 1 int64 bins per round
 
 _KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits)
     np.dtype(np.float32): (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000), 32),
@@ -181,7 +182,9 @@ def _select(ctx, vec, k, stats, codec):
                              intermediate=True)  # read here, copied out, then dropped
     bits_dtype, absmask, inf_key, key_bits = _KEYS[codec.value_dtype]
     keys = select_kernels.magnitude_keys(block.values.view(bits_dtype), absmask)
-    threshold, shift, tie_rule, nan_count = _threshold(ctx, keys, k, key_bits, inf_key, stats)
+    bits = select_kernels.digit_bits(k, codec.index_dtype.itemsize + codec.value_dtype.itemsize)
+    threshold, shift, tie_rule, nan_count = _threshold(ctx, keys, k, key_bits, bits, inf_key,
+                                                       stats)
     if nan_count:
         return None, None, nan_count
     if tie_rule < 0:  # every key at the threshold is taken
@@ -203,12 +206,12 @@ def _select(ctx, vec, k, stats, codec):
     return idx, block.values[pos], 0
 
 
-def _threshold(ctx, keys, k, key_bits, inf_key, stats):
+def _threshold(ctx, keys, k, key_bits, bits, inf_key, stats):
     """The global selection rule, the same on every rank: keys with ``key >> shift`` above
     ``threshold`` are selected, and of those equal to it all (``tie_rule == -1``) or the
     ``tie_rule`` of lowest index globally. Also the global count of NaN keys."""
-    hist = np.zeros((1 << DIGIT_BITS) + 1, np.int64)
-    shifts = list(range(key_bits - DIGIT_BITS, 0, -DIGIT_BITS)) + [0]
+    hist = np.zeros((1 << bits) + 1, np.int64)
+    shifts = select_kernels.digit_shifts(key_bits, bits)
     prefix, prev, want = np.uint64(0), key_bits, k
     for r, shift in enumerate(shifts):
         hist[:] = 0

@@ -13,10 +13,29 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["magnitude_keys", "digit_histogram", "count_at_threshold", "select_at_threshold",
+__all__ = ["digit_bits", "digit_shifts", "magnitude_keys", "digit_histogram", "count_at_threshold", "select_at_threshold",
            "drop_indices", "zero_indices"]
 
 _jit = njit(cache=True, nogil=True)
+
+MAX_DIGIT_BITS = 11  # 2**11 + 1 int64 bins: 16 KiB per round
+MIN_DIGIT_BITS = 4
+
+
+def digit_bits(k: int, entry_bytes: int) -> int:
+    """Digit width of the selection rounds for keeping ``k`` entries of ``entry_bytes`` (index
+    plus value): wide enough for few rounds, narrow enough that a round's histogram (8 bytes a
+    bin) stays under an eighth of the selected entries' bytes. Plain Python (no Numba)."""
+    room = k * entry_bytes / 64
+    bits = MIN_DIGIT_BITS
+    while bits < MAX_DIGIT_BITS and (1 << (bits + 1)) <= room:
+        bits += 1
+    return bits
+
+
+def digit_shifts(key_bits: int, bits: int) -> list:
+    """The shifts of the rounds, from the top digit down to 0 (the last digit may be narrower)."""
+    return list(range(key_bits - bits, 0, -bits)) + [0]
 
 
 @_jit

@@ -27,7 +27,7 @@ def reference(total, k):
 
 
 def same_everywhere(vec):
-    mine = (vec.is_dense, vec.indices.tobytes(), vec.values.tobytes())
+    mine = (vec.is_dense, None if vec.is_dense else vec.indices.tobytes(), vec.values.tobytes())
     return all(x == mine for x in comm.allgather(mine))
 
 
@@ -106,7 +106,7 @@ dim, k = 200_000, 2000
 vec = random_input(dim, k / dim, np.float32, 11, high=1 << 20)
 stats = check(vec, k, "volume")
 entry = 8
-hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8
+hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (float32)
 bound = (P - 1) / P * (vec.nnz + k) * entry * 1.1 + hist_bytes + 64 * P
 assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 
@@ -119,6 +119,26 @@ for s, req in enumerate(requests):
     assert np.array_equal(got.indices, again.indices) and np.array_equal(got.values, again.values)
     cases += 1
 
+
+# the compression bundle: global top-k with error feedback keeps everything it does not send
+from sparcml.compression import Compression, GlobalTopKCompressor  # noqa: E402
+
+for algorithm in ("ssar_split_allgather", "auto"):  # a named algorithm is not used
+    comp = Compression(GlobalTopKCompressor(k=40), algorithm=algorithm)
+    inputs_sum = np.zeros(3000, np.float32)
+    results_sum = np.zeros(3000, np.float32)
+    for step in range(3):
+        x = np.random.default_rng([step, rank]).integers(-50, 51, 3000).astype(np.float32)
+        inputs_sum += np.sum(comm.allgather(x), axis=0)
+        reduced = comp.allreduce_in(sparcml.context.context_for(comm), x, key="w")
+        assert same_everywhere(reduced.result)
+        got = reduced.result
+        nnz = got.count_nonzero() if got.is_dense else got.nnz
+        assert nnz <= (40 if algorithm != "auto" else 40 * P), (algorithm, nnz)
+        results_sum += reduced.result.to_dense()
+    residuals = np.sum(comm.allgather(comp.memory.residual("w")), axis=0)
+    assert np.array_equal(results_sum + residuals, inputs_sum), algorithm
+    cases += 1
 
 # errors: the same error on every rank, and the communicator stays usable
 def raises(exc_type, fn, match):
