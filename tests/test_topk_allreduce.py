@@ -73,3 +73,37 @@ def test_topk_allreduce_equals_the_topk_of_the_dense_sum(nprocs):
                                  str(CASES / "topk_allreduce.py")], timeout=300)
     expected = {1: 136, 8: 86}.get(nprocs, 139)  # no mismatch cases at P = 1; fewer at 8
     assert f"TOPK {expected} OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_digit_width_keeps_histograms_small_next_to_the_selection():
+    assert select_kernels.digit_bits(167772, 8) == 11
+    assert select_kernels.digit_bits(25, 8) == 4
+    for k in (1, 100, 3000, 10**6):
+        bits = select_kernels.digit_bits(k, 8)
+        assert bits == 4 or (1 << bits) * 8 <= k * 8 / 8
+    assert select_kernels.digit_shifts(32, 11) == [21, 10, 0]
+    assert select_kernels.digit_shifts(64, 11) == [53, 42, 31, 20, 9, 0]
+
+
+def test_cost_model_knows_topk_allreduce():
+    from sparcml import CostModel
+    from sparcml.costmodel import TOPK_STEP
+
+    model = CostModel()
+    N, k = 1 << 24, 1 << 17
+    topk = [model.predict_topk(P=P, N=N, k_local=k, k=k) for P in (4, 1024)]
+    ssar = [model.predict("ssar_split_allgather", P=P, N=N, k=k) for P in (4, 1024)]
+    assert 0 < topk[0] and topk[1] / topk[0] < ssar[1] / ssar[0]
+    assert model.choose_topk_step(P=64, N=N, k=k) == TOPK_STEP
+    assert model.choose_topk_step(P=2, N=1 << 10, k=4) != TOPK_STEP  # latency-bound
+
+
+def test_global_topk_compression_takes_no_quantizer():
+    from sparcml import QSGD, IncompatibleOptionsError
+    from sparcml.compression import Compression, GlobalTopKCompressor, TopKCompressor
+
+    with pytest.raises(IncompatibleOptionsError, match="takes no quantizer"):
+        Compression(GlobalTopKCompressor(density=0.01), quantizer=QSGD(4))
+    assert GlobalTopKCompressor(k=5).global_k(100) == 5
+    assert TopKCompressor(k=5).global_k(100) is None
+    assert repr(GlobalTopKCompressor(density=0.5)) == "GlobalTopKCompressor(density=0.5)"
