@@ -79,7 +79,7 @@ def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k
     c = s_idx + s_val
     owned = union_size(k_local, P, N, q) / P
     bits = digit_bits(int(k), c)
-    rounds = len(digit_shifts(8 * s_val, bits))
+    rounds = len(digit_shifts(8 * s_val - 1, bits))  # the sign bit is not a digit
     select = rounds * (model.allreduce(((1 << bits) + 1) * 8) + model.gamma_dense * owned) \
         + model.allreduce_alpha  # the tie split (Exscan), when needed
     gathered = stream_bytes(min(k, P * owned), N, s_idx, s_val)

@@ -7,7 +7,7 @@ largest ``|sum|``, with bytes per rank bounded independently of P:
 1. **reduce-scatter** of the inputs over index partitions (phase 1 of the split algorithms,
    :func:`sparcml.exchange.split_reduce`): rank j owns the exact sum of partition j;
 2. **exact selection** of the global k-th magnitude: digit by digit on the bits of ``|value|``
-   (up to 11-bit digits: 3 rounds for float32, 6 for float64; narrower for small k, so that a
+   (up to 11-bit digits of the 31 / 63 magnitude bits: 3 rounds for float32, 6 for float64; narrower for small k, so that a
    round's histogram stays under an eighth of the selection's bytes:
    :func:`sparcml.select_kernels.digit_bits`), each rank histograms the keys of its owned
    partial sums and the ranks add the histograms (an ``Allreduce`` of at most 16 KiB a round);
@@ -53,10 +53,10 @@ __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_all
 
 NAME = "topk_allreduce"  # the label in TrafficStats.algorithm and the benchmarks
 
-_KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits)
-    np.dtype(np.float32): (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000), 32),
+_KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits: the sign bit is masked)
+    np.dtype(np.float32): (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000), 31),
     np.dtype(np.float64): (np.uint64, np.uint64(0x7FFFFFFFFFFFFFFF),
-                           np.uint64(0x7FF0000000000000), 64),
+                           np.uint64(0x7FF0000000000000), 63),
 }
 _NOTHING = np.uint64(np.iinfo(np.uint64).max)  # a threshold no key exceeds
 
