@@ -45,15 +45,17 @@ def check(vec, k, label, *, nonblocking=False):
     assert result.dtype == total.dtype and result.dim == total.size, label
     assert np.array_equal(result.indices, expect), (label, result.indices[:20], expect[:20])
     assert np.array_equal(result.values, total[expect]), label
-    assert same_everywhere(result), label
-    dropped_sum = np.sum(comm.allgather(dropped.to_dense()), axis=0)
+    mine = (result.indices.tobytes(), result.values.tobytes())
+    everyone = comm.allgather((mine, dropped.to_dense()))
+    assert all(theirs == mine for theirs, _ in everyone), label  # bitwise the same everywhere
+    dropped_sum = np.sum([d for _, d in everyone], axis=0)
     assert np.array_equal(result.to_dense() + dropped_sum, total), label
-    mine = vec if isinstance(vec, SparseVector) else SparseVector.from_dense(vec)
-    assert dropped.is_dense == mine.is_dense, label
+    own = vec if isinstance(vec, SparseVector) else SparseVector.from_dense(vec)
+    assert dropped.is_dense == own.is_dense, label
     if not dropped.is_dense:  # this rank's own entries, without the selected indices
-        keep = ~np.isin(mine.indices, result.indices)
-        assert np.array_equal(dropped.indices, mine.indices[keep]), label
-        assert np.array_equal(dropped.values, mine.values[keep]), label
+        keep = ~np.isin(own.indices, result.indices)
+        assert np.array_equal(dropped.indices, own.indices[keep]), label
+        assert np.array_equal(dropped.values, own.values[keep]), label
     assert stats.calls == 1 and stats.algorithm == "topk_allreduce", label
     cases += 1
     return stats
@@ -67,7 +69,7 @@ def random_input(dim, density, dtype, seed, high=64):
 
 
 # random supports and magnitudes: several histogram rounds, ties between equal integers
-for dim in (1, 997, 5000 + P):
+for dim in (1, 997, 5000 + P) if P <= 5 else (997, 5000 + P):  # test time at P = 8
     for density in (0.0, 0.01, 0.3):
         for dtype in (np.float32, np.float64) if P <= 5 else (np.float32,):  # time at P = 8
             seed = zlib.crc32(repr((dim, density, str(dtype))).encode())
