@@ -46,7 +46,7 @@ The objects validate their options when built (:class:`~sparcml.CompressionError
 :class:`~sparcml.UnknownAlgorithmError`, :class:`~sparcml.IncompatibleOptionsError`), so that
 a mistake points at the line that made it.
 
-About 470 lines: the four small object families (compressor, quantizer glue, memory,
+Over 400 lines (about 470): the four small object families (compressor, quantizer glue, memory,
 the bundle) are one vocabulary and are read together.
 """
 
