@@ -1,5 +1,8 @@
 """Gradient compression in GRACE's split: compressor, quantizer, memory, communicator.
 
+Over 400 lines (about 470): the four small object families (compressor, quantizer glue, memory,
+the bundle) are one vocabulary and are read together.
+
 A :class:`Compression` bundles four small, swappable parts that work on flat NumPy arrays (no
 torch), so that :class:`sparcml.torch.DistributedOptimizer`, a DDP communication hook and
 plain mpi4py code share them:
@@ -45,9 +48,6 @@ Example (plain mpi4py and NumPy; see :mod:`sparcml.torch` for PyTorch)::
 The objects validate their options when built (:class:`~sparcml.CompressionError`,
 :class:`~sparcml.UnknownAlgorithmError`, :class:`~sparcml.IncompatibleOptionsError`), so that
 a mistake points at the line that made it.
-
-Over 400 lines (about 470): the four small object families (compressor, quantizer glue, memory,
-the bundle) are one vocabulary and are read together.
 """
 
 from __future__ import annotations
