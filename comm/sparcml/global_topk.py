@@ -43,7 +43,7 @@ from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .entry import fail_stop
 from .errors import CompressionError, InvalidArgumentError
-from .exchange import allgather_bytes, block_bounds, split_reduce
+from .exchange import allgather_bytes, block_bounds, recv_bytes, split_reduce
 from .validation import check_stats, coerce_vector
 from .vector import SparseVector
 from .wire import Codec, Part, decode
@@ -59,6 +59,8 @@ _KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits: the sig
                            np.uint64(0x7FF0000000000000), 63),
 }
 _NOTHING = np.uint64(np.iinfo(np.uint64).max)  # a threshold no key exceeds
+TAG_DIRECT = 23  # the point-to-point allgathers of the histograms and of the selection
+DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
 
 
 class TopKReduced(NamedTuple):
@@ -216,9 +218,7 @@ def _threshold(ctx, keys, k, key_bits, bits, inf_key, stats):
     for r, shift in enumerate(shifts):
         hist[:] = 0
         select_kernels.digit_histogram(keys, prefix, prev, shift, r == 0, inf_key, hist)
-        ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, hist, MPI.SUM)
-        stats.bytes_sent += int(2 * (ctx.size - 1) / ctx.size * hist.nbytes)
-        stats.messages += 1
+        _sum_histograms(ctx, hist, stats)
         bins = hist[:1 << (prev - shift)]
         if r == 0:
             if hist[-1]:
@@ -241,13 +241,54 @@ def _threshold(ctx, keys, k, key_bits, bits, inf_key, stats):
     return prefix, 0, want, 0
 
 
+def _allgather(ctx, buf: np.ndarray, stats) -> list[np.ndarray]:
+    """Every rank's byte buffer, in rank order. Up to :data:`DIRECT_MAX_RANKS` ranks, point to
+    point (each rank sends its buffer to every other, sizes learnt by ``Mprobe``; bytes as a
+    ring allgather's, P - 1 messages): MPICH's
+    ``Allgather(v)`` over TCP stalled for tens of ms per call on the emulated network
+    (BENCHMARKS.md), where the point-to-point path of the other algorithms does not; beyond,
+    :func:`sparcml.exchange.allgather_bytes` (the MPI collective's log P rounds)."""
+    rank, size = ctx.rank, ctx.size
+    if size > DIRECT_MAX_RANKS:
+        return allgather_bytes(ctx, buf, stats)
+    out: list[np.ndarray | None] = [None] * size
+    out[rank] = buf
+    requests = []
+    try:
+        for step in range(1, size):  # staggered, as in split_reduce
+            requests.append(ctx.comm.Isend([buf, MPI.BYTE], (rank + step) % size, TAG_DIRECT))
+            stats.add_message(buf.nbytes, False)
+        # from named sources, in a fixed order: consecutive calls share the tag, and MPI keeps
+        # the order of the messages of one source only
+        for step in range(1, size):
+            source = (rank - step) % size
+            out[source], _ = recv_bytes(ctx, source, TAG_DIRECT)
+    finally:
+        ctx.waiter.waitall(requests)
+    return out
+
+
+def _sum_histograms(ctx, hist: np.ndarray, stats) -> None:
+    """``hist`` becomes the sum over ranks of every rank's ``hist`` (int64, exact)."""
+    if ctx.size > DIRECT_MAX_RANKS:
+        ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, hist, MPI.SUM)
+        stats.bytes_sent += int(2 * (ctx.size - 1) / ctx.size * hist.nbytes)
+        stats.messages += 1
+        return
+    gathered = _allgather(ctx, hist.view(np.uint8), stats)
+    total = np.zeros_like(hist)
+    for b in gathered:
+        total += b.view(np.int64)
+    hist[:] = total
+
+
 def _allgather_selected(ctx, vec, sel_idx, sel_val, stats, codec) -> SparseVector:
     """Step 3: every rank's selected entries, concatenated in rank (= index) order."""
     bounds = partition_bounds(ctx, vec.dim)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
     buf, _ = codec.encode(Part(lo, hi - lo, sel_idx, sel_val))
     pieces = []
-    for b in allgather_bytes(ctx, buf, stats):
+    for b in _allgather(ctx, buf, stats):
         part = decode(b)
         if part.is_dense:  # a block where most entries were selected: zeros are the others
             pieces.append(kernels.dense_to_sparse(part.values, part.offset,
