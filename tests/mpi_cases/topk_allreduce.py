@@ -112,6 +112,15 @@ hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (f
 bound = (P - 1) / P * (vec.nnz + k) * entry * 1.1 + hist_bytes + 64 * P
 assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 
+# the MPI-collective path of the histograms and the selection (taken beyond 16 ranks)
+from sparcml import global_topk  # noqa: E402
+
+global_topk.DIRECT_MAX_RANKS = 0
+for k in (0, 1, 40, 600):
+    check(random_input(997, 0.3, np.float32, 21), k, ("collective path", k))
+check(SparseVector(600, np.arange(600), ones), 77, "collective path, ties")
+global_topk.DIRECT_MAX_RANKS = 16
+
 # non-blocking: the same result, in submission order
 check(random_input(997, 0.3, np.float32, 5), 50, "nonblocking", nonblocking=True)
 requests = [sparcml.itopk_allreduce(random_input(500, 0.2, np.float64, s), 9) for s in range(4)]
