@@ -112,7 +112,7 @@ hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (f
 bound = (P - 1) / P * (vec.nnz + k) * entry * 1.1 + hist_bytes + 64 * P
 assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 
-# the MPI-collective path of the histograms and the selection (taken beyond 16 ranks)
+# the MPI-collective path of the selection's allgather (taken beyond 16 ranks)
 from sparcml import global_topk  # noqa: E402
 
 global_topk.DIRECT_MAX_RANKS = 0
