@@ -70,12 +70,12 @@ def random_input(dim, density, dtype, seed, high=64):
 
 # random supports and magnitudes: several histogram rounds, ties between equal integers
 for dim in (1, 997, 5000 + P) if P <= 5 else (997, 5000 + P):  # test time at P = 8
-    for density in (0.0, 0.01, 0.3):
+    for density in (0.01, 0.3):  # empty and all-zero inputs: below
         for dtype in (np.float32, np.float64) if P <= 5 else (np.float32,):  # time at P = 8
             seed = zlib.crc32(repr((dim, density, str(dtype))).encode())
             vec = random_input(dim, density, dtype, seed)
             union = len(np.unique(np.concatenate(comm.allgather(vec.indices))))
-            for k in sorted({0, 1, 7, max(1, union // 3), union, union + 5, dim + 1}):
+            for k in sorted({0, 7, max(1, union // 3), union, dim + 1}):
                 check(vec, k, ("random", dim, density, str(dtype), k))
 
 # every index at the same |sum|: the ties cross the partitions and go to the lower index
