@@ -195,3 +195,18 @@ def test_auto_report_judges_auto_and_the_model(tmp_path, capsys):
     assert captured.out.count("<-- outside") == 1
     with pytest.raises(SystemExit, match="no such records file"):
         auto_report.main([str(tmp_path / "missing.jsonl")])
+
+
+def test_topk_rows_time_topk_allreduce_beside_the_algorithms(tmp_path):
+    out = tmp_path / "topk.jsonl"
+    proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",
+                            "--density", "0.01", "--algorithms", "ssar_recursive_double",
+                            "--topk", "100", "--reps", "2", "--no-model", "--output", str(out)],
+                   timeout=120)
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["algorithm"] for r in records] == ["dense", "ssar_recursive_double",
+                                                 "topk_allreduce"]
+    topk, ssar = records[2], records[1]
+    assert topk["metrics"]["topk"] == 100 and topk["metrics"]["result_density"] == 100 / 65536
+    assert topk["bytes"]["sent_per_rank_max"] < ssar["bytes"]["sent_per_rank_max"]
+    assert "topk_allreduce(100)" in proc.stdout and "local top-k selection" in proc.stdout

@@ -136,6 +136,10 @@ def test_apps_end_to_end_on_two_ranks(tmp_path):
     assert dense["algorithm"] == "dense" and dense["metrics"]["epochs"][0]["sent_density"] == 1
     assert dense["bytes"]["sent_per_step"] == dense["bytes"]["dense_per_step"]
     assert straight["bytes"]["ratio_dense_over_sent"] > 5
+    (glob,) = read(tmp_path / "global.jsonl")  # --global-topk: k of the sum, not the union
+    assert glob["config"]["global_topk"] and glob["metrics"]["params_identical_across_ranks"]
+    assert glob["metrics"]["epochs"][0]["result_density"] <= 0.051
+    assert straight["metrics"]["epochs"][0]["result_density"] > 0.06
     (cifar,) = read(tmp_path / "cifar.jsonl")
     assert cifar["config"]["dataset"] == "cifar10" and cifar["metrics"]["model"] == "ResNetCifar"
     (ptb,) = read(tmp_path / "ptb.jsonl")

@@ -16,6 +16,7 @@ from .errors import (CollectiveFailure, CompressionError, IncompatibleOptionsErr
                      QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
                      UnsupportedDtypeError)
 from .exchange import block_bounds
+from .global_topk import TopKReduced, itopk_allreduce, topk_allreduce
 from .nonblocking import Request
 from .qsgd import QSGD
 from .registry import ALGORITHMS, AUTO, Algorithm, register
@@ -35,6 +36,9 @@ __all__ = [
     "calibrate",
     "CostModel",
     "iallreduce",
+    "topk_allreduce",
+    "itopk_allreduce",
+    "TopKReduced",
     "allgather",
     "reduce_scatter",
     "bcast",

@@ -24,7 +24,7 @@ from .costmodel import MEDIUM_N, TINY_N, CostModel, overlap_from_result
 from .registry import algorithm_names, get_algorithm
 from .vector import SparseVector
 
-__all__ = ["calibrate_context", "choose", "learn_overlap"]
+__all__ = ["calibrate_context", "choose", "choose_topk_step", "learn_overlap"]
 
 _HISTORY_LIMIT = 10_000
 
@@ -169,6 +169,28 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
         choice = model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
                               s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize,
                               candidates=candidates)
+        if len(ctx.history) < _HISTORY_LIMIT:
+            ctx.history[key] = choice
+    return choice
+
+
+def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
+    """For a top-k SGD step whose ranks each selected ``nnz_max`` entries (at most):
+    :data:`sparcml.costmodel.TOPK_STEP` when the calibrated model predicts
+    :func:`sparcml.topk_allreduce` faster than every allreduce of the local selections, else
+    that allreduce's name (:meth:`~sparcml.CostModel.choose_topk_step`). Same on every rank:
+    the model and the overlap history are. Calibrates at the first call (collectively)."""
+    model = ctx.history.get("model")
+    if model is None:
+        model = ctx.history["model"] = calibrate_context(ctx, run)
+    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    key = ("topk step", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
+           vec.dtype.itemsize)
+    choice = ctx.history.get(key)
+    if choice is None:
+        choice = model.choose_topk_step(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
+                                        s_idx=vec.index_dtype.itemsize,
+                                        s_val=vec.dtype.itemsize)
         if len(ctx.history) < _HISTORY_LIMIT:
             ctx.history[key] = choice
     return choice

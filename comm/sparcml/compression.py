@@ -1,11 +1,16 @@
 """Gradient compression in GRACE's split: compressor, quantizer, memory, communicator.
 
+Over 400 lines (about 470): the four small object families (compressor, quantizer glue, memory,
+the bundle) are one vocabulary and are read together.
+
 A :class:`Compression` bundles four small, swappable parts that work on flat NumPy arrays (no
 torch), so that :class:`sparcml.torch.DistributedOptimizer`, a DDP communication hook and
 plain mpi4py code share them:
 
 - a **compressor** chooses what to send: :class:`TopKCompressor` (the ``density`` or ``k``
-  largest magnitudes, globally or per ``chunk`` of values) or :class:`NoneCompressor` (all);
+  largest magnitudes, globally or per ``chunk`` of values), :class:`GlobalTopKCompressor`
+  (the same locally, then only the k largest of the *sum* over ranks travel back:
+  :func:`sparcml.topk_allreduce`) or :class:`NoneCompressor` (all);
 - an optional **quantizer**, a :class:`sparcml.QSGD`: the values travel quantized, encoded
   once by the wire format of the allreduce (sparse messages too);
 - a **memory** keeps what was not delivered and adds it to the next input (error feedback):
@@ -43,9 +48,6 @@ Example (plain mpi4py and NumPy; see :mod:`sparcml.torch` for PyTorch)::
 The objects validate their options when built (:class:`~sparcml.CompressionError`,
 :class:`~sparcml.UnknownAlgorithmError`, :class:`~sparcml.IncompatibleOptionsError`), so that
 a mistake points at the line that made it.
-
-A little over 400 lines: the four small object families (compressor, quantizer glue, memory,
-the bundle) are one vocabulary and are read together.
 """
 
 from __future__ import annotations
@@ -57,16 +59,20 @@ from typing import NamedTuple
 import numpy as np
 from mpi4py import MPI
 
+from . import auto, select_kernels
 from .algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .context import TrafficStats, context_for
-from .entry import allreduce_in
+from .costmodel import TOPK_STEP
+from .entry import _calibration_run, allreduce_in
+from .global_topk import topk_allreduce_in
 from .errors import CompressionError, IncompatibleOptionsError, UnsupportedDtypeError
 from .qsgd import QSGD
-from .registry import check_algorithm_options
+from .registry import AUTO, check_algorithm_options
 from .topk import TopK
 from .vector import VALUE_DTYPES, SparseVector
 
-__all__ = ["Compression", "Compressor", "TopKCompressor", "NoneCompressor", "Memory",
+__all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor",
+           "NoneCompressor", "Memory",
            "ResidualMemory", "NoneMemory", "Reduced", "assemble_parts"]
 
 
@@ -100,6 +106,11 @@ class Compressor(ABC):
     def num_sent(self, n: int) -> int:
         """How many values :meth:`compress` sends from an array of n values."""
         return n
+
+    def global_k(self, n: int) -> int | None:
+        """Entries of the sum over ranks to keep (:func:`sparcml.topk_allreduce`), or None:
+        the sum of what every rank sends is reduced exactly."""
+        return None
 
 
 class NoneCompressor(_NoOptions, Compressor):
@@ -157,6 +168,23 @@ class TopKCompressor(Compressor):
 
     def __hash__(self) -> int:
         return hash((type(self), self.density, self.k, self.chunk))
+
+
+class GlobalTopKCompressor(TopKCompressor):
+    """Global top-k: every rank keeps its local top ``density`` (or ``k``) entries as
+    :class:`TopKCompressor` does (``chunk`` not allowed), and the reduction
+    (:func:`sparcml.topk_allreduce`) returns only the same number of entries of largest
+    ``|sum|`` over ranks, in bytes per rank bounded independently of P. What a rank selected
+    locally but the global selection dropped stays in its memory (error feedback)."""
+
+    def __init__(self, density: float | None = None, k: int | None = None):
+        super().__init__(density=density, k=k)
+
+    def global_k(self, n: int) -> int:
+        return self.num_sent(n)
+
+    def __repr__(self) -> str:
+        return "Global" + super().__repr__()
 
 
 # -- memories ---------------------------------------------------------------------------------
@@ -328,6 +356,11 @@ class Compression:
     algorithm : str, default :data:`sparcml.DEFAULT_ALGORITHM`
         A registered algorithm (:data:`sparcml.ALGORITHMS`) or ``"auto"``.
 
+    With a :class:`GlobalTopKCompressor` the reduction is :func:`sparcml.topk_allreduce`;
+    ``algorithm="auto"`` then lets the cost model choose per call between it and the best
+    allreduce of the local selections (:meth:`~sparcml.CostModel.choose_topk_step`); a named
+    algorithm is not used.
+
     :meth:`none` is the uncompressed dense baseline. The memory is the only state; an optimizer
     or hook works on :meth:`fresh` copies, so one ``Compression`` may configure several.
     """
@@ -351,6 +384,10 @@ class Compression:
             raise IncompatibleOptionsError(f"memory must be a sparcml.compression.Memory "
                                            f"(ResidualMemory(), NoneMemory()), got {memory!r}")
         check_algorithm_options(algorithm, quantizer=quantizer)
+        if quantizer is not None and compressor.global_k(1) is not None:
+            raise IncompatibleOptionsError(
+                "GlobalTopKCompressor sends exact values (sparcml.topk_allreduce takes no "
+                "quantizer); drop the quantizer or use TopKCompressor")
         self.compressor, self.quantizer, self.memory = compressor, quantizer, memory
         self.algorithm = algorithm
 
@@ -399,9 +436,24 @@ class Compression:
         g = self.memory.compensate(x, key)
         vec = self.compressor.compress(g)
         seconds = time.perf_counter() - t0
+        k_global = self.compressor.global_k(vec.dim)
+        algorithm, use_global = self.algorithm, k_global is not None
+        if use_global and algorithm == AUTO:  # every rank's vec has num_sent(n) items
+            algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, _calibration_run)
+            use_global = algorithm == TOPK_STEP
+        if use_global:
+            reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check)
+            t0 = time.perf_counter()
+            # sent: the local selection less what the global one dropped (kept in the memory)
+            idx, val = select_kernels.drop_indices(vec.indices, vec.values,
+                                                   reduced.dropped.indices)
+            sent = SparseVector._trusted(vec.dim, idx, val)
+            self.memory.update(g, key, sent)
+            return Reduced(reduced.result, sent, vec.nnz,
+                           seconds + time.perf_counter() - t0)
         q = self.quantizer
         parts = [] if q is not None else None
-        result = allreduce_in(ctx, vec, algorithm=self.algorithm, quantizer=q,
+        result = allreduce_in(ctx, vec, algorithm=algorithm, quantizer=q,
                               quantize_sparse=q is not None, stats=stats, check=check,
                               sent=parts)
         t0 = time.perf_counter()

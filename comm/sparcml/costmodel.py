@@ -22,15 +22,18 @@ every rank must receive, and the reduce-scatter + allgather volume ``(P-1)/P (k 
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, fields
 
 from .registry import algorithm_names, get_algorithm
+from .select_kernels import digit_bits, digit_shifts
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes",
-           "split_phase_one", "TINY_N", "MEDIUM_N"]
+           "split_phase_one", "topk_allreduce_cost", "TOPK_STEP", "TINY_N", "MEDIUM_N"]
 
 TINY_N = 1024  # the input of the overhead calibration: dim 1024, one nonzero per rank
 MEDIUM_N = 1 << 20  # the input of the growth calibration: 2% random nonzeros per rank
+TOPK_STEP = "topk_allreduce"  # what CostModel.choose_topk_step returns for the global top-k
 
 
 def union_size(k: float, m: int, dim: int, q: float = 1.0) -> float:
@@ -65,6 +68,24 @@ def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
     c = s_idx + s_val
     return ((P - 1) * model.alpha + model.beta * (P - 1) * stream_bytes(k, N, s_idx, s_val) / P
             + model.gamma_dense * k * c / 4)
+
+
+def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k: float,
+                        q: float = 1.0, s_idx: int = 4, s_val: int = 4) -> float:
+    """Predicted seconds of :func:`sparcml.topk_allreduce` (P >= 2): the reduce-scatter of
+    inputs of ``k_local`` items, the merge of the P parts, the histogram rounds of the exact
+    selection over the owned partial sums (each an allreduce of a histogram and a scan), and
+    the allgather of the k selected items."""
+    c = s_idx + s_val
+    owned = union_size(k_local, P, N, q) / P
+    bits = digit_bits(int(k), c)
+    rounds = len(digit_shifts(8 * s_val - 1, bits))  # the sign bit is not a digit
+    select = rounds * (model.allreduce(((1 << bits) + 1) * 8) + model.gamma_dense * owned) \
+        + model.allreduce_alpha  # the tie split (Exscan), when needed
+    gathered = stream_bytes(min(k, P * owned), N, s_idx, s_val)
+    return (split_phase_one(model, P=P, N=N, k=k_local, s_idx=s_idx, s_val=s_val)
+            + model.gamma_merge * k_local * max(1.0, math.log2(P)) + select
+            + 2 * model.allgather_alpha + model.allgather(gathered) + model.gamma_dense * k * c / 4)
 
 
 @dataclass
@@ -157,6 +178,27 @@ class CostModel:
             candidates = algorithm_names(in_auto_only=True)
         return min(candidates, key=lambda a: self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx,
                                                           s_val=s_val))
+
+    def predict_topk(self, *, P: int, N: int, k_local: float, k: float, q: float = 1.0,
+                     s_idx: int = 4, s_val: int = 4) -> float:
+        """Predicted seconds of :func:`sparcml.topk_allreduce` of inputs of ``k_local`` items
+        keeping ``k`` (analytic, with the agreement check; no calibrated overhead)."""
+        t = self.allreduce_alpha if P > 1 else 0.0
+        if P == 1:
+            return t + self.gamma_dense * k_local
+        return t + topk_allreduce_cost(self, P=P, N=N, k_local=k_local, k=k, q=q, s_idx=s_idx,
+                                       s_val=s_val)
+
+    def choose_topk_step(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
+                         s_val: int = 4, candidates=None) -> str:
+        """For a top-k SGD step whose ranks each select ``k`` entries: :data:`TOPK_STEP`
+        (reduce with :func:`sparcml.topk_allreduce`, keeping ``k`` of the sum) when it is
+        predicted faster than the best allreduce of the local selections (whose result holds
+        up to P k entries), else that allreduce algorithm's name."""
+        best = self.choose(P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val, candidates=candidates)
+        mine = self.predict_topk(P=P, N=N, k_local=k, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        other = self.predict(best, P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        return TOPK_STEP if mine < other else best
 
     @staticmethod
     def references(*, P: int, k: float, K: float, s_idx: int = 4, s_val: int = 4) -> dict:

@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "this many bits (rows '+qB'), beside its full-precision row")
     p.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
+    p.add_argument("--topk", type=nonnegative_int, metavar="K",
+                   help="also time sparcml.topk_allreduce keeping K entries of the sum (row "
+                        "'topk_allreduce'), and the local top-k selection every row's input "
+                        "stands for (a dense vector of N values down to the input's nnz)")
     p.add_argument("--nonblocking", action="store_true",
                    help="time iallreduce + wait instead of the blocking call")
     p.add_argument("--reuse-output", action="store_true",
@@ -122,13 +126,16 @@ def run_kernels(args) -> int:
 
 
 def run_sweep(args) -> int:
+    import numpy as np
     from mpi4py import MPI
 
     import sparcml
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record
 
-    from .runner import BenchCase, run_cell
+    from sparcml.global_topk import NAME as TOPK_NAME
+
+    from .runner import BenchCase, run_cell, time_local_selection
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -171,6 +178,9 @@ def run_sweep(args) -> int:
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, args.bits,
                                                args.quantize_sparse, args.reuse_output))
+                if args.topk is not None:
+                    cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
+                                           args.nonblocking, topk=args.topk))
                 outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                                 model=model)
                 dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -180,6 +190,8 @@ def run_sweep(args) -> int:
                     if rank != 0:
                         continue
                     name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
+                    if case.topk is not None:
+                        name += f"({case.topk})"
                     if case.bits:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
                     m = out.get("model")
@@ -203,7 +215,20 @@ def run_sweep(args) -> int:
                                      "reuse_output": args.reuse_output,
                                      "model": out.get("model"),
                                      "result_density": out["result"]["density"],
+                                     "topk": case.topk,
                                      "result_dense": out["result"]["dense"]}))
+                if args.topk is not None:
+                    k_local = int(round(density * dim))
+                    select_s = time_local_selection(comm, dim, k_local, dtype=args.dtype,
+                                                    reps=reps, seed=args.seed)
+                    choice = "" if model is None else (
+                        "; the cost model's choice for this step: " + model.choose_topk_step(
+                            P=size, N=dim, k=k_local, s_idx=sparcml.index_dtype_for(dim).itemsize,
+                            s_val=np.dtype(args.dtype).itemsize))
+                    if rank == 0:
+                        print(f"{'':>10} local top-k selection, {dim} -> {k_local} values "
+                              f"(every row's input): {select_s * 1e3:.3f} ms; a top-k step "
+                              f"is that plus the row's median{choice}", flush=True)
     return 0
 
 

@@ -19,7 +19,7 @@ from sparcapps.records import summarize
 
 from .inputs import make_input
 
-__all__ = ["BenchCase", "run_case", "run_cell"]
+__all__ = ["BenchCase", "run_case", "run_cell", "time_local_selection"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,8 @@ class BenchCase:
     bits: int | None = None         # QSGD bits for quantized messages (None: full precision)
     quantize_sparse: bool = False
     reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
+    topk: int | None = None         # time sparcml.topk_allreduce keeping this many (algorithm
+    #                                 is then the label, sparcml.global_topk.NAME)
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -55,12 +57,17 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     for case in cases:
         quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits,
                                                                seed=[seed, rank])
-        options = {"algorithm": case.algorithm, "quantizer": quantizer,
+        options = {} if case.topk is not None else {
+                   "algorithm": case.algorithm, "quantizer": quantizer,
                    "quantize_sparse": case.quantize_sparse}
         if case.reuse_output:
             options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
 
-        def call(stats, options=options, nonblocking=case.nonblocking):
+        def call(stats, options=options, nonblocking=case.nonblocking, topk=case.topk):
+            if topk is not None and nonblocking:
+                return sparcml.itopk_allreduce(vec, topk, comm, stats=stats).wait().result
+            if topk is not None:
+                return sparcml.topk_allreduce(vec, topk, comm, stats=stats).result
             if nonblocking:
                 return sparcml.iallreduce(vec, comm, stats=stats, **options).wait()
             return sparcml.allreduce(vec, comm, stats=stats, **options)
@@ -100,9 +107,12 @@ def _describe(case, comm, times, stats, result, k_max, model) -> dict:
         size = comm.Get_size()
         s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
         refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
+        predicted = model.predict_topk(P=size, N=case.N, k_local=k_max, k=case.topk,
+                                       s_idx=s_idx, s_val=s_val) if case.topk is not None \
+            else model.predict(stats.algorithm, P=size, N=case.N, k=k_max, K=result_nnz,
+                               s_idx=s_idx, s_val=s_val)
         out["model"] = {
-            "predicted_s": model.predict(stats.algorithm, P=size, N=case.N, k=k_max,
-                                         K=result_nnz, s_idx=s_idx, s_val=s_val),
+            "predicted_s": predicted,
             "floor_bytes": refs["floor_bytes"], "rs_ag_bytes": refs["rs_ag_bytes"],
             "floor_s": refs["floor_bytes"] * model.beta,
             "rs_ag_s": refs["rs_ag_bytes"] * model.beta,
@@ -114,3 +124,21 @@ def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: i
              model: "sparcml.CostModel | None" = None) -> dict:
     """:func:`run_cell` for a single case."""
     return run_cell([case], comm, reps=reps, warmup=warmup, seed=seed, model=model)[0]
+
+
+def time_local_selection(comm: MPI.Comm, N: int, k: int, *, dtype: str = "float32",
+                         reps: int = 5, seed: int = 0) -> float:
+    """Median seconds (slowest rank) of selecting the k largest magnitudes of a dense vector of
+    N standard-normal values (:func:`sparcml.topk.select_topk`, what ``TopK`` runs): the local
+    step every row of a top-k cell stands for. Collective."""
+    from sparcml.topk import select_topk
+
+    x = np.random.default_rng([seed, comm.Get_rank(), 3]).standard_normal(N).astype(dtype)
+    select_topk(x, k)  # compile / load
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        select_topk(x, k)
+        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    return float(np.median(times))

@@ -4,7 +4,8 @@
 for every app and seed, ``mpiexec -n P`` runs of the app (each with its default epochs, model
 and learning rate) in three configurations: ``dense_baseline`` (full gradients, dense
 allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same
-without error feedback). It prints the final test accuracy of each run, the mean per
+without error feedback); ``--configs`` adds ``global-topk-ef`` (the top 1% of the gradients'
+sum over ranks, ``--global-topk``, exact values, error feedback). It prints the final test accuracy of each run, the mean per
 configuration and the difference to dense in points, and the bytes sent per step and rank.
 Records go to ``--output`` (default: a temporary file), one per run, as the apps write them.
 """
@@ -26,7 +27,10 @@ CONFIGS = {
     "dense_baseline": ["--dense"],
     "topk-ef": ["--density", "0.01", "--bits", "4"],
     "topk-noef": ["--density", "0.01", "--bits", "4", "--no-error-feedback"],
+    # not run by default (--configs): global top-k of the sum, exact values, error feedback
+    "global-topk-ef": ["--density", "0.01", "--bits", "0", "--global-topk"],
 }
+DEFAULT_CONFIGS = ["dense_baseline", "topk-ef", "topk-noef"]
 
 
 def _mpiexec() -> str:
@@ -42,15 +46,19 @@ def main(argv=None) -> int:
     p.add_argument("--nprocs", type=int, default=4)
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--apps", nargs="+", choices=("cnn", "lstm"), default=["cnn", "lstm"])
+    p.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
+                   help="configurations to run (dense_baseline is always run: the reference)")
     p.add_argument("--output", default=None, help="records file (JSONL, appended)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = p.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
+    configs = {name: CONFIGS[name] for name in CONFIGS
+               if name == "dense_baseline" or name in args.configs}
     out = Path(args.output or tempfile.mkstemp(suffix=".jsonl", prefix="accuracy-")[1])
     table: dict = {}
     for app in args.apps:
         for seed in args.seeds:
-            for name, flags in CONFIGS.items():
+            for name, flags in configs.items():
                 before = len(read_records([out])[0]) if out.exists() else 0
                 script = Path(sys.executable).parent / f"sparc-{app}"  # the console script
                 launch = [str(script)] if script.exists() else [sys.executable, "-m",
@@ -73,7 +81,7 @@ def main(argv=None) -> int:
     print("|---|---|---|---|---|---|")
     for app in args.apps:
         dense_mean = np.mean([table[(app, "dense_baseline", s)][0] for s in args.seeds])
-        for name in CONFIGS:
+        for name in configs:
             accs = [table[(app, name, s)][0] for s in args.seeds]
             nbytes = np.mean([table[(app, name, s)][1] for s in args.seeds])
             print(f"| sparc-{app} | {name} | {', '.join(f'{100 * a:.2f}' for a in accs)} | "

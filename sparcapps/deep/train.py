@@ -22,7 +22,8 @@ of the epoch; ``compress_seconds`` (top-k, QSGD) ran on the communication thread
 
 The communication options build a :class:`sparcml.compression.Compression`
 (:func:`compression_from_args`): ``--density`` (top-k per bucket, or per ``--topk-bucket-size``
-chunk), ``--bits`` (QSGD), ``--no-error-feedback``, ``--algorithm``; ``--dense`` is
+chunk), ``--global-topk`` (the top-k of the sum over ranks, :func:`sparcml.topk_allreduce`),
+``--bits`` (QSGD), ``--no-error-feedback``, ``--algorithm``; ``--dense`` is
 ``Compression.none()``, the dense baseline.
 
 Checkpoints (:mod:`sparcapps.deep.checkpoint`; ``--checkpoint-every E`` epochs into
@@ -100,6 +101,11 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--bucket-mb", type=float, default=4.0, help="gradient MiB per bucket")
     g.add_argument("--topk-bucket-size", type=int, default=None,
                    help="top-k per chunk of this many values (CNTK used 512); default per bucket")
+    g.add_argument("--global-topk", action="store_true",
+                   help="keep the top --density of the gradients' sum over ranks "
+                        "(sparcml.topk_allreduce: bytes per rank independent of P; what is "
+                        "not kept stays in the error feedback); needs --bits 0; --algorithm "
+                        "auto lets the cost model choose it or an allreduce per bucket")
     g = p.add_argument_group("output")
     g.add_argument("--output", default=None, help="append the result record to this JSONL file")
     g.add_argument("--checkpoint", default=None, help="checkpoint file (default: PROG.ckpt)")
@@ -113,12 +119,14 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
 def compression_from_args(args):
     """The :class:`sparcml.compression.Compression` the communication options ask for."""
     from sparcml import QSGD
-    from sparcml.compression import (Compression, NoneMemory, ResidualMemory,
-                                     TopKCompressor)
+    from sparcml.compression import (Compression, GlobalTopKCompressor, NoneMemory,
+                                     ResidualMemory, TopKCompressor)
 
     if args.dense:
         return Compression.none()
-    return Compression(TopKCompressor(density=args.density, chunk=args.topk_bucket_size),
+    compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
+        else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
+    return Compression(compressor,
                        quantizer=QSGD(args.bits) if args.bits else None,
                        memory=NoneMemory() if args.no_error_feedback else ResidualMemory(),
                        algorithm=args.algorithm)
@@ -155,7 +163,10 @@ def _check_args(args) -> list[str]:
         problems.append(f"--density must be in (0, 1], got {args.density}")
     if args.threads < 1:
         problems.append(f"--threads must be >= 1, got {args.threads}")
-    if not args.dense:
+    if args.global_topk and not args.dense and (args.bits or args.topk_bucket_size):
+        problems.append("--global-topk sends exact values of the whole bucket: pass --bits 0 "
+                        "and no --topk-bucket-size")
+    elif not args.dense:
         try:
             check_algorithm_options(args.algorithm, quantizer=QSGD(args.bits) if args.bits
                                     else None)

@@ -28,6 +28,8 @@ assert cnn.main(cnn_args + ["--epochs", "3", "--resume", str(d / "cnn.ckpt"),
                             "--output", str(d / "resumed.jsonl")]) == 0
 assert cnn.main(cnn_args + ["--epochs", "3", "--output", str(d / "straight.jsonl")]) == 0
 assert cnn.main(cnn_args + ["--epochs", "1", "--dense", "--output", str(d / "dense.jsonl")]) == 0
+assert cnn.main(cnn_args + ["--epochs", "1", "--bits", "0", "--global-topk",
+                            "--output", str(d / "global.jsonl")]) == 0
 assert lstm.main(tiny + ["--epochs", "1", "--width", "8", "--no-error-feedback",
                          "--output", str(d / "lstm.jsonl")]) == 0
 assert cnn.main(tiny + ["--dataset", "cifar10", "--width", "2", "--depth", "1", "--epochs", "1",
