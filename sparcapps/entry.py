@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import os
 import sys
 from typing import Callable
 
@@ -29,7 +28,6 @@ EXTRA_OF = {
     "torch": ("torch", "torch"),
 }
 _APPS = ("scipy", "sklearn", "h5py", "tqdm")
-_RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
 
 
 def missing_modules(modules) -> list[str]:
@@ -46,16 +44,10 @@ def extra_message(prog: str, modules) -> str:
     return f"{prog}: error: needs {', '.join(dists)}, not installed; {how}"
 
 
-def _first_rank() -> bool:
-    for var in _RANK_VARIABLES:
-        value = os.environ.get(var)
-        if value is not None:
-            return value.strip() == "0"
-    return True
-
-
 def _fail(message: str) -> int:
-    if _first_rank():
+    from sparcapps.cli_args import first_rank
+
+    if first_rank():
         print(message, file=sys.stderr, flush=True)
     return 1
 
