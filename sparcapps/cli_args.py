@@ -55,7 +55,9 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
     def _get_help_string(self, action):
         text = action.help or ""
-        if action.default in (None, False, argparse.SUPPRESS) or "default" in text.lower():
+        default = action.default
+        if default is None or default is False or default is argparse.SUPPRESS \
+                or "default" in text.lower():
             return text
         return super()._get_help_string(action)
 
