@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from typing import Callable
 
-__all__ = ["EXTRA_OF", "missing_modules", "extra_message"]
+__all__ = ["EXTRA_OF", "SCRIPTS", "missing_modules", "extra_message"]
 
 # top-level module -> (distribution to install, the extra of sparcml that brings it)
 EXTRA_OF = {
@@ -28,6 +28,7 @@ EXTRA_OF = {
     "torch": ("torch", "torch"),
 }
 _APPS = ("scipy", "sklearn", "h5py", "tqdm")
+SCRIPTS: dict[str, str] = {}  # console script -> "module:function" it runs (filled below)
 
 
 def missing_modules(modules) -> list[str]:
@@ -55,6 +56,7 @@ def _fail(message: str) -> int:
 def _script(target: str, prog: str, needs: tuple[str, ...] = ()) -> Callable[[], int]:
     """A console script: check ``needs``, import ``target`` ("module:function"), run it."""
     module_name, func_name = target.split(":")
+    SCRIPTS[prog] = target
 
     def script() -> int:
         missing = missing_modules(needs)

@@ -238,7 +238,7 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sparcapps.cli_args import HelpFormatter, make_parser
+    from sparcapps.cli_args import HelpFormatter, add_list_argument, make_parser, positive_int
 
     p = make_parser(
         "sparc-jobs", "Submit sweeps of the jobs/*.sbatch templates; run a job "
@@ -252,8 +252,8 @@ def _parser() -> argparse.ArgumentParser:
                                    "Arguments after -- go to the template (the app's options).",
                        **common)
     s.add_argument("template", help="an sbatch template, e.g. jobs/bench-strong.sbatch")
-    s.add_argument("--nodes", type=int, nargs="+", required=True, metavar="N",
-                   help="node counts (each given to sbatch --nodes, nowhere else)")
+    add_list_argument(s, "--nodes", item_type=positive_int, required=True, metavar="N",
+                      help="node counts (each given to sbatch --nodes, nowhere else)")
     s.add_argument("--algorithms", action="append", nargs="+", metavar="ALGORITHM",
                    help="one algorithm group per job (space-separated names); repeat the flag "
                         "for more groups (default: the app's own default, one job per node "

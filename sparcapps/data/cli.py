@@ -56,15 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparc-data", description="Data sets for SparCML: catalog, verified fetch, "
         "LIBSVM to HDF5 conversion, synthetic twins.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from sparcapps.cli_args import add_list_argument
 
     p = sub.add_parser("list", help="list the catalog and what is present locally")
     _add_common(p)
 
     p = sub.add_parser("fetch", help="download a data set (resumes, verifies the hash)")
     p.add_argument("name")
-    p.add_argument("--split", action="append", help="only files of this split (repeatable)")
+    add_list_argument(p, "--split", metavar="SPLIT", help="only files of these splits")
     p.add_argument("--retries", type=int, default=3,
-                   help="reconnect this often after a dropped connection (default 3)")
+                   help="reconnect this often after a dropped connection")
     p.add_argument("--timeout", type=float, default=60.0, help="socket timeout, seconds")
     p.add_argument("--no-progress", action="store_true")
     _add_common(p)
@@ -77,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", choices=("auto", "binary", "multiclass", "regression"),
                    default="auto")
     p.add_argument("--chunk-mb", type=float, default=16.0,
-                   help="MiB of text parsed at a time (bounds memory; default 16)")
+                   help="MiB of text parsed at a time (bounds memory)")
     p.add_argument("--compression", choices=("gzip", "lzf", "none"), default="gzip")
     p.add_argument("--compression-level", type=int, default=1)
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
