@@ -16,7 +16,9 @@ The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_par
 - flags that count say their unit (``--checkpoint-every-steps``, ``--checkpoint-every-epochs``;
   :func:`add_checkpoint_every_argument`, the old ``--checkpoint-every`` kept as an alias);
 - ``--data-home`` wherever data are read (:func:`add_data_home_argument`);
-- help shows each default once, and none where there is none (:class:`HelpFormatter`).
+- help shows each default once, and none where there is none (:class:`HelpFormatter`);
+- a usage error is one line, ``PROG: error: MESSAGE (see PROG --help)``, printed once per job
+  (rank 0), exit status 2 (:class:`Parser`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import sys
 __all__ = ["positive_int", "nonnegative_int", "fraction", "algorithm_name", "algorithm_list",
            "algorithm_help", "make_parser", "HelpFormatter", "ListAction", "BITS_CHOICES",
            "add_bits_argument", "add_checkpoint_every_argument", "add_data_home_argument",
-           "add_list_argument", "deprecation_note", "first_rank"]
+           "add_list_argument", "deprecation_note", "first_rank", "Parser"]
 
 BITS_CHOICES = (0, 2, 4, 8)
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -62,12 +64,22 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse with usage errors as one line (``PROG: error: MESSAGE (see PROG --help)``),
+    printed by rank 0 only when an MPI launcher started the ranks; exit status 2."""
+
+    def error(self, message: str):
+        if first_rank():
+            self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        self.exit(2)
+
+
 def make_parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:
-    """An ``ArgumentParser`` of the project's vocabulary: no abbreviations, defaults shown by
+    """A :class:`Parser` of the project's vocabulary: no abbreviations, defaults shown by
     :class:`HelpFormatter` (unless another ``formatter_class`` is given)."""
     kwargs.setdefault("formatter_class", HelpFormatter)
-    return argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False,
-                                   **kwargs)
+    kwargs.setdefault("allow_abbrev", False)
+    return Parser(prog=prog, description=description, **kwargs)
 
 
 class ListAction(argparse.Action):

@@ -245,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
         "step so that a failure leaves a record. Arguments after -- go to the template (sweep) "
         "or are the command (run).")
     sub = p.add_subparsers(dest="cmd", required=True)
-    common = {"allow_abbrev": False, "formatter_class": HelpFormatter}
+    common = {"allow_abbrev": False, "formatter_class": HelpFormatter}  # Parser's error()
 
     s = sub.add_parser("sweep", help="submit a grid of node counts x algorithm groups",
                        description="Submit TEMPLATE once per node count and algorithm group. "

@@ -109,6 +109,22 @@ def test_old_spellings_still_parse():
         bench.parse_args(["--algo", "dense"])
 
 
+@pytest.mark.parametrize("prog", ["sparc-cnn", "sparc-lstm", "sparc-linear", "sparc-bench"])
+def test_usage_errors_are_one_line_once(prog, capsys, monkeypatch):
+    """Defect 9: ``sparc-cnn --algorithm bogus`` on every rank: one line on rank 0, exit 2."""
+    parser = parser_of(prog)
+    argv = ["--algorithm" if prog != "sparc-bench" else "--algorithms", "bogus"]
+    with pytest.raises(SystemExit) as exit_:
+        parser.parse_args(argv + (["--synth", "url"] if prog == "sparc-linear" else []))
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"{prog}: error: ") and "bogus" in err[0], err
+    monkeypatch.setenv("PMI_RANK", "1")
+    with pytest.raises(SystemExit):
+        parser.parse_args(argv)
+    assert capsys.readouterr().err == ""
+
+
 def test_sweep_algorithm_flag_is_not_ambiguous(capsys):
     """Defect 1: ``--algorithm-flag --algorithm`` was 'ambiguous option'."""
     from sparcapps import jobs
