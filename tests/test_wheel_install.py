@@ -38,7 +38,8 @@ def _tracked_copy(dest: Path) -> Path:
         names = None
     if names is None:  # not a git checkout: copy what matters to a wheel
         shutil.copytree(REPO, dest, ignore=shutil.ignore_patterns(
-            ".venv", ".git", "build", "dist", "results", "*.egg-info", "__pycache__"))
+            ".venv", ".git", "build", "dist", "results", "datasets", "*.egg-info",
+            "__pycache__"))
         return dest
     for name in names:
         src = REPO / name
