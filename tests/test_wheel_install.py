@@ -104,10 +104,14 @@ def test_main_job_runs_from_the_wheel(wheel_venv):
     venv, work, env = wheel_venv
     records = work / "main.jsonl"
     _run([str(venv / "bin" / "mpiexec"), "-n", "2", str(venv / "bin" / "sparc-bench"),
-          "--N", "65536", "--density", "0.01", "0.5", "--reps", "2", "--warmup", "1",
-          "--no-model", "--output", str(records)], env=env, cwd=work, timeout=300)
+          "--N", "65536", "--density", "0.01", "0.5", "--algorithms", "ssar_recursive_double",
+          "--reps", "2", "--warmup", "1", "--no-model", "--output", str(records)],
+         env=env, cwd=work, timeout=300)
     rows = [json.loads(line) for line in records.read_text().splitlines()]
-    assert {r["density"] for r in rows} == {0.01, 0.5}
+    # dense (always timed, the reference) and the sparse algorithm, at both densities
+    assert sorted((r["algorithm"], r["density"]) for r in rows) == [
+        ("dense", 0.01), ("dense", 0.5), ("ssar_recursive_double", 0.01),
+        ("ssar_recursive_double", 0.5)], rows
     assert all(r["P"] == 2 and r["status"] == "ok" for r in rows), rows[0]
 
 
