@@ -10,7 +10,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 if [ ! -e "$stamp" ]; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -c "$root/constraints.txt" -e "$root[mpich,torch,test]"
+    "$venv/bin/python" -m pip install --quiet -c "$root/constraints.txt" -e "$root[apps,mpich,torch,test]"
     rm -f "$venv"/.installed-*
     touch "$stamp"
 fi

@@ -3,10 +3,11 @@ so that a failure leaves a record.
 
 Subcommands:
 
-``sparc-jobs sweep TEMPLATE --nodes 1 2 4 [--algorithms a,b ...] [-- APP ARGS...]``
+``sparc-jobs sweep TEMPLATE --nodes 1 2 4 [--algorithms A B ...] [-- APP ARGS...]``
     One ``sbatch`` per (node count, algorithm group): ``--nodes`` is given to sbatch only (the
-    template reads ``SLURM_NNODES`` / ``SLURM_NTASKS``), each ``--algorithms`` value is one group
-    passed on as the app's ``--algorithms``. Prints ``JOBID<TAB>NODES<TAB>ALGORITHMS`` per job
+    template reads ``SLURM_NNODES`` / ``SLURM_NTASKS``), each ``--algorithms`` flag is one group
+    (its space-separated names) passed on as the app's ``--algorithms`` (or ``--algorithm-flag
+    FLAG``, e.g. ``--algorithm-flag --algorithm`` for the training apps). Prints ``JOBID<TAB>NODES<TAB>ALGORITHMS`` per job
     (``--dry-run`` prints the shell-quoted commands instead); ``--wait`` then waits for them all.
 
 ``sparc-jobs run --output FILE [--script-args='ARGS'] -- COMMAND...``
@@ -56,6 +57,7 @@ class SweepJob:
     __slots__ = ("nodes", "algorithms", "argv", "job_id")
 
     def __init__(self, nodes: int, algorithms: str | None, argv: list[str]):
+        # algorithms: the group for display, comma-joined (one column of the sweep's output)
         self.nodes, self.algorithms, self.argv = nodes, algorithms, argv
         self.job_id: str | None = None
 
@@ -74,7 +76,8 @@ def plan_sweep(template: str | os.PathLike, nodes: Sequence[int], *,
     """The ``sbatch`` command of each (node count, algorithm group) of the grid, not submitted.
 
     ``app_args`` follow the template (for ``jobs/app.sbatch`` they start with the app's CLI); the
-    algorithm group comes last as ``algorithm_flag GROUP``. With ``results`` the job's Slurm log
+    algorithm group comes last as ``algorithm_flag NAME...``. A group is a list of names (or one
+    string of comma-separated names, the old form). With ``results`` the job's Slurm log
     goes to ``RESULTS/%x-%j.out``. Raises ValueError for an empty or non-positive grid.
     """
     template = Path(template)
@@ -82,20 +85,30 @@ def plan_sweep(template: str | os.PathLike, nodes: Sequence[int], *,
         raise ValueError(f"no such sbatch template: {template}")
     if not nodes or any(int(n) < 1 for n in nodes):
         raise ValueError(f"--nodes needs positive node counts, got {list(nodes)}")
-    groups: list[str | None] = list(algorithms) if algorithms else [None]
+    groups: list[list[str] | None] = [_group(g) for g in algorithms] if algorithms else [None]
     stem = template.name.removesuffix(".sbatch")
     jobs = []
     for n in nodes:
-        for group in groups:
+        for names in groups:
+            group = ",".join(names) if names else None
             tag = f"n{int(n)}" + (f"-{re.sub(r'[^A-Za-z0-9_.-]+', '+', group)}" if group else "")
             argv = [sbatch, "--parsable", f"--nodes={int(n)}", f"--job-name={stem}-{tag}"]
             if results is not None:
                 argv.append(f"--output={Path(results) / '%x-%j.out'}")
             argv += [*sbatch_args, str(template), *app_args]
-            if group:
-                argv += [algorithm_flag, group]
+            if names:
+                argv += [algorithm_flag, *names]
             jobs.append(SweepJob(int(n), group, argv))
     return jobs
+
+
+def _group(group: str | Sequence[str]) -> list[str]:
+    names = group.split(",") if isinstance(group, str) else [
+        part for name in group for part in str(name).split(",")]
+    names = [n.strip() for n in names if n.strip()]
+    if not names:
+        raise ValueError("an algorithm group needs at least one name")
+    return names
 
 
 # the environment the templates read: part of the command that made a job
@@ -282,33 +295,40 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="sparc-jobs", description="Submit sweeps of the jobs/*.sbatch templates; run a job "
+    from sparcapps.cli_args import HelpFormatter, add_list_argument, make_parser, positive_int
+
+    p = make_parser(
+        "sparc-jobs", "Submit sweeps of the jobs/*.sbatch templates; run a job "
         "step so that a failure leaves a record. Arguments after -- go to the template (sweep) "
         "or are the command (run).")
     sub = p.add_subparsers(dest="cmd", required=True)
+    common = {"allow_abbrev": False, "formatter_class": HelpFormatter}  # Parser's error()
 
     s = sub.add_parser("sweep", help="submit a grid of node counts x algorithm groups",
                        description="Submit TEMPLATE once per node count and algorithm group. "
-                                   "Arguments after -- go to the template (the app's options).")
+                                   "Arguments after -- go to the template (the app's options).",
+                       **common)
     s.add_argument("template", help="an sbatch template, e.g. jobs/bench-strong.sbatch")
-    s.add_argument("--nodes", type=int, nargs="+", required=True, metavar="N",
-                   help="node counts (each given to sbatch --nodes, nowhere else)")
-    s.add_argument("--algorithms", action="append", metavar="A[,B...]",
-                   help="one algorithm group per job; repeat for more groups (default: the "
-                        "app's own default, one job per node count)")
-    s.add_argument("--algorithm-flag", default="--algorithms",
-                   help="the app's option taking the group (default --algorithms)")
+    add_list_argument(s, "--nodes", item_type=positive_int, required=True, metavar="N",
+                      help="node counts (each given to sbatch --nodes, nowhere else)")
+    s.add_argument("--algorithms", action="append", nargs="+", metavar="ALGORITHM",
+                   help="one algorithm group per job (space-separated names); repeat the flag "
+                        "for more groups (default: the app's own default, one job per node "
+                        "count)")
+    s.add_argument("--algorithm-flag", default="--algorithms", metavar="FLAG",
+                   help="the app's option taking the group, e.g. --algorithm for the "
+                        "training apps")
     s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra sbatch option, e.g. --sbatch-arg=--partition=debug (repeatable)")
-    s.add_argument("--results", default=None,
+    s.add_argument("--results", metavar="DIR",
                    help="results root, exported to the jobs as SPARC_RESULTS (default: the "
                         "template's ./results); Slurm logs go there too")
     s.add_argument("--dry-run", action="store_true", help="print the sbatch commands only")
     s.add_argument("--wait", action="store_true", help="wait for the jobs and print their states")
     s.add_argument("--timeout", type=float, default=24 * 3600, help="for --wait, seconds")
 
-    r = sub.add_parser("run", help="run a command; a failure appends a failed record")
+    r = sub.add_parser("run", help="run a command; a failure appends a failed record",
+                       **common)
     r.add_argument("--output", required=True, help="the records file the command appends to")
     r.add_argument("--app", default=None, help="app name for the failure record")
     r.add_argument("--script-args", default=None, metavar="'ARGS'",
@@ -316,9 +336,9 @@ def _parser() -> argparse.ArgumentParser:
                         "\"${*@Q}\"); the records then keep the sbatch line that made the job "
                         "when it was not submitted by sparc-jobs sweep")
 
-    w = sub.add_parser("wait", help="wait for Slurm jobs to leave the queue")
+    w = sub.add_parser("wait", help="wait for Slurm jobs to leave the queue", **common)
     w.add_argument("job_ids", nargs="+")
-    w.add_argument("--timeout", type=float, default=24 * 3600)
+    w.add_argument("--timeout", type=float, default=24 * 3600, help="seconds")
     return p
 
 
@@ -328,13 +348,34 @@ def _print_states(states: dict[str, str]) -> int:
     return 0 if all(s == "COMPLETED" for s in states.values()) else 1
 
 
+def _join_flag_values(argv: list[str], flag: str) -> list[str]:
+    """``FLAG VALUE`` -> ``FLAG=VALUE``: the value of ``--algorithm-flag`` is itself an option
+    name (``--algorithm``), which argparse would otherwise take for an option of its own."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == flag and i + 1 < len(argv):
+            out.append(f"{flag}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     rest: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
         argv, rest = argv[:cut], argv[cut + 1:]
+    argv = _join_flag_values(argv, "--algorithm-flag")
     args = _parser().parse_args(argv)
+    if args.cmd == "sweep" and args.algorithms and any(
+            "," in name for group in args.algorithms for name in group):
+        from sparcapps.cli_args import deprecation_note
+
+        deprecation_note("sparc-jobs", "comma-separated --algorithms groups are read for now; "
+                                       "write the names of a group space-separated")
     try:
         if args.cmd == "run":
             if args.script_args is not None and not os.environ.get("SPARC_SUBMIT_SBATCH"):

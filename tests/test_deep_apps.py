@@ -117,6 +117,13 @@ def test_apps_end_to_end_on_two_ranks(tmp_path):
                    timeout=240, env={"OMP_NUM_THREADS": "1"})
     assert "DEEP-APPS OK" in proc.stdout, proc.stdout + proc.stderr
     assert "--bits needs a sparse algorithm" in proc.stderr
+    # user errors: one line on rank 0, no traceback, no abort (defect 9 of issue 15)
+    assert "Traceback" not in proc.stderr and "MPI_Abort" not in proc.stderr, proc.stderr
+    missing = [line for line in proc.stderr.splitlines() if "CIFAR-10 not found" in line]
+    assert len(missing) == 2, proc.stderr
+    assert missing[0].startswith("sparc-cnn: error: ") and missing[0].endswith("(ranks 0, 1)")
+    assert missing[1].endswith("(rank 1)")
+    assert proc.stdout.count("is a finished run (1 epochs, --epochs 1); nothing to train") == 1
     (first,), (resumed,), (straight,) = (read(tmp_path / f"{n}.jsonl")
                                          for n in ("first", "resumed", "straight"))
     assert resumed["metrics"]["params_sha256"] == straight["metrics"]["params_sha256"]

@@ -63,7 +63,7 @@ def test_sigterm_through_sparc_jobs_and_mpiexec_checkpoints_and_resumes(tmp_path
               str(tmp_path), "--batch-size", "30", "--no-progress", "--checkpoint", str(ck),
               "--epochs", "500"]  # minutes if never stopped
     proc = subprocess.Popen([jobs, "run", "--output", str(records), "--", mpiexec_path(), "-n",
-                             "2", *common, "--checkpoint-every", "10", "--output", str(records)],
+                             "2", *common, "--checkpoint-every-steps", "10", "--output", str(records)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 120

@@ -35,7 +35,7 @@ def test_plan_sweep_quotes_and_grid(tmp_path):
     assert argv[:4] == ["sbatch", "--parsable", "--nodes=4",
                         "--job-name=bench-strong-n4-dense+allgather"]
     assert sum(a.startswith("--nodes") for a in argv) == 1  # the node count appears once
-    assert argv[-2:] == ["--algorithms", "dense,allgather"]
+    assert argv[-3:] == ["--algorithms", "dense", "allgather"]  # a space-separated group
     assert "'--partition=x y'" in jobs[2].command() and "'0.001 0.01'" in jobs[2].command()
     with pytest.raises(ValueError, match="positive node counts"):
         plan_sweep(REPO / "jobs" / "bench-strong.sbatch", [0])

@@ -5,6 +5,7 @@ algorithms are records of :mod:`sparcml.registry`; the built-in ones live in
 :mod:`sparcml.algorithms` and register themselves when ``sparcml`` is imported.
 """
 
+from . import _mpi  # noqa: F401 - first: a missing libmpi fails here, saying what to install
 from .abort import abort_on_error
 from .algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .collectives import allgather, bcast, reduce_scatter

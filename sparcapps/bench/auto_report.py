@@ -9,7 +9,6 @@ default of ``sparc-bench``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections import defaultdict
 
@@ -62,10 +61,12 @@ def summarize_auto(records, tolerance: float = 1.2) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sparcapps.bench.auto_report",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("results", nargs="+")
-    p.add_argument("--tolerance", type=float, default=1.2)
+    from sparcapps.cli_args import make_parser
+
+    p = make_parser("sparc-bench-auto", __doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", metavar="RECORDS.jsonl", help="sparc-bench records")
+    p.add_argument("--tolerance", type=float, default=1.2,
+                   help="a time within this factor of the best counts as a match")
     args = p.parse_args(argv)
     records = read_records_or_exit(args.results)
     s = summarize_auto(records, args.tolerance)

@@ -26,27 +26,34 @@ PRESETS = {
 def build_parser() -> argparse.ArgumentParser:
     from sparcml import ALGORITHMS, DENSE_BASELINE
 
-    from sparcapps.cli_args import (algorithm_help, algorithm_list, fraction,
-                                    nonnegative_int, positive_int)
+    from sparcapps.cli_args import (add_bits_argument, add_list_argument, algorithm_help,
+                                    algorithm_name, fraction, make_parser, nonnegative_int,
+                                    positive_int)
 
     from .inputs import PATTERNS
 
-    p = argparse.ArgumentParser(
-        prog="sparc-bench", description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    def preset(key):
+        return "default from --preset: " + "; ".join(
+            f"{name} {' '.join(map(str, v[key])) if isinstance(v[key], list) else v[key]}"
+            for name, v in sorted(PRESETS.items(), key=lambda kv: kv[0] != "small"))
+
+    p = make_parser("sparc-bench", __doc__.split("\n\n")[0].replace("``", ""))
     p.add_argument("--preset", choices=sorted(PRESETS), default="small",
                    help="starting values for N, density, pattern, reps and warmup; "
                         "the flags below override them")
-    p.add_argument("--N", type=positive_int, nargs="+", help="vector dimensions")
-    p.add_argument("--density", type=fraction, nargs="+", help="nonzeros per rank / N")
-    p.add_argument("--pattern", nargs="+", choices=PATTERNS,
-                   help="overlap of the ranks' supports")
-    p.add_argument("--algorithms", type=algorithm_list, default=list(ALGORITHMS),
-                   help=algorithm_help(f"comma-separated; {DENSE_BASELINE} is always timed as "
-                                       f"the reference. Choices:"))
-    p.add_argument("--bits", type=int, choices=[2, 4, 8],
-                   help="also time each algorithm with dense messages quantized by QSGD of "
-                        "this many bits (rows '+qB'), beside its full-precision row")
+    add_list_argument(p, "--N", item_type=positive_int, metavar="N",
+                      help=f"vector dimensions ({preset('N')})")
+    add_list_argument(p, "--density", item_type=fraction, metavar="D",
+                      help=f"nonzeros per rank / N ({preset('density')})")
+    add_list_argument(p, "--pattern", choices=PATTERNS, metavar="PATTERN",
+                      help=f"overlap of the ranks' supports: {', '.join(PATTERNS)} "
+                           f"({preset('pattern')})")
+    add_list_argument(p, "--algorithms", item_type=algorithm_name, default=list(ALGORITHMS),
+                      metavar="ALGORITHM",
+                      help=algorithm_help(f"{DENSE_BASELINE} is always timed as the reference "
+                                          f"(default: all). Choices:"))
+    add_bits_argument(p, what="dense messages, timed as rows '+qB' beside each algorithm's "
+                              "full-precision row,")
     p.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
     p.add_argument("--topk", type=nonnegative_int, metavar="K",
@@ -60,16 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: a newly allocated result each call)")
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    p.add_argument("--reps", type=positive_int, help="timed repetitions per case")
-    p.add_argument("--warmup", type=nonnegative_int, help="untimed repetitions per case")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
+                   help="value type of the vectors")
+    p.add_argument("--reps", type=positive_int,
+                   help=f"timed repetitions per case ({preset('reps')}; --overlap: 7)")
+    p.add_argument("--warmup", type=nonnegative_int,
+                   help=f"untimed repetitions per case ({preset('warmup')})")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of QSGD")
     p.add_argument("--output", help="append one JSON record per row to this file")
     p.add_argument("--kernels", action="store_true",
                    help="benchmark merge-add (allocating, and into a reused workspace) against "
                         "scipy.sparse instead, in a warm and a fresh allocation history "
                         "(one process)")
-    p.add_argument("--overlap", type=float, nargs="+", metavar="COMPUTE_MS",
+    add_list_argument(p, "--overlap", item_type=float, metavar="COMPUTE_MS",
                    help="instead of the sweep: time iallreduce overlapped with this much compute "
                         "(milliseconds; several values allowed), against each alone")
     p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
@@ -174,7 +184,7 @@ def run_sweep(args) -> int:
                 for algorithm in algorithms:
                     cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                            args.nonblocking, reuse_output=args.reuse_output))
-                    if args.bits is not None and _takes_quantizer(algorithm):  # and quantized
+                    if args.bits and _takes_quantizer(algorithm):  # and quantized
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, args.bits,
                                                args.quantize_sparse, args.reuse_output))

@@ -13,7 +13,6 @@ lower index, sorted output) with ``np.argpartition`` on ``|x|`` plus a sort of t
 
 from __future__ import annotations
 
-import argparse
 import time
 
 import numpy as np
@@ -166,11 +165,12 @@ def bench_topk(n: int = 5_000_000, density: float = 0.01, reps: int = 7, dtype=n
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m sparcapps.bench.compress_bench",
-                                     description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=5_000_000, help="values (default 5M)")
-    parser.add_argument("--reps", type=int, default=7, help="repetitions (default 7)")
-    parser.add_argument("--density", type=float, default=0.01, help="TopK density (0.01)")
+    from sparcapps.cli_args import fraction, make_parser, positive_int
+
+    parser = make_parser("sparc-bench-compress", __doc__.splitlines()[0])
+    parser.add_argument("--n", type=positive_int, default=5_000_000, help="values")
+    parser.add_argument("--reps", type=positive_int, default=7, help="repetitions")
+    parser.add_argument("--density", type=fraction, default=0.01, help="TopK density")
     args = parser.parse_args(argv)
     print(f"QSGD, {args.n} float32 values, bucket 1024, max norm (median of {args.reps}, CPU time;"
           f" M val/s before -> now)")

@@ -10,7 +10,6 @@ no overlap at all would give, (comm + compute) / max.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections import defaultdict
@@ -71,10 +70,12 @@ def summarize_overlap(records, tolerance: float = 1.25) -> dict:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m sparcapps.bench.overlap_report",
-                                description=__doc__.split("\n\n")[0])
-    p.add_argument("results", nargs="+")
-    p.add_argument("--tolerance", type=float, default=1.25)
+    from sparcapps.cli_args import make_parser
+
+    p = make_parser("sparc-bench-overlap", __doc__.split("\n\n")[0])
+    p.add_argument("results", nargs="+", metavar="RECORDS.jsonl", help="sparc-bench records")
+    p.add_argument("--tolerance", type=float, default=1.25,
+                   help="a time within this factor of the best counts as a match")
     args = p.parse_args(argv)
     records = read_records_or_exit(args.results)
     s = summarize_overlap(records, args.tolerance)

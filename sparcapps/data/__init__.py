@@ -25,16 +25,40 @@ Stable API (used by the applications)::
 The command line is ``sparc-data`` (:mod:`.cli`).
 """
 
-from .catalog import DatasetInfo, FileEntry, data_home, get_dataset, load_catalog
-from .convert import ConvertResult, convert_libsvm
-from .csrfile import FORMAT, FORMAT_VERSION, CsrWriter
-from .errors import (CatalogError, CatalogNotFoundError, ChecksumError, DataError,
-                     DataFormatError, DownloadError, NotCsrFileError, OutputExistsError,
-                     SameFileError, UnknownDatasetError, UsageError)
-from .fetch import fetch
-from .shards import load_shard, read_attrs, read_rows, shard_range, split_mask
-from .synth import (PRESETS, URL_LIKE, WEBSPAM_LIKE, SynthSpec, make_like, make_url_like,
-                    make_webspam_like, write_libsvm)
+# Names are imported on first use (PEP 562), so that ``sparc-data list`` and the catalog work
+# without the [apps] extra (h5py, scipy) that the readers and writers need.
+_WHERE = {
+    "load_shard": "shards", "read_rows": "shards", "read_attrs": "shards",
+    "shard_range": "shards", "split_mask": "shards",
+    "convert_libsvm": "convert", "ConvertResult": "convert",
+    "CsrWriter": "csrfile", "FORMAT": "csrfile", "FORMAT_VERSION": "csrfile",
+    "make_url_like": "synth", "make_webspam_like": "synth", "make_like": "synth",
+    "SynthSpec": "synth", "URL_LIKE": "synth", "WEBSPAM_LIKE": "synth", "PRESETS": "synth",
+    "write_libsvm": "synth",
+    "fetch": "fetch",
+    "load_catalog": "catalog", "get_dataset": "catalog", "data_home": "catalog",
+    "DatasetInfo": "catalog", "FileEntry": "catalog",
+    **{name: "errors" for name in (
+        "DataError", "DataFormatError", "CatalogError", "UnknownDatasetError", "DownloadError",
+        "ChecksumError", "OutputExistsError", "UsageError", "NotCsrFileError", "SameFileError",
+        "CatalogNotFoundError")},
+}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "load_shard", "read_rows", "read_attrs", "shard_range", "split_mask",

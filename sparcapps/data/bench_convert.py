@@ -11,7 +11,6 @@ cached Numba kernels on a tiny file, so the timing covers the parse of the big f
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -56,14 +55,16 @@ def _run(tool: str, src: Path, out: Path, chunk: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sparcapps.data.bench_convert",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rows", type=int, default=1_000_000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workdir", default="/tmp/sparc-bench-convert")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--chunk-mb", type=float, default=16.0)
-    ap.add_argument("--skip-sklearn", action="store_true")
+    from sparcapps.cli_args import make_parser, positive_int
+
+    ap = make_parser("sparc-data-bench", __doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=positive_int, default=1_000_000, help="rows of the url twin")
+    ap.add_argument("--seed", type=int, default=0, help="generator seed")
+    ap.add_argument("--workdir", default="/tmp/sparc-bench-convert", help="scratch directory")
+    ap.add_argument("--reps", type=positive_int, default=3, help="repetitions")
+    ap.add_argument("--chunk-mb", type=float, default=16.0, help="MiB of text parsed at a time")
+    ap.add_argument("--skip-sklearn", action="store_true",
+                    help="skip scikit-learn's load_svmlight_file")
     args = ap.parse_args(argv)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)

@@ -1,12 +1,15 @@
-"""The data set catalog (``datasets/catalog.toml``) and the data home.
+"""The data set catalog (``catalog.toml``, package data of :mod:`sparcapps.data`) and the
+data home.
 
 Data home (where fetched and converted files go), first that applies: an explicit argument
 (CLI ``--data-home``), the environment variable ``SPARCML_DATA_HOME``, the ``datasets/``
-directory of the source checkout, ``~/.cache/sparcml``. Each data set's files go to
-``DATA_HOME/NAME/``.
+directory of the source checkout when running from one (an editable install), else the
+per-user cache ``$XDG_CACHE_HOME/sparcml`` (``~/.cache/sparcml`` when ``XDG_CACHE_HOME`` is
+unset). Each data set's files go to ``DATA_HOME/NAME/``.
 
-Catalog file, first that applies: an explicit argument (CLI ``--catalog``), the environment
-variable ``SPARCML_CATALOG``, ``datasets/catalog.toml`` of the checkout.
+Catalog, first that applies: an explicit argument (CLI ``--catalog``), the environment
+variable ``SPARCML_CATALOG``, the catalog shipped with the package (read with
+:mod:`importlib.resources`, so it is found in a wheel install too).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ __all__ = ["DatasetInfo", "FileEntry", "load_catalog", "get_dataset", "data_home
 
 HASH_ALGORITHMS = ("sha256", "md5")
 _HEX_LENGTH = {"sha256": 64, "md5": 32}
-_CHECKOUT_DATASETS = Path(__file__).resolve().parents[2] / "datasets"
+_CHECKOUT = Path(__file__).resolve().parents[2]
+_CATALOG_RESOURCE = "catalog.toml"
 
 
 @dataclass(frozen=True)
@@ -62,11 +66,18 @@ class DatasetInfo:
     files: tuple[FileEntry, ...] = field(default_factory=tuple)
 
 
-def catalog_path(path: str | Path | None = None) -> Path:
-    """The catalog file to use (see the module docstring)."""
+def catalog_path(path: str | Path | None = None) -> Path | None:
+    """The catalog file given explicitly or by ``SPARCML_CATALOG``; None for the packaged one."""
     if path is None:
-        path = os.environ.get("SPARCML_CATALOG") or _CHECKOUT_DATASETS / "catalog.toml"
-    return Path(path)
+        path = os.environ.get("SPARCML_CATALOG") or None
+    return None if path is None else Path(path)
+
+
+def _checkout_datasets() -> Path | None:
+    """``datasets/`` of the source checkout this module runs from, else None (a wheel)."""
+    if (_CHECKOUT / "pyproject.toml").is_file() and (_CHECKOUT / "datasets").is_dir():
+        return _CHECKOUT / "datasets"
+    return None
 
 
 def data_home(path: str | Path | None = None) -> Path:
@@ -76,9 +87,12 @@ def data_home(path: str | Path | None = None) -> Path:
     env = os.environ.get("SPARCML_DATA_HOME")
     if env:
         return Path(env)
-    if (_CHECKOUT_DATASETS / "catalog.toml").is_file():
-        return _CHECKOUT_DATASETS
-    return Path.home() / ".cache" / "sparcml"
+    checkout = _checkout_datasets()
+    if checkout is not None:
+        return checkout
+    cache = os.environ.get("XDG_CACHE_HOME")
+    base = Path(cache) if cache and os.path.isabs(cache) else Path.home() / ".cache"
+    return base / "sparcml"
 
 
 def check_plain_name(kind: str, value: str) -> str:
@@ -126,8 +140,15 @@ def load_catalog(path: str | Path | None = None) -> dict[str, DatasetInfo]:
     """Read the catalog: ``{name: DatasetInfo}`` in file order."""
     p = catalog_path(path)
     try:
-        with open(p, "rb") as fh:
-            raw = tomllib.load(fh)
+        if p is None:
+            from importlib.resources import files
+
+            resource = files(__package__) / _CATALOG_RESOURCE
+            p = Path(str(resource))
+            raw = tomllib.loads(resource.read_text(encoding="utf-8"))
+        else:
+            with open(p, "rb") as fh:
+                raw = tomllib.load(fh)
     except FileNotFoundError:
         raise CatalogNotFoundError(f"catalog {p} not found; pass --catalog PATH or set "
                                    "SPARCML_CATALOG") from None

@@ -28,18 +28,27 @@ _COMPRESSED = (".bz2", ".xz", ".gz", ".lzma")
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its errors as one line (``PROG: error: MESSAGE (see PROG --help)``)."""
+    """argparse, with its errors as one line (``PROG: error: MESSAGE (see PROG --help)``), no
+    abbreviated options and defaults shown once (the project's CLI vocabulary)."""
+
+    def __init__(self, *args, **kwargs):
+        from sparcapps.cli_args import HelpFormatter
+
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data-home", metavar="DIR",
-                   help="where fetched and converted files go (default: $SPARCML_DATA_HOME, "
-                        "else datasets/ of the checkout)")
+    from sparcapps.cli_args import add_data_home_argument
+
+    add_data_home_argument(p)
     p.add_argument("--catalog", metavar="TOML",
-                   help="catalog file (default: $SPARCML_CATALOG, else datasets/catalog.toml)")
+                   help="catalog file (default: $SPARCML_CATALOG, else the catalog shipped "
+                        "with sparcapps)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,15 +56,16 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparc-data", description="Data sets for SparCML: catalog, verified fetch, "
         "LIBSVM to HDF5 conversion, synthetic twins.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from sparcapps.cli_args import add_list_argument
 
     p = sub.add_parser("list", help="list the catalog and what is present locally")
     _add_common(p)
 
     p = sub.add_parser("fetch", help="download a data set (resumes, verifies the hash)")
     p.add_argument("name")
-    p.add_argument("--split", action="append", help="only files of this split (repeatable)")
+    add_list_argument(p, "--split", metavar="SPLIT", help="only files of these splits")
     p.add_argument("--retries", type=int, default=3,
-                   help="reconnect this often after a dropped connection (default 3)")
+                   help="reconnect this often after a dropped connection")
     p.add_argument("--timeout", type=float, default=60.0, help="socket timeout, seconds")
     p.add_argument("--no-progress", action="store_true")
     _add_common(p)
@@ -68,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", choices=("auto", "binary", "multiclass", "regression"),
                    default="auto")
     p.add_argument("--chunk-mb", type=float, default=16.0,
-                   help="MiB of text parsed at a time (bounds memory; default 16)")
+                   help="MiB of text parsed at a time (bounds memory)")
     p.add_argument("--compression", choices=("gzip", "lzf", "none"), default="gzip")
     p.add_argument("--compression-level", type=int, default=1)
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
@@ -90,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nnz-per-row", type=float, help="mean nonzeros per row")
     p.add_argument("--zipf", type=float, help="power-law exponent of feature frequencies")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
+    p.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is drawn only on a terminal)")
     _add_common(p)
 
     p = sub.add_parser("info", help="statistics of an HDF5 file, every row checked "
@@ -221,7 +233,8 @@ def _cmd_synth(args) -> int:
             base = rows_full or {"url_like": 2_396_130, "webspam_like": 350_000}.get(
                 spec.name, 100_000)
             rows = max(1, round(base * scale))
-    path = make_like(spec, rows, args.seed, out=args.output, overwrite=args.force)
+    path = make_like(spec, rows, args.seed, out=args.output, overwrite=args.force,
+                     progress=False if args.no_progress else None)
     print(f"{path}: {rows:,} rows like {spec.name}, {spec.n_features:,} features, "
           f"seed {args.seed}")
     return 0

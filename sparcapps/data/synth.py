@@ -174,17 +174,37 @@ def iter_blocks(spec: SynthSpec, rows: int, seed: int = 0
         yield indptr, indices, values.astype(np.float32), y.astype(np.float32)
 
 
+def _progress(blocks: Iterator, rows: int, name: str, progress: bool | None) -> Iterator:
+    """``blocks`` with a tqdm bar of rows on stderr: ``progress`` None draws it only on a
+    terminal, True always, False never."""
+    if progress is False:
+        yield from blocks
+        return
+    import sys
+
+    from tqdm import tqdm
+
+    with tqdm(total=rows, unit="row", unit_scale=True, desc=f"synth {name}", file=sys.stderr,
+              disable=None if progress is None else False, dynamic_ncols=True) as bar:
+        for block in blocks:
+            yield block
+            bar.update(len(block[3]))
+
+
 def make_like(spec: SynthSpec, rows: int, seed: int = 0, *, out: str | Path | None = None,
-              overwrite: bool = False, compression: str = "gzip"):
+              overwrite: bool = False, compression: str = "gzip",
+              progress: bool | None = False):
     """Generate ``rows`` rows like ``spec``.
 
     With ``out=None`` returns ``(X, y)``: ``X`` a float32 ``csr_matrix`` of shape
     ``(rows, spec.n_features)``, ``y`` float32 -1/+1. With ``out`` a path ending in ``.h5`` /
     ``.hdf5`` writes a sparcml-csr file; any other suffix writes LIBSVM text (compressed for
-    ``.gz``, ``.bz2``, ``.xz``). Returns the path then.
+    ``.gz``, ``.bz2``, ``.xz``). Returns the path then. ``progress``: a bar of rows on stderr,
+    None: only on a terminal (the CLIs), False: none.
     """
+    blocks = _progress(iter_blocks(spec, rows, seed), rows, spec.name, progress)
     if out is None:
-        parts = list(iter_blocks(spec, rows, seed))
+        parts = list(blocks)
         if not parts:
             return (sp.csr_matrix((0, spec.n_features), dtype=np.float32),
                     np.zeros(0, np.float32))
@@ -197,12 +217,11 @@ def make_like(spec: SynthSpec, rows: int, seed: int = 0, *, out: str | Path | No
     if out.suffix in (".h5", ".hdf5"):
         with CsrWriter(out, n_features=spec.n_features, compression=compression,
                        overwrite=overwrite) as w:
-            for indptr, indices, values, y in iter_blocks(spec, rows, seed):
+            for indptr, indices, values, y in blocks:
                 w.append(np.diff(indptr), indices, values, y)
             return w.commit(task="binary", index_base=0, source=f"synth:{spec.name}",
                             **attrs)
-    write_libsvm_blocks(out, iter_blocks(spec, rows, seed), decimals=spec.decimals,
-                        overwrite=overwrite)
+    write_libsvm_blocks(out, blocks, decimals=spec.decimals, overwrite=overwrite)
     return out
 
 

@@ -41,13 +41,17 @@ def _mpiexec() -> str:
 def main(argv=None) -> int:
     from sparcapps.records import read_records
 
-    p = argparse.ArgumentParser(prog="python -m sparcapps.deep.accuracy", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nprocs", type=int, default=4)
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--apps", nargs="+", choices=("cnn", "lstm"), default=["cnn", "lstm"])
-    p.add_argument("--configs", nargs="+", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
-                   help="configurations to run (dense_baseline is always run: the reference)")
+    from sparcapps.cli_args import add_list_argument, make_parser, positive_int
+
+    p = make_parser("sparc-deep-accuracy", __doc__)
+    p.add_argument("--nprocs", type=positive_int, default=4, help="ranks of each run")
+    add_list_argument(p, "--seeds", item_type=int, default=[0, 1, 2], metavar="SEED",
+                      help="one run per seed and configuration")
+    add_list_argument(p, "--apps", choices=("cnn", "lstm"), default=["cnn", "lstm"],
+                      metavar="APP", help="cnn, lstm or both")
+    add_list_argument(p, "--configs", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
+                      metavar="CONFIG",
+                      help="configurations to run (dense_baseline is always run: the reference)")
     p.add_argument("--output", default=None, help="records file (JSONL, appended)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = p.parse_args(argv)

@@ -18,7 +18,7 @@ __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "RESUMABLE",
 # 2: the optimizer states of sparcml.torch with compression objects (a memory, not a TopK)
 FORMAT = 2
 # options that may change between a checkpointed run and its resumption
-RESUMABLE = {"epochs", "output", "checkpoint", "checkpoint_every", "resume", "threads",
+RESUMABLE = {"epochs", "output", "checkpoint", "checkpoint_every_epochs", "resume", "threads",
              "no_progress", "data_home"}
 
 

@@ -26,7 +26,7 @@ chunk), ``--global-topk`` (the top-k of the sum over ranks, :func:`sparcml.topk_
 ``--bits`` (QSGD), ``--no-error-feedback``, ``--algorithm``; ``--dense`` is
 ``Compression.none()``, the dense baseline.
 
-Checkpoints (:mod:`sparcapps.deep.checkpoint`; ``--checkpoint-every E`` epochs into
+Checkpoints (:mod:`sparcapps.deep.checkpoint`; ``--checkpoint-every-epochs E`` into
 ``--checkpoint FILE``; ``--resume FILE``): the model, every rank's optimizer state (momentum,
 error-feedback residuals, quantizer RNG), the epoch and the history so far; written by rank 0,
 atomically, loadable with ``torch.load(weights_only=True)``. A resumed run continues bitwise as
@@ -52,6 +52,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .usage import UsageError as _UserError
+from .usage import collectively as _collectively
+from .usage import finished as _finished
 from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
 
 __all__ = ["build_parser", "run_app", "compression_from_args", "ClassifyTask",
@@ -62,36 +65,37 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                  depth: int, lr: float, epochs: int, batch_size: int,
                  momentum: float = 0.9) -> argparse.ArgumentParser:
     from sparcml import DEFAULT_ALGORITHM
-    from sparcml.registry import help_text
 
-    p = argparse.ArgumentParser(prog=prog, description=description,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
+                                    add_data_home_argument, algorithm_help, algorithm_name,
+                                    fraction, make_parser, positive_int)
+
+    p = make_parser(prog, description)
     g = p.add_argument_group("data and model")
     g.add_argument("--dataset", choices=datasets, default=datasets[0],
                    help="digits is bundled with scikit-learn (offline); the others are read "
                         "from the data home (sparc-data fetch NAME)")
-    g.add_argument("--data-home", default=None, help="where fetched data sets live (default: "
-                   "$SPARCML_DATA_HOME or the checkout's datasets/)")
+    add_data_home_argument(g)
     g.add_argument("--width", type=int, default=width, help="model width (channels / hidden "
                    "units); raise it for a model of millions of parameters")
     g.add_argument("--depth", type=int, default=depth, help="layers (conv layers / LSTM "
                    "layers / residual blocks per stage)")
     g = p.add_argument_group("training")
-    g.add_argument("--epochs", type=int, default=epochs)
-    g.add_argument("--batch-size", type=int, default=batch_size, help="per rank")
-    g.add_argument("--lr", type=float, default=lr)
-    g.add_argument("--momentum", type=float, default=momentum)
-    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--epochs", type=positive_int, default=epochs, help="passes over the data")
+    g.add_argument("--batch-size", type=positive_int, default=batch_size,
+                   help="examples per rank per step")
+    g.add_argument("--lr", type=float, default=lr, help="SGD learning rate")
+    g.add_argument("--momentum", type=float, default=momentum, help="SGD momentum")
+    g.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2)")
     g.add_argument("--seed", type=int, default=0, help="model init, data order, rounding")
-    g.add_argument("--threads", type=int, default=1,
+    g.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per rank (ranks usually share the cores)")
     g = p.add_argument_group("communication")
-    g.add_argument("--density", type=float, default=0.01,
+    g.add_argument("--density", type=fraction, default=0.01,
                    help="fraction of each gradient bucket sent (top-k)")
-    g.add_argument("--bits", type=int, choices=(0, 2, 4, 8), default=4,
-                   help="QSGD bits per value sent; 0: full precision")
-    g.add_argument("--algorithm", default=DEFAULT_ALGORITHM,
-                   help="sparcml allreduce algorithm: " + help_text())
+    add_bits_argument(g, what="the values sent")
+    g.add_argument("--algorithm", default=DEFAULT_ALGORITHM, type=algorithm_name,
+                   help=algorithm_help("sparcml allreduce algorithm:"))
     g.add_argument("--no-error-feedback", action="store_true",
                    help="drop what top-k and quantization do not send")
     g.add_argument("--dense", action="store_true",
@@ -108,11 +112,12 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                         "auto lets the cost model choose it or an allreduce per bucket")
     g = p.add_argument_group("output")
     g.add_argument("--output", default=None, help="append the result record to this JSONL file")
-    g.add_argument("--checkpoint", default=None, help="checkpoint file (default: PROG.ckpt)")
-    g.add_argument("--checkpoint-every", type=int, default=0, help="epochs between "
-                   "checkpoints; 0: none")
+    g.add_argument("--checkpoint", default=None, help=f"checkpoint file (default: {prog}.ckpt)")
+    add_checkpoint_every_argument(g, "epochs", help="write a checkpoint every EPOCHS epochs")
     g.add_argument("--resume", default=None, help="continue from this checkpoint file")
-    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is drawn only on a terminal; elsewhere one line "
+                        "per epoch)")
     return p
 
 
@@ -189,7 +194,14 @@ def _run(app, args, make_task) -> int:
         if comm.Get_rank() == 0:
             print(f"{app}: " + "; ".join(problems), file=sys.stderr)
         return 2
-    run = _build(app, args, make_task, comm)
+    try:
+        run = _build(app, args, make_task, comm)
+    except _UserError as exc:  # the same on every rank: one line on rank 0, exit status 2
+        if comm.Get_rank() == 0:
+            print(f"{app}: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    if run.start_epoch >= args.epochs and not run.skip:
+        return _finished(run)
     stopper = StopOnSignal(comm)
     with stopper:
         for epoch in range(run.start_epoch, args.epochs):
@@ -199,7 +211,8 @@ def _run(app, args, make_task) -> int:
                 _stop_inside_epoch(run, epoch, done, stopper)
                 return 128 + stopper.signum
             _record_epoch(run, epoch, done, run.opt.stats.since(before))
-            if args.checkpoint_every and (epoch + 1) % args.checkpoint_every == 0:
+            every = args.checkpoint_every_epochs
+            if every and (epoch + 1) % every == 0:
                 save_checkpoint(run.ckpt_path, comm, app=app, args=args, epoch=epoch + 1,
                                 model=run.model, opt=run.opt, history=run.history,
                                 wall=time.perf_counter() - run.t_start)
@@ -242,7 +255,7 @@ def _build(app, args, make_task, comm) -> _Run:
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    task = make_task(args, comm)
+    task = _collectively(comm, lambda: make_task(args, comm))
     model = task.model
     st.broadcast_parameters(model, comm=comm)
     inner = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
@@ -256,7 +269,11 @@ def _build(app, args, make_task, comm) -> _Run:
                ckpt_path=args.checkpoint or f"{app}.ckpt", env={})
     wall_offset = 0.0
     if args.resume:
-        ckpt = load_checkpoint(args.resume, comm, app=app, args=args)
+        ckpt = _collectively(comm, lambda: load_checkpoint(args.resume, comm, app=app,
+                                                           args=args))
+        if int(ckpt["epoch"]) > args.epochs:
+            raise _UserError(f"{args.resume} has {ckpt['epoch']} epochs, more than --epochs "
+                             f"{args.epochs}")
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizers"][comm.Get_rank()])
         run.history, run.start_epoch = list(ckpt["history"]), int(ckpt["epoch"])

@@ -21,7 +21,6 @@ printed).
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
@@ -38,7 +37,7 @@ def _load(args, comm):
 
     if args.synth:
         path = ensure_synth(args.synth, args.rows, 0, args.features,
-                            args.synth_cache or data_home() / "synth", comm)
+                            args.synth_cache or data_home(args.data_home) / "synth", comm)
     else:
         path = args.data
     Xtr, ytr, _, _ = load_split(path, comm, test_fraction=args.test_fraction, split_seed=0)
@@ -106,28 +105,32 @@ def main(argv=None) -> int:
     import sparcml
     from mpi4py import MPI
 
-    from sparcapps.cli_args import algorithm_help, algorithm_list
+    from sparcapps.cli_args import (add_data_home_argument, add_list_argument, algorithm_help,
+                                    algorithm_name, make_parser, positive_int)
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
-    p = argparse.ArgumentParser(prog="python -m sparcapps.linear.bench",
-                                description=__doc__.split("\n\n")[0])
+    p = make_parser("sparc-linear-bench", __doc__.split("\n\n")[0])
     one = p.add_mutually_exclusive_group(required=True)
-    one.add_argument("--data")
-    one.add_argument("--synth", choices=["url", "webspam"])
-    p.add_argument("--rows", type=int, default=130_000)
-    p.add_argument("--features", type=int)
-    p.add_argument("--synth-cache")
-    p.add_argument("--test-fraction", type=float, default=0.2)
-    p.add_argument("--loss", choices=["log", "hinge"], default="log")
-    p.add_argument("--alpha", type=float, default=1e-4)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=256, help="rows per rank per step")
-    p.add_argument("--algorithms", type=algorithm_list, default=list(sparcml.ALGORITHMS),
-                   help=algorithm_help(f"comma-separated; {sparcml.DENSE_BASELINE} is always "
-                                       f"included as the reference. Choices:"))
+    one.add_argument("--data", metavar="FILE.h5", help="sparcml-csr HDF5 file")
+    one.add_argument("--synth", choices=["url", "webspam"], help="a synthetic twin")
+    p.add_argument("--rows", type=positive_int, default=130_000, help="rows of --synth")
+    p.add_argument("--features", type=positive_int,
+                   help="override the --synth feature count (default: the real data set's)")
+    p.add_argument("--synth-cache", metavar="DIR",
+                   help="where --synth files are kept (default: DATA_HOME/synth)")
+    add_data_home_argument(p)
+    p.add_argument("--test-fraction", type=float, default=0.2, help="rows held out")
+    p.add_argument("--loss", choices=["log", "hinge"], default="log", help="the model")
+    p.add_argument("--alpha", type=float, default=1e-4, help="L2 regularization strength")
+    p.add_argument("--epochs", type=positive_int, default=3, help="passes over the data")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="rows per rank per step")
+    add_list_argument(p, "--algorithms", item_type=algorithm_name,
+                      default=list(sparcml.ALGORITHMS), metavar="ALGORITHM",
+                      help=algorithm_help(f"{sparcml.DENSE_BASELINE} is always included as the "
+                                          f"reference (default: all). Choices:"))
     p.add_argument("--throughput", action="store_true",
                    help="one process: ours against SGDClassifier instead")
-    p.add_argument("--reps", type=int, default=3, help="repetitions of --throughput")
+    p.add_argument("--reps", type=positive_int, default=3, help="repetitions of --throughput")
     p.add_argument("--output", help="append records here")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD

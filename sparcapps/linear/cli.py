@@ -6,7 +6,7 @@ Each rank reads its shard of the training rows; every epoch prints (rank 0) and 
 loss, train and test accuracy, compute and communication seconds, bytes sent and the density of
 the summed gradient. ``--algorithm dense`` is the dense-communication baseline.
 
-Checkpoints: ``--checkpoint-every N`` writes the training state every N *steps* (global
+Checkpoints: ``--checkpoint-every-steps N`` writes the training state every N *steps* (global
 minibatch updates) to ``--checkpoint`` (atomically); ``--resume CKPT`` continues from one and
 ends with the same weights, bit for bit, as an uninterrupted run with the same options.
 ``--stop-after N`` stops after N steps in all (checkpointing first): a planned interruption.
@@ -29,7 +29,9 @@ __all__ = ["main", "logreg_main", "svm_main", "build_parser"]
 def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argparse.ArgumentParser:
     import sparcml
 
-    from sparcapps.cli_args import algorithm_help, algorithm_name
+    from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
+                                    add_data_home_argument, algorithm_help, algorithm_name,
+                                    make_parser, positive_int)
 
     from .data import SYNTH_PRESETS
     from .schedule import SCHEDULES
@@ -38,8 +40,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     if loss is not None:
         desc = {"log": "sparc-logreg: sparse logistic regression (sparc-linear --loss log)",
                 "hinge": "sparc-svm: sparse linear SVM (sparc-linear --loss hinge)"}[loss]
-    p = argparse.ArgumentParser(prog=prog, description=desc,
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = make_parser(prog, desc)
     src = p.add_argument_group("data")
     one = src.add_mutually_exclusive_group(required=True)
     one.add_argument("--data", metavar="FILE.h5",
@@ -51,8 +52,8 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     src.add_argument("--features", type=int,
                      help="override the --synth feature count (default: the real data set's)")
     src.add_argument("--synth-cache", metavar="DIR",
-                     help="where --synth files are kept (default: <data home>/synth, "
-                          "see sparc-data)")
+                     help="where --synth files are kept (default: DATA_HOME/synth)")
+    add_data_home_argument(src)
     src.add_argument("--test-fraction", type=float, default=0.2,
                      help="rows held out for testing (by a hash of the row number)")
     src.add_argument("--split-seed", type=int, default=0, help="seed of the train/test split")
@@ -66,8 +67,8 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     m.add_argument("--eta0", type=float, default=0.01,
                    help="initial rate of constant / invscaling")
     m.add_argument("--power-t", type=float, default=0.5, help="exponent of invscaling")
-    m.add_argument("--epochs", type=int, default=5)
-    m.add_argument("--batch-size", type=int, default=256,
+    m.add_argument("--epochs", type=positive_int, default=5, help="passes over the data")
+    m.add_argument("--batch-size", type=positive_int, default=256,
                    help="rows per rank per step (global batch = batch size x P)")
     m.add_argument("--tol", type=float, help="stop when the loss stops improving by this much")
     m.add_argument("--no-intercept", action="store_true", help="fit no intercept")
@@ -76,8 +77,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     c = p.add_argument_group("communication")
     c.add_argument("--algorithm", default=sparcml.DEFAULT_ALGORITHM, type=algorithm_name,
                    help=algorithm_help("sparcml.allreduce algorithm:"))
-    c.add_argument("--bits", type=int, choices=[2, 4, 8],
-                   help="QSGD-quantize dense messages with this many bits")
+    add_bits_argument(c)
     c.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
     o = p.add_argument_group("output")
@@ -86,12 +86,14 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     o.add_argument("--checkpoint", metavar="FILE.h5",
                    help="checkpoint file (default: MODEL.ckpt.h5 beside --save-model, else "
                         "sparc-linear.ckpt.h5)")
-    o.add_argument("--checkpoint-every", type=int, metavar="STEPS",
-                   help="write a checkpoint every STEPS global steps (and at the end)")
+    add_checkpoint_every_argument(o, "steps", help="write a checkpoint every STEPS global "
+                                                   "steps (and at the end)")
     o.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint")
     o.add_argument("--stop-after", type=int, metavar="STEPS",
                    help="checkpoint and stop after STEPS steps in all (a planned interruption)")
-    o.add_argument("--no-progress", action="store_true", help="no progress bar")
+    o.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is drawn only on a terminal; elsewhere one line "
+                        "per epoch)")
     return p
 
 
@@ -120,20 +122,23 @@ class _Monitor:
         self.engine = None  # the estimator's engine, seen at each step
 
     def _bar(self, engine):
+        """The progress bar (rank 0), created at the first step with the steps done before it
+        (a resumed run's); tqdm draws it only on a terminal (``disable=None``)."""
         if self.bar is None and self.rank == 0 and not self.args.no_progress:
             from tqdm import tqdm
 
             self.bar = tqdm(total=self.args.epochs * engine.plan.steps_per_epoch,
-                            initial=self.done, unit="step", file=sys.stderr, dynamic_ncols=True)
+                            initial=self.done, unit="step", file=sys.stderr, dynamic_ncols=True,
+                            disable=None)
         return self.bar
 
     def on_step(self, est, engine, state) -> bool:
         self.engine = engine
+        bar = self._bar(engine)  # before counting this step: it is the bar's first update
         self.done += 1
-        bar = self._bar(engine)
         if bar is not None:
             bar.update(1)
-        every = self.args.checkpoint_every
+        every = self.args.checkpoint_every_steps
         signalled = self.stopper is not None and self.stopper.poll()  # collective: every step
         stop = signalled or (self.args.stop_after is not None
                              and self.done >= self.args.stop_after)
@@ -160,7 +165,10 @@ class _Monitor:
                     f"{record['compute_seconds']:.2f}s  comm {record['comm_seconds']:.2f}s  "
                     f"sent {record['bytes_sent'] / 2**20:.1f} MiB/rank  density "
                     f"{record['gradient_density']:.2e}")
-            (bar.write if bar is not None else print)(line)
+            if bar is not None and not bar.disable:
+                bar.write(line, file=sys.stdout)
+            else:
+                print(line, flush=True)
         return False
 
     def checkpoint(self, est, engine, state) -> None:
@@ -241,7 +249,7 @@ def run(args, prog: str) -> int:
         if args.synth:
             from sparcapps.data import data_home
 
-            cache = args.synth_cache or (data_home() / "synth")
+            cache = args.synth_cache or (data_home(args.data_home) / "synth")
             path = ensure_synth(args.synth, args.rows, 0, args.features, cache, comm)
         else:
             path = args.data
@@ -284,7 +292,7 @@ def run(args, prog: str) -> int:
                   flush=True)
         # a signalled run did not finish: exit as a shell reports the signal (128 + number)
         return 128 + stopper.signum if stopper.signum else 0
-    if args.checkpoint_every and monitor.engine is not None:
+    if args.checkpoint_every_steps and monitor.engine is not None:
         monitor.checkpoint(est, monitor.engine, est._state)  # the final state
     history = est.history_
     if rank == 0:

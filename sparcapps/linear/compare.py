@@ -13,7 +13,6 @@ over ``--repeats`` seeds (the mean accuracy: 121 test rows make one seed's figur
 
 from __future__ import annotations
 
-import argparse
 import sys
 import tempfile
 import warnings
@@ -94,21 +93,28 @@ def main(argv=None) -> int:
 
     from sparcml import abort_on_error
 
-    p = argparse.ArgumentParser(prog="python -m sparcapps.linear.compare",
-                                description=__doc__.split("\n\n")[0])
+    from sparcapps.cli_args import (add_data_home_argument, add_list_argument, make_parser,
+                                    positive_int)
+
+    p = make_parser("sparc-linear-compare", __doc__.split("\n\n")[0])
     one = p.add_mutually_exclusive_group(required=True)
-    one.add_argument("--data", help="sparcml-csr file")
-    one.add_argument("--synth", choices=["url", "webspam"])
-    one.add_argument("--breast-cancer", action="store_true")
-    p.add_argument("--rows", type=int, default=130_000,
+    one.add_argument("--data", metavar="FILE.h5", help="sparcml-csr file")
+    one.add_argument("--synth", choices=["url", "webspam"], help="a synthetic twin")
+    one.add_argument("--breast-cancer", action="store_true",
+                     help="scikit-learn's breast cancer data, standardized")
+    p.add_argument("--rows", type=positive_int, default=130_000,
                    help="rows of the --synth data set (20%% held out: ~104,000 train)")
-    p.add_argument("--features", type=int)
-    p.add_argument("--synth-cache")
-    p.add_argument("--losses", default="log,hinge")
-    p.add_argument("--alpha", type=float, default=1e-3)
-    p.add_argument("--epochs", type=int, default=5)
-    p.add_argument("--batch-size", type=int, default=256, help="rows per rank per step")
-    p.add_argument("--repeats", type=int, default=1, help="seeds to average over")
+    p.add_argument("--features", type=positive_int,
+                   help="override the --synth feature count (default: the real data set's)")
+    p.add_argument("--synth-cache", metavar="DIR",
+                   help="where --synth files are kept (default: DATA_HOME/synth)")
+    add_data_home_argument(p)
+    add_list_argument(p, "--losses", choices=("log", "hinge"), default=["log", "hinge"],
+                      metavar="LOSS", help="log, hinge or both")
+    p.add_argument("--alpha", type=float, default=1e-3, help="L2 regularization strength")
+    p.add_argument("--epochs", type=positive_int, default=5, help="passes over the data")
+    p.add_argument("--batch-size", type=positive_int, default=256, help="rows per rank per step")
+    p.add_argument("--repeats", type=positive_int, default=1, help="seeds to average over")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     with abort_on_error():
@@ -124,10 +130,10 @@ def main(argv=None) -> int:
             from .data import ensure_synth
 
             path = ensure_synth(args.synth, args.rows, 0, args.features,
-                                args.synth_cache or data_home() / "synth", comm)
+                                args.synth_cache or data_home(args.data_home) / "synth", comm)
         else:
             path = args.data
-        for loss in args.losses.split(","):
+        for loss in args.losses:
             r = compare(path, comm, loss=loss, alpha=args.alpha, epochs=args.epochs,
                         batch_size=args.batch_size, seeds=range(args.repeats))
             if comm.Get_rank() == 0:

@@ -42,7 +42,9 @@ def ensure_synth(name: str, rows: int, seed: int, features: int | None, cache_di
             spec = PRESETS[SYNTH_PRESETS[name]]
             if features is not None:
                 spec = replace(spec, n_features=int(features))
-            make_like(spec, rows, seed, out=path)
+            print(f"writing the synthetic twin {name} ({rows:,} rows, seed {seed}) to {path}",
+                  flush=True)
+            make_like(spec, rows, seed, out=path, progress=None)
         except (OSError, ValueError) as exc:
             error = InputDataError(f"cannot write the synthetic data set {path}: {exc}")
     agree_or_raise(comm, error)

@@ -22,7 +22,7 @@ tiny = ["--no-progress", "--threads", "1", "--data-home", str(d)]
 cnn_args = tiny + ["--width", "4", "--batch-size", "16", "--density", "0.05", "--bits", "4",
                    "--bucket-mb", "0.002"]
 # interrupted after epoch 1, resumed to epoch 3; and the same run uninterrupted
-assert cnn.main(cnn_args + ["--epochs", "1", "--checkpoint-every", "1", "--checkpoint",
+assert cnn.main(cnn_args + ["--epochs", "1", "--checkpoint-every-epochs", "1", "--checkpoint",
                             str(d / "cnn.ckpt"), "--output", str(d / "first.jsonl")]) == 0
 assert cnn.main(cnn_args + ["--epochs", "3", "--resume", str(d / "cnn.ckpt"),
                             "--output", str(d / "resumed.jsonl")]) == 0
@@ -75,6 +75,15 @@ for main, args, at, straight in [(cnn.main, cnn_args + ["--epochs", "3"], 7, "st
 
 # options that cannot go together fail cleanly on every rank (exit status 2, no hang)
 assert cnn.main(tiny + ["--algorithm", "dense", "--bits", "4"]) == 2
+# resuming a finished run says so, exits 0 and appends no second record
+assert cnn.main(cnn_args + ["--epochs", "1", "--resume", str(d / "cnn.ckpt"),
+                            "--output", str(d / "again.jsonl")]) == 0
+assert not (d / "again.jsonl").exists()
+# a data set missing on every rank, then on rank 1 only: one line on rank 0, exit 2, no hang
+nowhere = ["--no-progress", "--threads", "1", "--dataset", "cifar10", "--width", "2",
+           "--depth", "1", "--epochs", "1", "--batch-size", "8"]
+assert cnn.main(nowhere + ["--data-home", str(d / "nowhere")]) == 2
+assert cnn.main(nowhere + ["--data-home", str(d if rank == 0 else d / "nowhere")]) == 2
 MPI.COMM_WORLD.Barrier()
 if MPI.COMM_WORLD.Get_rank() == 0:
     print("DEEP-APPS OK", flush=True)

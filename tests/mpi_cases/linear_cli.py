@@ -48,7 +48,7 @@ def model(name):
 
 
 # uninterrupted, with checkpoints along the way and a record
-run("--save-model", str(d / "full.h5"), "--checkpoint-every", "7", "--checkpoint",
+run("--save-model", str(d / "full.h5"), "--checkpoint-every-steps", "7", "--checkpoint",
     str(d / "full.ckpt.h5"), "--output", str(d / "r.jsonl"))
 full = model("full.h5") if rank == 0 else None
 records, problems = read_records([d / "r.jsonl"])
