@@ -67,6 +67,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(md)
     return 1 if problems and args.strict else 0
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
