@@ -1,0 +1,229 @@
+"""Node-aware (hierarchical) allreduce: reduce in the node, allreduce among leaders, broadcast.
+
+With R ranks per node, a flat algorithm sends every rank's messages over the node's one
+network link, so the link carries R ranks' volume. The node-aware scheme (``hierarchical=True``
+on :func:`sparcml.allreduce` / :func:`sparcml.iallreduce`) sends one stream per node instead:
+
+1. **Node reduce.** The ranks of a node (``comm.Split_type(MPI.COMM_TYPE_SHARED)``) send their
+   whole input, at full precision, to the node's leader (its lowest rank), which sums the R
+   inputs in rank order (one many-way merge; dense when any input is).
+2. **Inter-node allreduce.** The leaders (one sub-communicator, ranks in the order of ``comm``)
+   run the chosen registered algorithm, unchanged, on the node sums: any algorithm of
+   :data:`sparcml.ALGORITHMS`, with the call's quantizer.
+3. **Node broadcast.** Each leader broadcasts the result in its node (``Bcast``): a dense
+   result as its raw values (straight into the receivers' ``out=`` when given), a sparse one
+   as one wire message.
+
+Every rank gets the same result. Its order of addition is: each node's inputs in rank order,
+then the nodes as the inner algorithm adds them; so it equals the flat algorithm's result
+bitwise when every node has one rank, and the rank-order sum when there is one node; otherwise
+it agrees up to float rounding (exactly, for values whose sums are exact).
+
+Placement: nodes need not hold contiguous ranks nor the same number of ranks. The grouping is
+MPI's (``COMM_TYPE_SHARED``) unless the environment variable ``SPARCML_RANKS_PER_NODE=R`` is
+set: then ranks ``[jR, (j+1)R)`` of the communicator form node j (the last node may be
+smaller). That is for trying multi-node paths on one machine (tests, the simulator); every
+rank must set the same value (agreed on, like the other arguments). Layouts are made
+collectively at the first call that needs one and cached on the context
+(:attr:`~sparcml.context.CommContext.subcomms`), freed with it.
+
+Traffic: the node phases' bytes are counted in ``stats.intra_node_bytes`` (a non-leader's
+input to its leader; the leader's broadcast, as ``(R-1)`` times the message, like
+:func:`sparcml.bcast`); the inner algorithm's in ``bytes_sent`` only, so
+``stats.inter_node_bytes`` on a leader is what its node sent over the network.
+
+Quantization: the node phases are lossless (shared memory is not the bottleneck); only the
+inner algorithm's messages are quantized. For error feedback (``sent``), an input that travels
+only inside its node's sum is reported unchanged, as the fold partners of recursive doubling do.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+from . import arith
+from .context import CommContext, TrafficStats
+from .errors import InvalidArgumentError
+from .exchange import as_vector, encode_vector, recv_bytes, send_vector
+from .registry import AUTO
+from .vector import SparseVector
+from .wire import decode
+
+__all__ = ["ENV_RANKS_PER_NODE", "NodeLayout", "forced_ranks_per_node", "hierarchical_code",
+           "check_hierarchical", "layout_for", "run"]
+
+ENV_RANKS_PER_NODE = "SPARCML_RANKS_PER_NODE"
+_TAG_NODE_REDUCE = 31
+_DENSE, _SPARSE = 1, 2  # what the node broadcast carries
+
+
+def forced_ranks_per_node() -> int:
+    """The grouping forced by ``SPARCML_RANKS_PER_NODE`` (0: unset, MPI's grouping)."""
+    text = os.environ.get(ENV_RANKS_PER_NODE, "").strip()
+    if not text:
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidArgumentError(f"{ENV_RANKS_PER_NODE} must be a positive integer (ranks "
+                                   f"per emulated node), got {text!r}; unset it to use MPI's "
+                                   f"grouping by shared memory")
+    return value
+
+
+def check_hierarchical(hierarchical, algorithm) -> object:
+    """The effective option: True, False or ``"auto"``. None (the default) means ``"auto"``
+    when ``algorithm`` is ``"auto"``, else False. Raises :class:`InvalidArgumentError`."""
+    if hierarchical is None:
+        return AUTO if algorithm == AUTO else False
+    if isinstance(hierarchical, (bool, np.bool_)):
+        return bool(hierarchical)
+    if hierarchical == AUTO:
+        return AUTO
+    raise InvalidArgumentError(f"hierarchical must be True, False, {AUTO!r} or None, got "
+                               f"{hierarchical!r}")
+
+
+def hierarchical_code(option) -> int:
+    """The effective option as an integer for agreement (0 False, 1 True, 2 auto)."""
+    return 2 if option == AUTO else int(bool(option))
+
+
+@dataclass
+class NodeLayout:
+    """The node structure of one communicator, the same on every rank.
+
+    ``node``: a context on this rank's node (node rank 0 is the leader); ``leaders``: a context
+    on the leaders' sub-communicator (None on the other ranks); ``nodes``: the number of nodes;
+    ``largest``: ranks on the most populated node; ``sizes``: ranks per node, in leader order.
+    """
+
+    node: CommContext
+    leaders: CommContext | None
+    nodes: int
+    largest: int
+    sizes: tuple
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node.rank == 0
+
+    @property
+    def trivial(self) -> bool:
+        """One rank per node: the hierarchical scheme is the flat one."""
+        return self.largest == 1
+
+    def free(self) -> None:
+        for sub in (self.node, self.leaders):
+            if sub is not None and sub.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+                sub.comm.Free()
+
+
+def layout_for(ctx: CommContext, ranks_per_node: int) -> NodeLayout:
+    """The layout of ``ctx.comm`` (collective at the first call per grouping; cached after).
+    ``ranks_per_node``: 0 for MPI's grouping by shared memory, else the forced grouping."""
+    key = ("nodes", ranks_per_node)
+    layout = ctx.subcomms.get(key)
+    if layout is not None:
+        return layout
+    comm, rank = ctx.comm, ctx.rank
+    if ranks_per_node:
+        node_comm = comm.Split(rank // ranks_per_node, rank)
+    else:
+        node_comm = comm.Split_type(MPI.COMM_TYPE_SHARED, rank)
+    leader = node_comm.Get_rank() == 0
+    leaders_comm = comm.Split(0 if leader else MPI.UNDEFINED, rank)
+    facts = comm.allgather((leader, node_comm.Get_size()))
+    sizes = tuple(size for is_leader, size in facts if is_leader)
+
+    def sub(c):  # the parent's waiter and workspace: a sub-context never runs concurrently
+        return CommContext(c, c.Get_rank(), c.Get_size(), ctx.waiter, workspace=ctx.workspace)
+
+    layout = NodeLayout(sub(node_comm), sub(leaders_comm) if leader else None, len(sizes),
+                        max(sizes), sizes)
+    ctx.subcomms[key] = layout
+    return layout
+
+
+def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stats: TrafficStats,
+        codec, out=None, sent=None) -> SparseVector:
+    """One node-aware allreduce with the inner algorithm ``record`` (a registry record).
+
+    Called on every rank of ``ctx`` after the agreement, with ``vec`` as the entry point hands
+    it to a flat algorithm (normalized unless ``record.writes_out``). Returns the same sum on
+    every rank (see the module docstring); a dense result is written into ``out`` when given.
+    """
+    node = layout.node
+    intra = TrafficStats()
+    total = vec
+    if node.size > 1:
+        if sent is not None:
+            sent.append(arith.as_part(vec))
+            sent = None
+        if layout.is_leader:
+            total = _node_reduce(node, vec, codec)
+        else:
+            send_vector(node, vec, 0, _TAG_NODE_REDUCE, intra, codec.lossless())
+    result = None
+    if layout.is_leader:
+        if layout.nodes > 1:
+            inner_out = out if record.writes_out else None
+            given = total if record.writes_out else arith.normalize(total, codec)
+            result = record.run(layout.leaders, given, stats=stats, codec=codec, out=inner_out,
+                                sent=sent)
+        elif record.writes_out and not total.is_dense:
+            result = SparseVector._trusted(vec.dim, None, total.to_dense())
+        else:
+            result = arith.normalize(total, codec)
+    if node.size > 1:
+        result = _node_bcast(node, result, vec, out, intra, codec)
+    stats.bytes_sent += intra.bytes_sent
+    stats.intra_node_bytes += intra.bytes_sent
+    stats.messages += intra.messages
+    stats.dense_messages += intra.dense_messages
+    return result
+
+
+def _node_reduce(node: CommContext, vec: SparseVector, codec) -> SparseVector:
+    """On the leader: its input plus the node's others, in node-rank order."""
+    parts = [None] * node.size
+    parts[0] = arith.as_part(vec)
+    status = MPI.Status()
+    for _ in range(node.size - 1):
+        buf, source = recv_bytes(node, MPI.ANY_SOURCE, _TAG_NODE_REDUCE, status)
+        parts[source] = decode(buf)
+    folded = arith.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
+    return as_vector(folded, vec.dim)
+
+
+def _node_bcast(node: CommContext, result, vec: SparseVector, out, intra: TrafficStats,
+                codec) -> SparseVector:
+    """The leader's result on every rank of the node (dense values raw, sparse as a message)."""
+    head = np.zeros(2, np.int64)
+    buf = None
+    if node.rank == 0:
+        if result.is_dense:
+            head[:] = (_DENSE, result.values.nbytes)
+        else:
+            buf, _ = encode_vector(result, codec.lossless())
+            head[:] = (_SPARSE, buf.nbytes)
+    node.waiter.collective(node.comm, "Bcast", head, 0)
+    kind, nbytes = int(head[0]), int(head[1])
+    if node.rank == 0:
+        intra.add_message(nbytes * (node.size - 1), kind == _DENSE)
+        data = result.values if kind == _DENSE else buf
+        node.waiter.collective(node.comm, "Bcast", [data.view(np.uint8), MPI.BYTE], 0)
+        return result
+    if kind == _DENSE:
+        values = out if out is not None else np.empty(vec.dim, vec.dtype)
+        node.waiter.collective(node.comm, "Bcast", [values.view(np.uint8), MPI.BYTE], 0)
+        return SparseVector._trusted(vec.dim, None, values)
+    buf = np.empty(nbytes, np.uint8)
+    node.waiter.collective(node.comm, "Bcast", [buf, MPI.BYTE], 0)
+    return as_vector(decode(buf), vec.dim)
