@@ -36,3 +36,26 @@ def test_the_model_prefers_node_aware_where_the_node_link_is_shared():
     slow_node = CostModel(beta=link, beta_node=100 * link).predict_hierarchical(
         name, P=4, nodes=1, ranks_per_node=4, **shape)
     assert 0 < one_node < slow_node
+
+
+def test_bench_times_each_algorithm_flat_and_node_aware_side_by_side(tmp_path):
+    import json
+
+    out = tmp_path / "hier.jsonl"
+    proc = run_mpi(4, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",
+                            "--density", "0.01", "--pattern", "overlap", "--algorithms",
+                            "ssar_split_allgather", "--hierarchical", "--reps", "2", "--no-model",
+                            "--output", str(out)], timeout=120,
+                   env={"SPARCML_RANKS_PER_NODE": "2"})
+    assert "node-aware (2 node(s) of 2/2 ranks, 2 per node forced)" in proc.stdout, proc.stdout
+    assert "ssar_split_allgather+h" in proc.stdout
+    assert "node-aware speedup over flat (flat / +h median): ssar_split_allgather" in proc.stdout
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    by_kind = {(r["algorithm"], r["metrics"]["hierarchical"]): r for r in records}
+    assert set(by_kind) == {("dense", False), ("ssar_split_allgather", False),
+                            ("ssar_split_allgather", True)}
+    hier = by_kind[("ssar_split_allgather", True)]
+    assert hier["metrics"]["speedup_over_flat"] > 0
+    # the leaders send less over the network than the flat algorithm's ranks
+    flat = by_kind[("ssar_split_allgather", False)]
+    assert hier["bytes"]["inter_node_per_rank_max"] < flat["bytes"]["inter_node_per_rank_max"]

@@ -33,6 +33,7 @@ class BenchCase:
     bits: int | None = None         # QSGD bits for quantized messages (None: full precision)
     quantize_sparse: bool = False
     reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
+    hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -56,7 +57,7 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
         quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits,
                                                                seed=[seed, rank])
         options = {"algorithm": case.algorithm, "quantizer": quantizer,
-                   "quantize_sparse": case.quantize_sparse}
+                   "quantize_sparse": case.quantize_sparse, "hierarchical": case.hierarchical}
         if case.reuse_output:
             options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
 
@@ -86,23 +87,27 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
 
 def _describe(case, comm, times, stats, result, k_max, model) -> dict:
     sent = comm.allgather(stats.bytes_sent)
+    inter = comm.allgather(stats.inter_node_bytes)
     result_nnz = result.count_nonzero() if result.is_dense else result.nnz
     out = {
         "timings": {"allreduce": summarize(times)},
         "bytes": {"sent_per_rank_max": int(max(sent)), "sent_per_rank_mean": float(np.mean(sent)),
+                  "inter_node_per_rank_max": int(max(inter)),
                   "input_nnz_max": int(k_max), "messages": stats.messages,
                   "dense_messages": stats.dense_messages},
         "result": {"nnz": int(result_nnz), "dense": bool(result.is_dense),
                    "density": result_nnz / case.N if case.N else 0.0},
         "ran": stats.algorithm,
+        "hierarchical": bool(stats.hierarchical),
     }
     if model is not None:
         size = comm.Get_size()
         s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
         refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
         out["model"] = {
-            "predicted_s": model.predict(stats.algorithm, P=size, N=case.N, k=k_max,
-                                         K=result_nnz, s_idx=s_idx, s_val=s_val),
+            "predicted_s": None if stats.hierarchical else model.predict(
+                stats.algorithm, P=size, N=case.N, k=k_max, K=result_nnz, s_idx=s_idx,
+                s_val=s_val),
             "floor_bytes": refs["floor_bytes"], "rs_ag_bytes": refs["rs_ag_bytes"],
             "floor_s": refs["floor_bytes"] * model.beta,
             "rs_ag_s": refs["rs_ag_bytes"] * model.beta,

@@ -67,8 +67,8 @@ def same_everywhere(vec):
     return all(x == mine for x in comm.allgather(mine))
 
 
-INPUTS = ((997, 0.01, np.float32, True), (997, 0.01, np.float64, False),
-          (997, 0.7, np.float32, False), (997, 0.7, np.float64, True),
+# a sparse result of integers (exact), a dense result of random floats, a sparse one of floats
+INPUTS = ((997, 0.01, np.float32, True), (997, 0.7, np.float64, False),
           (4099, 0.002, np.float32, False))
 
 
@@ -81,7 +81,8 @@ def check_grouping(R, with_auto):
     nodes = groups(R)
     my_node = next(n for n in nodes if rank in n)
     leader = my_node[0] == rank
-    for dim, density, dtype, integer in INPUTS:
+    trivial = all(len(n) == 1 for n in nodes)
+    for dim, density, dtype, integer in INPUTS[:1] if trivial else INPUTS:
         seed = zlib.crc32(repr((R, dim, density, str(dtype), integer)).encode())
         vec = inputs(dim, density, dtype, integer, seed)
         dense_all = comm.allgather(vec.to_dense())
@@ -100,19 +101,15 @@ def check_grouping(R, with_auto):
             g = got.to_dense()
             if integer:
                 assert np.array_equal(g, exact.astype(dtype)), tag
-            trivial = all(len(n) == 1 for n in nodes)
-            if trivial:  # one rank per node: the flat algorithm itself
+            if trivial:  # one rank per node: the flat algorithm itself, bit for bit
                 assert not stats.hierarchical, tag
                 assert g.tobytes() == flat.to_dense().tobytes(), tag
                 assert got.is_dense == flat.is_dense, tag
             else:
                 assert stats.hierarchical and stats.algorithm == algorithm, tag
-            if trivial or len(nodes) == 1 or algorithm in ORDERED:
-                want = exact.astype(dtype) if trivial and algorithm not in ORDERED \
-                    else nested
-                if not (trivial and algorithm not in ORDERED):
-                    assert g.tobytes() == want.tobytes(), f"{tag} not bitwise"
-            else:
+            if len(nodes) == 1 or algorithm in ORDERED:  # the same order of addition
+                assert g.tobytes() == nested.tobytes(), f"{tag} not bitwise"
+            else:  # butterfly order (recursive doubling) or MPI's (dense)
                 tol = 1e-5 if dtype == np.float32 else 1e-12
                 assert np.allclose(g, exact, rtol=tol, atol=tol * P), tag
             if algorithm in ("dense", "dsar_split_allgather"):
@@ -131,7 +128,7 @@ def check_grouping(R, with_auto):
             assert buffer.tobytes() == g.tobytes(), f"{tag} out= differs"
             cases += 1
         # non-blocking: the same bits as the blocking call, out= too
-        for algorithm in (ALL[0], "dsar_split_allgather"):
+        for algorithm in (ALL[0], "dsar_split_allgather") if density == INPUTS[0][1] else ():
             want = sparcml.allreduce(vec, algorithm=algorithm, hierarchical=True)
             buffer = np.full(dim, np.nan, dtype)
             req = sparcml.iallreduce(vec, algorithm=algorithm, hierarchical=True)
