@@ -115,7 +115,8 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     fold of recursive doubling) it is the input unchanged.
     """
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
-              "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1}
+              "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1,
+              "node shm": -1}
     nnz = seed = 0
     record = None
     option = False
@@ -125,6 +126,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         fields["hierarchical"] = node_aware.hierarchical_code(option)
         forced = fields["ranks per node"] = node_aware.forced_ranks_per_node() \
             if option is not False else 0
+        fields["node shm"] = node_aware.node_shm_wanted()
         fields["algorithm"] = algorithm_code(algorithm)
         fields["quantizer"] = quantizer_code(quantizer)
         fields["quantize_sparse"] = int(bool(quantize_sparse))
@@ -169,7 +171,8 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         if node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
             result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,
-                                    out=out, sent=sent)
+                                    nnz_max=nnz_max, out=out, sent=sent,
+                                    shm=bool(fields["node shm"]))
         elif record.writes_out:
             result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
         else:

@@ -10,9 +10,17 @@ on :func:`sparcml.allreduce` / :func:`sparcml.iallreduce`) sends one stream per 
 2. **Inter-node allreduce.** The leaders (one sub-communicator, ranks in the order of ``comm``)
    run the chosen registered algorithm, unchanged, on the node sums: any algorithm of
    :data:`sparcml.ALGORITHMS`, with the call's quantizer.
-3. **Node broadcast.** Each leader broadcasts the result in its node (``Bcast``): a dense
-   result as its raw values (straight into the receivers' ``out=`` when given), a sparse one
-   as one wire message.
+3. **Node broadcast.** Each leader broadcasts the result in its node: a dense result as its
+   raw values (straight into the receivers' ``out=`` when given), a sparse one as one wire
+   message.
+
+Node transport: on a real MPI communicator the node phases go through one shared-memory
+window per node (``MPI.Win.Allocate_shared``, a slot per node rank, grown as needed): each rank
+writes its message into its slot, a node barrier, the leader reads the slots in place (and
+the same backwards for the result), which avoids MPI's chunked shared-memory copies and their
+polling. Elsewhere (``SPARCML_NODE_SHM=0``, or a communicator that is not an
+``MPI.Intracomm``, such as :mod:`sparcml.sim`'s) they are point-to-point messages to the
+leader and a ``Bcast``. Both give the same bits.
 
 Every rank gets the same result. Its order of addition is: each node's inputs in rank order,
 then the nodes as the inner algorithm adds them; so it equals the flat algorithm's result
@@ -51,12 +59,13 @@ from .errors import InvalidArgumentError
 from .exchange import as_vector, encode_vector, recv_bytes, send_vector
 from .registry import AUTO
 from .vector import SparseVector
-from .wire import decode
+from .wire import HEADER_SIZE, decode
 
-__all__ = ["ENV_RANKS_PER_NODE", "NodeLayout", "forced_ranks_per_node", "hierarchical_code",
-           "check_hierarchical", "layout_for", "run"]
+__all__ = ["ENV_RANKS_PER_NODE", "ENV_NODE_SHM", "NodeLayout", "forced_ranks_per_node",
+           "node_shm_wanted", "hierarchical_code", "check_hierarchical", "layout_for", "run"]
 
 ENV_RANKS_PER_NODE = "SPARCML_RANKS_PER_NODE"
+ENV_NODE_SHM = "SPARCML_NODE_SHM"
 _TAG_NODE_REDUCE = 31
 _DENSE, _SPARSE = 1, 2  # what the node broadcast carries
 
@@ -75,6 +84,11 @@ def forced_ranks_per_node() -> int:
                                    f"per emulated node), got {text!r}; unset it to use MPI's "
                                    f"grouping by shared memory")
     return value
+
+
+def node_shm_wanted() -> int:
+    """1 unless ``SPARCML_NODE_SHM=0`` asks for point-to-point node phases (agreed on)."""
+    return 0 if os.environ.get(ENV_NODE_SHM, "1").strip() == "0" else 1
 
 
 def check_hierarchical(hierarchical, algorithm) -> object:
@@ -109,6 +123,7 @@ class NodeLayout:
     nodes: int
     largest: int
     sizes: tuple
+    slots: "_SharedSlots | None" = None
 
     @property
     def is_leader(self) -> bool:
@@ -120,6 +135,8 @@ class NodeLayout:
         return self.largest == 1
 
     def free(self) -> None:
+        if self.slots is not None and not MPI.Is_finalized():
+            self.slots.free()
         for sub in (self.node, self.leaders):
             if sub is not None and sub.comm != MPI.COMM_NULL and not MPI.Is_finalized():
                 sub.comm.Free()
@@ -147,26 +164,38 @@ def layout_for(ctx: CommContext, ranks_per_node: int) -> NodeLayout:
 
     layout = NodeLayout(sub(node_comm), sub(leaders_comm) if leader else None, len(sizes),
                         max(sizes), sizes)
+    if isinstance(node_comm, MPI.Intracomm) and node_comm.Get_size() > 1:
+        layout.slots = _SharedSlots()
     ctx.subcomms[key] = layout
     return layout
 
 
 def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stats: TrafficStats,
-        codec, out=None, sent=None) -> SparseVector:
+        codec, nnz_max: int, out=None, sent=None, shm: bool = True) -> SparseVector:
     """One node-aware allreduce with the inner algorithm ``record`` (a registry record).
 
     Called on every rank of ``ctx`` after the agreement, with ``vec`` as the entry point hands
     it to a flat algorithm (normalized unless ``record.writes_out``). Returns the same sum on
     every rank (see the module docstring); a dense result is written into ``out`` when given.
+    ``nnz_max``: the largest input nnz over the ranks (agreed; it sizes the shared window).
+    ``shm``: the node phases through the shared-memory window where there is one (the same
+    value on every rank).
     """
     node = layout.node
+    slots = layout.slots if shm else None
     intra = TrafficStats()
     total = vec
     if node.size > 1:
         if sent is not None:
             sent.append(arith.as_part(vec))
             sent = None
-        if layout.is_leader:
+        if slots is not None:
+            # any result: dense from the algorithms that write out=, else at most P nnz_max items
+            result_bytes = _bound(vec.dim if record.writes_out else ctx.size * nnz_max,
+                                  vec.dim, codec)
+            slots.ensure(node, result_bytes, _bound(nnz_max, vec.dim, codec))
+            total = _node_reduce_shared(node, slots, vec, codec, intra)
+        elif layout.is_leader:
             total = _node_reduce(node, vec, codec)
         else:
             send_vector(node, vec, 0, _TAG_NODE_REDUCE, intra, codec.lossless())
@@ -181,7 +210,9 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
             result = SparseVector._trusted(vec.dim, None, total.to_dense())
         else:
             result = arith.normalize(total, codec)
-    if node.size > 1:
+    if node.size > 1 and slots is not None:
+        result = _bcast_shared(node, slots, result, vec, out, intra, codec)
+    elif node.size > 1:
         result = _node_bcast(node, result, vec, out, intra, codec)
     stats.bytes_sent += intra.bytes_sent
     stats.intra_node_bytes += intra.bytes_sent
@@ -227,3 +258,100 @@ def _node_bcast(node: CommContext, result, vec: SparseVector, out, intra: Traffi
     buf = np.empty(nbytes, np.uint8)
     node.waiter.collective(node.comm, "Bcast", [buf, MPI.BYTE], 0)
     return as_vector(decode(buf), vec.dim)
+
+
+def _bound(items: int, dim: int, codec) -> int:
+    """Bytes that bound a lossless message of at most ``items`` entries of ``[0, dim)``: the
+    encoder sends the smaller of the sparse and the dense form (DESIGN 3.2)."""
+    s_idx, s_val = codec.index_dtype.itemsize, codec.value_dtype.itemsize
+    items = min(items, dim)
+    sparse = HEADER_SIZE + 2 * 8 + items * (s_idx + s_val)
+    dense = HEADER_SIZE + 8 + dim * s_val
+    return min(sparse, dense) + 16
+
+
+class _SharedSlots:
+    """A shared-memory window on a node: a slot per node rank, the leader's (which carries the
+    result) sized for any result, the others' for any input.
+
+    Sizes come from agreed quantities (dim, dtypes, the largest input nnz), so every node rank
+    grows the window at the same call without exchanging sizes. A slot is written only by its
+    owner and read by the others after a node barrier; every call's node phases start with a
+    barrier of their own, so no slot is rewritten while another rank still reads it.
+    """
+
+    _HEAD = 16  # the leader's slot: (kind, bytes) of the result, then the result
+
+    def __init__(self):
+        self.win = None
+        self.sizes = (0, 0)  # (leader's slot, the others')
+        self.views: list[np.ndarray] = []
+
+    def ensure(self, node: CommContext, leader_bytes: int, other_bytes: int) -> None:
+        leader_bytes += self._HEAD
+        if leader_bytes <= self.sizes[0] and other_bytes <= self.sizes[1]:
+            return
+        old = self.sizes
+        self.free()
+        grow = [(max(need, int(have * 1.25), 1 << 12) + 7) & ~7
+                for need, have in zip((leader_bytes, other_bytes), old)]
+        mine = grow[0] if node.rank == 0 else grow[1]
+        win = MPI.Win.Allocate_shared(mine, 1, comm=node.comm)
+        win.Lock_all(MPI.MODE_NOCHECK)
+        self.views = []
+        for r in range(node.size):
+            mem, _ = win.Shared_query(r)
+            self.views.append(np.frombuffer(mem, np.uint8, count=grow[0] if r == 0 else grow[1]))
+        self.win, self.sizes = win, (grow[0], grow[1])
+
+    def barrier(self, node: CommContext) -> None:
+        """Make every slot's writes visible to the node's ranks (collective on the node)."""
+        self.win.Sync()
+        node.waiter.collective(node.comm, "Barrier")
+        self.win.Sync()
+
+    def free(self) -> None:
+        if self.win is not None:
+            self.views = []
+            self.win.Unlock_all()
+            self.win.Free()
+            self.win, self.sizes = None, (0, 0)
+
+
+def _node_reduce_shared(node: CommContext, slots: _SharedSlots, vec: SparseVector, codec,
+                        intra: TrafficStats) -> SparseVector:
+    """The node reduce through the window: on the leader, the node's sum (rank order)."""
+    if node.rank != 0:
+        buf, dense = encode_vector(vec, codec.lossless())
+        slots.views[node.rank][:buf.nbytes] = buf
+        intra.add_message(buf.nbytes, dense)
+    slots.barrier(node)
+    if node.rank != 0:
+        return vec
+    parts = [arith.as_part(vec)] + [decode(slots.views[r]) for r in range(1, node.size)]
+    folded = arith.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
+    return as_vector(folded, vec.dim)  # fresh arrays: a fold of two or more parts
+
+
+def _bcast_shared(node, slots, result, vec, out, intra, codec) -> SparseVector:
+    """The leader's result on the node's ranks through the leader's slot (one barrier)."""
+    head = _SharedSlots._HEAD
+    leader = slots.views[0]
+    if node.rank == 0:
+        if result.is_dense:
+            kind, data = _DENSE, result.values.view(np.uint8)
+        else:
+            kind, data = _SPARSE, encode_vector(result, codec.lossless())[0]
+        leader[:head].view(np.int64)[:] = (kind, data.nbytes)
+        leader[head:head + data.nbytes] = data
+        intra.add_message(data.nbytes * (node.size - 1), kind == _DENSE)
+    slots.barrier(node)
+    if node.rank == 0:
+        return result
+    kind, nbytes = (int(x) for x in leader[:head].view(np.int64))
+    data = leader[head:head + nbytes]
+    if kind == _DENSE:
+        values = out if out is not None else np.empty(vec.dim, vec.dtype)
+        values.view(np.uint8)[:] = data
+        return SparseVector._trusted(vec.dim, None, values)
+    return as_vector(decode(data.copy()), vec.dim)

@@ -1,6 +1,7 @@
 """The node-aware allreduce (``hierarchical=``) against the flat sum, on any P.
 
-Run with ``python -m mpi4py``; rank 0 prints ``HIERARCHICAL <n> OK``. Groupings: MPI's own
+Run with ``python -m mpi4py``; rank 0 prints ``HIERARCHICAL <n> OK``. Node phases through the
+shared-memory window, and once as messages (``SPARCML_NODE_SHM=0``). Groupings: MPI's own
 (one node on this machine) and ``SPARCML_RANKS_PER_NODE`` = 1, 2, 3 (uneven last nodes, e.g.
 P = 5 with 2 per node). For each: every registered inner algorithm, sparse and dense results,
 integer values (exact: equal to the dense sum) and random floats, ``out=``, ``iallreduce``.
@@ -24,7 +25,7 @@ import sparcml
 from sparcml import SparseVector
 from sparcml.entry import allreduce_in
 from sparcml.context import context_for
-from sparcml.hierarchical import ENV_RANKS_PER_NODE
+from sparcml.hierarchical import ENV_NODE_SHM, ENV_RANKS_PER_NODE
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -227,6 +228,11 @@ def check_freed_with_the_communicator():
 GROUPINGS = [None] + [R for R in (1, 2, 3) if R < P]
 for R in GROUPINGS:
     check_grouping(R, with_auto=R == (2 if 2 in GROUPINGS else None))
+# the node phases as point-to-point messages and a Bcast (what sparcml.sim runs), not through
+# the shared-memory window: the same checks
+os.environ[ENV_NODE_SHM] = "0"
+check_grouping(GROUPINGS[-1], with_auto=False)
+os.environ.pop(ENV_NODE_SHM)
 if P > 1:
     check_errors()
 check_freed_with_the_communicator()
