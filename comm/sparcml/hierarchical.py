@@ -47,7 +47,9 @@ only inside its node's sum is reported unchanged, as the fold partners of recurs
 
 from __future__ import annotations
 
+import atexit
 import os
+import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -286,6 +288,8 @@ class _SharedSlots:
         self.win = None
         self.sizes = (0, 0)  # (leader's slot, the others')
         self.views: list[np.ndarray] = []
+        if threading.current_thread() is threading.main_thread():
+            _remember(self)
 
     def ensure(self, node: CommContext, leader_bytes: int, other_bytes: int) -> None:
         leader_bytes += self._HEAD
@@ -316,6 +320,27 @@ class _SharedSlots:
             self.win.Unlock_all()
             self.win.Free()
             self.win, self.sizes = None, (0, 0)
+
+
+_MAIN_THREAD_SLOTS: list[_SharedSlots] = []
+
+
+def _remember(slots: _SharedSlots) -> None:
+    """Windows must be freed before MPI_Finalize (MPICH's ofi netmod fails to close its fabric
+    otherwise), and COMM_WORLD's attributes, where the contexts live, are never deleted. So
+    the main thread's windows are freed at exit, in the order they were made, which is the
+    same on every rank (Win_free is collective); a non-blocking engine's thread frees its own
+    when it closes (also at exit, before finalize)."""
+    if not _MAIN_THREAD_SLOTS:
+        atexit.register(_free_main_thread_windows)
+    _MAIN_THREAD_SLOTS.append(slots)
+
+
+def _free_main_thread_windows() -> None:
+    if MPI.Is_finalized():
+        return
+    for slots in _MAIN_THREAD_SLOTS:
+        slots.free()
 
 
 def _node_reduce_shared(node: CommContext, slots: _SharedSlots, vec: SparseVector, codec,
