@@ -42,7 +42,7 @@ def test_bench_times_each_algorithm_flat_and_node_aware_side_by_side(tmp_path):
     import json
 
     out = tmp_path / "hier.jsonl"
-    proc = run_mpi(4, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",
+    proc = run_mpi(4, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "16384",
                             "--density", "0.01", "--pattern", "overlap", "--algorithms",
                             "ssar_split_allgather", "--hierarchical", "--reps", "2", "--no-model",
                             "--output", str(out)], timeout=120,

@@ -73,7 +73,7 @@ INPUTS = ((997, 0.01, np.float32, True), (997, 0.7, np.float64, False),
           (4099, 0.002, np.float32, False))
 
 
-def check_grouping(R, with_auto):
+def check_grouping(R, with_auto, inputs_used=INPUTS):
     global cases
     if R is None:
         os.environ.pop(ENV_RANKS_PER_NODE, None)
@@ -83,7 +83,7 @@ def check_grouping(R, with_auto):
     my_node = next(n for n in nodes if rank in n)
     leader = my_node[0] == rank
     trivial = all(len(n) == 1 for n in nodes)
-    for dim, density, dtype, integer in INPUTS[:1] if trivial else INPUTS:
+    for dim, density, dtype, integer in inputs_used[:1] if trivial else inputs_used:
         seed = zlib.crc32(repr((R, dim, density, str(dtype), integer)).encode())
         vec = inputs(dim, density, dtype, integer, seed)
         dense_all = comm.allgather(vec.to_dense())
@@ -224,14 +224,15 @@ def check_freed_with_the_communicator():
     cases += 1
 
 
-# forced groupings that differ from one node; auto (calibrations) and quantizer once, at R = 2
+# forced groupings that differ from one node
 GROUPINGS = [None] + [R for R in (1, 2, 3) if R < P]
+# auto (calibrations) and the quantizer in two of the jobs: P = 3 (nodes of 2 and 1), P = 6
 for R in GROUPINGS:
-    check_grouping(R, with_auto=R == (2 if 2 in GROUPINGS else None))
+    check_grouping(R, with_auto=P in (3, 6) and R == 2)
 # the node phases as point-to-point messages and a Bcast (what sparcml.sim runs), not through
 # the shared-memory window: the same checks
 os.environ[ENV_NODE_SHM] = "0"
-check_grouping(GROUPINGS[-1], with_auto=False)
+check_grouping(GROUPINGS[-1], with_auto=False, inputs_used=INPUTS[:2])
 os.environ.pop(ENV_NODE_SHM)
 if P > 1:
     check_errors()
