@@ -200,7 +200,7 @@ def run_sweep(args) -> int:
                     name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
                     if case.bits:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
-                    if case.hierarchical:
+                    if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
                         name += "+h"
                     m = out.get("model")
                     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
