@@ -226,7 +226,7 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     useful = layout is not None and layout.nodes > 1 and not layout.trivial
     if option is False or not useful or (fixed and option is True):
         name = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run)
-        return name, bool(option) and layout is not None and not layout.trivial
+        return name, option is True and layout is not None and not layout.trivial
     q = ctx.history.get(("overlap", vec.dim), 1.0)
     key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
            vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)

@@ -192,10 +192,13 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
             sent.append(arith.as_part(vec))
             sent = None
         if slots is not None:
-            # any result: dense from the algorithms that write out=, else at most P nnz_max items
-            result_bytes = _bound(vec.dim if record.writes_out else ctx.size * nnz_max,
-                                  vec.dim, codec)
-            slots.ensure(node, result_bytes, _bound(nnz_max, vec.dim, codec))
+            # any input, any result: dense from the algorithms that write out=, else at most
+            # P nnz_max items; quantized sparse values make the rule densify earlier than the
+            # lossless node messages would, so then everything may be dense
+            early = codec.quantize_sparse
+            result_items = vec.dim if record.writes_out or early else ctx.size * nnz_max
+            slots.ensure(node, _bound(result_items, vec.dim, codec),
+                         _bound(vec.dim if early else nnz_max, vec.dim, codec))
             total = _node_reduce_shared(node, slots, vec, codec, intra)
         elif layout.is_leader:
             total = _node_reduce(node, vec, codec)

@@ -100,14 +100,13 @@ def _describe(case, comm, times, stats, result, k_max, model) -> dict:
         "ran": stats.algorithm,
         "hierarchical": bool(stats.hierarchical),
     }
-    if model is not None:
+    if model is not None and not stats.hierarchical:  # the flat model says nothing of it
         size = comm.Get_size()
         s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
         refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
         out["model"] = {
-            "predicted_s": None if stats.hierarchical else model.predict(
-                stats.algorithm, P=size, N=case.N, k=k_max, K=result_nnz, s_idx=s_idx,
-                s_val=s_val),
+            "predicted_s": model.predict(stats.algorithm, P=size, N=case.N, k=k_max,
+                                         K=result_nnz, s_idx=s_idx, s_val=s_val),
             "floor_bytes": refs["floor_bytes"], "rs_ag_bytes": refs["rs_ag_bytes"],
             "floor_s": refs["floor_bytes"] * model.beta,
             "rs_ag_s": refs["rs_ag_bytes"] * model.beta,

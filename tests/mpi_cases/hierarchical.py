@@ -139,6 +139,12 @@ def check_grouping(R, with_auto, inputs_used=INPUTS):
             req_out.wait(60)
             assert buffer.tobytes() == want.to_dense().tobytes()
             cases += 1
+    if len(nodes) == 1 or trivial:  # nothing to gain: "auto" runs the flat algorithm
+        stats = sparcml.TrafficStats()
+        sparcml.allreduce(inputs(101, 0.1, np.float32, True, 9), algorithm=ALL[0],
+                          hierarchical="auto", stats=stats)
+        assert not stats.hierarchical and stats.algorithm == ALL[0]
+        cases += 1
     if not with_auto:
         return
     # auto: any choice, the right sum; "auto" for the flag alone keeps the algorithm. The flat
@@ -164,16 +170,23 @@ def check_grouping(R, with_auto, inputs_used=INPUTS):
     for algorithm in ALL:
         if not sparcml.registry.get_algorithm(algorithm).accepts_quantizer:
             continue
-        sent = []
-        ctx = context_for(comm)
-        got = allreduce_in(ctx, vec, algorithm=algorithm, hierarchical=True,
-                           quantizer=sparcml.QSGD(bits=8, seed=[3, rank]), sent=sent)
-        assert same_everywhere(got), algorithm
-        err = np.linalg.norm(got.to_dense() - exact) / np.linalg.norm(exact)
-        assert err < 0.1, (algorithm, err)
-        if len(my_node) > 1:
-            assert len(sent) == 1 and np.array_equal(sent[0].values, vec.values), algorithm
-        cases += 1
+        for bits, quantize_sparse, tolerance in ((8, False, 0.1), (2, True, 3.0)):
+            sent = []
+            ctx = context_for(comm)
+            got = allreduce_in(ctx, vec, algorithm=algorithm, hierarchical=True,
+                               quantizer=sparcml.QSGD(bits=bits, seed=[3, rank]),
+                               quantize_sparse=quantize_sparse, sent=sent)
+            assert same_everywhere(got), algorithm
+            err = np.linalg.norm(got.to_dense() - exact) / np.linalg.norm(exact)
+            assert err < tolerance, (algorithm, bits, err)
+            if len(my_node) > 1:
+                assert len(sent) == 1, algorithm
+                part = sent[0]
+                as_dense = part.values if part.is_dense else np.zeros(vec.dim, vec.dtype)
+                if not part.is_dense:
+                    as_dense[part.indices] = part.values
+                assert np.array_equal(as_dense, vec.to_dense()), algorithm
+            cases += 1
 
 
 def check_errors():
