@@ -22,6 +22,15 @@ polling. Elsewhere (``SPARCML_NODE_SHM=0``, or a communicator that is not an
 ``MPI.Intracomm``, such as :mod:`sparcml.sim`'s) they are point-to-point messages to the
 leader and a ``Bcast``. Both give the same bits.
 
+Why an option and not a registry record: the scheme wraps *any* registered algorithm, so as
+records it would be one per inner algorithm (doubling the registry, the CLI choices and the
+name literals), and ``auto`` would still have to pair them up. As an option the records and
+their ``run`` contract stay as they are (the inner algorithm runs on the leaders' context like
+on any communicator), and ``auto`` (:func:`sparcml.auto.choose_node_aware`) chooses the pair
+(algorithm, hierarchical) from the cost model (:meth:`sparcml.CostModel.predict_hierarchical`).
+MPI calls of the point-to-point path: ``Split_type``, ``Split``, ``allgather`` (the layout),
+``Isend``/``Mprobe``/``Irecv`` and ``Bcast`` on the node, plus what the inner algorithm uses.
+
 Every rank gets the same result. Its order of addition is: each node's inputs in rank order,
 then the nodes as the inner algorithm adds them; so it equals the flat algorithm's result
 bitwise when every node has one rank, and the rank-order sum when there is one node; otherwise
