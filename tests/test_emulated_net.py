@@ -113,3 +113,24 @@ def test_teardown_after_failure_and_bad_spec():
     assert _our_namespaces() == before
     bad = _emulate("4xfast", "true")
     assert bad.returncode == 2 and "expected NODESxRATE" in bad.stderr
+
+
+def test_node_aware_allreduce_groups_by_emulated_node_and_exits_cleanly(tmp_path):
+    """MPICH's COMM_TYPE_SHARED sees the emulated nodes; the node-aware allreduce's shared
+    windows are freed before MPI_Finalize (the ofi netmod failed to close its fabric, exit
+    status non-zero, when they were not)."""
+    before = _our_namespaces()
+    out_file = tmp_path / "h.jsonl"
+    out = subprocess.run(["bash", str(EMULATE), "--ranks-per-node", "2", "2x1gbit", "--",
+                          "sparc-bench", "--N", "4096", "--density", "0.01", "--reps", "2",
+                          "--warmup", "1", "--algorithms", "ssar_recursive_double",
+                          "--hierarchical", "--no-model", "--output", str(out_file)],
+                         env={**_env(), "SPARCML_WAIT": "yield"}, cwd=REPO,
+                         capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "fabricclose" not in out.stderr
+    assert "2 node(s) of 2/2 ranks, MPI's COMM_TYPE_SHARED" in out.stdout, out.stdout
+    recs, problems = read_records([out_file])
+    assert problems == [] and len(recs) == 3
+    assert any(r["metrics"]["hierarchical"] for r in recs)
+    assert _our_namespaces() == before

@@ -21,10 +21,11 @@ from mpi4py import MPI
 
 from . import kernels
 from .costmodel import MEDIUM_N, TINY_N, CostModel, overlap_from_result
-from .registry import algorithm_names, get_algorithm
+from .registry import AUTO, algorithm_names, get_algorithm
 from .vector import SparseVector
 
-__all__ = ["calibrate_context", "choose", "choose_topk_step", "learn_overlap"]
+__all__ = ["calibrate_context", "choose", "choose_topk_step", "learn_overlap",
+           "calibrate_node_aware", "choose_node_aware"]
 
 _HISTORY_LIMIT = 10_000
 
@@ -60,11 +61,8 @@ def _local_rates(model: CostModel, rank: int, reps: int) -> None:
     model.gamma_dense = _median_time(lambda: np.add(x, y), reps) / x.size
 
 
-def _network(model: CostModel, ctx, reps: int) -> None:
-    c, rank, size, waiter = ctx.comm, ctx.rank, ctx.size, ctx.waiter
-    # point-to-point: all ranks exchange with a partner at once, as in the butterfly
-    partner = rank ^ 1 if (rank ^ 1) < size else rank
-    sizes = [8, 1 << 14, 1 << 18, 1 << 21]
+def _exchange_times(c, rank, partner, waiter, sizes, reps) -> list[float]:
+    """Median seconds of a concurrent exchange with ``partner`` (itself: nothing) per size."""
     times = []
     for nbytes in sizes:
         buf = np.zeros(nbytes, np.uint8)
@@ -79,6 +77,15 @@ def _network(model: CostModel, ctx, reps: int) -> None:
 
         c.Barrier()
         times.append(_median_time(exchange, reps))
+    return times
+
+
+def _network(model: CostModel, ctx, reps: int) -> None:
+    c, rank, size, waiter = ctx.comm, ctx.rank, ctx.size, ctx.waiter
+    # point-to-point: all ranks exchange with a partner at once, as in the butterfly
+    partner = rank ^ 1 if (rank ^ 1) < size else rank
+    sizes = [8, 1 << 14, 1 << 18, 1 << 21]
+    times = _exchange_times(c, rank, partner, waiter, sizes, reps)
     model.alpha, model.beta = _fit(sizes, times)
     # the MPI collectives the baselines and second phases use
     ar_sizes, ar_times = [8, 1 << 18, 1 << 22], []
@@ -134,20 +141,9 @@ def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
     if ctx.size > 1:
         _network(model, ctx, reps)
         _per_algorithm(model, ctx, run, names, reps)
-    scalars = CostModel.scalar_fields()
-    params = np.array([getattr(model, f) for f in scalars]
-                      + [model.overhead.get(n, 0.0) for n in names]
-                      + [model.scale.get(n, 0.0) for n in names], np.float64)
+    params = np.array(_pack(model, names), np.float64)
     ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, params, MPI.MAX)
-    values = params.tolist()
-    agreed = CostModel(**dict(zip(scalars, values[:len(scalars)])))
-    rest = values[len(scalars):]
-    for i, name in enumerate(names):
-        if rest[i] > 0:
-            agreed.overhead[name] = rest[i]
-        if rest[len(names) + i] > 0:
-            agreed.scale[name] = rest[len(names) + i]
-    return agreed
+    return _unpack(params.tolist(), names)
 
 
 def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
@@ -194,6 +190,93 @@ def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
         if len(ctx.history) < _HISTORY_LIMIT:
             ctx.history[key] = choice
     return choice
+
+
+def _pack(model: CostModel, names) -> list[float]:
+    return ([getattr(model, f) for f in CostModel.scalar_fields()]
+            + [model.overhead.get(n, 0.0) for n in names]
+            + [model.scale.get(n, 0.0) for n in names])
+
+
+def _unpack(values, names) -> CostModel:
+    scalars = CostModel.scalar_fields()
+    model = CostModel(**dict(zip(scalars, values[:len(scalars)])))
+    rest = values[len(scalars):]
+    for i, name in enumerate(names):
+        if rest[i] > 0:
+            model.overhead[name] = rest[i]
+        if rest[len(names) + i] > 0:
+            model.scale[name] = rest[len(names) + i]
+    return model
+
+
+def calibrate_node_aware(ctx, layout, run, *, reps: int = 5) -> CostModel:
+    """The model of the node-aware allreduce on ``ctx`` with ``layout`` (collective over
+    ``ctx.comm``): the leaders calibrate a full model on their sub-communicator (with ``run``,
+    as :func:`calibrate_context`), every node measures its link (concurrent exchanges between
+    node ranks ``r`` and ``r ^ 1``) for ``alpha_node`` / ``beta_node``; every rank returns the
+    same model (maxima over ranks). Use it with :meth:`CostModel.predict_hierarchical`."""
+    names = algorithm_names(in_auto_only=True)
+    node = layout.node
+    width = len(_pack(CostModel(), names))
+    params = np.zeros(width + 2, np.float64)
+    if layout.is_leader and layout.nodes > 1:
+        params[:width] = _pack(calibrate_context(layout.leaders, run, reps=reps), names)
+    sizes = [8, 1 << 16, 1 << 20]
+    partner = node.rank ^ 1 if (node.rank ^ 1) < node.size else node.rank
+    times = _exchange_times(node.comm, node.rank, partner, node.waiter, sizes, reps)
+    if node.size > 1:
+        params[width:] = _fit(sizes, times)
+    ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, params, MPI.MAX)
+    values = params.tolist()
+    model = _unpack(values[:width], names) if params[:width].any() else CostModel()
+    if params[width] > 0:
+        model.alpha_node, model.beta_node = values[width], values[width + 1]
+    return model
+
+
+def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, algorithm: str,
+                      option) -> tuple[str, bool]:
+    """``(algorithm, hierarchical)`` for a call with ``hierarchical`` ``option`` (True, False
+    or ``"auto"``) and ``algorithm`` (a name or ``"auto"``); the same on every rank.
+
+    The node-aware scheme is considered only where it differs from the flat one (more than one
+    node, some node with more than one rank); it is predicted with the model calibrated by
+    :func:`calibrate_node_aware` (at the first such call, collectively), the flat algorithms
+    with the communicator's own (:func:`choose`)."""
+    fixed = algorithm != AUTO
+    useful = layout is not None and layout.nodes > 1 and not layout.trivial
+    if option is False or not useful or (fixed and option is True):
+        name = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run)
+        return name, option is True and layout is not None and not layout.trivial
+    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
+           vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)
+    found = ctx.history.get(key)
+    if found is not None:
+        return found
+    node_key = ("node model", id(layout))
+    node_model = ctx.history.get(node_key)
+    if node_model is None:
+        node_model = ctx.history[node_key] = calibrate_node_aware(ctx, layout, run)
+    candidates = [algorithm] if fixed else [
+        a for a in algorithm_names(in_auto_only=True)
+        if not codec.lossy or get_algorithm(a).accepts_quantizer]
+    shape = {"N": vec.dim, "k": nnz_max, "q": q, "s_idx": vec.index_dtype.itemsize,
+             "s_val": vec.dtype.itemsize}
+    options = [(node_model.predict_hierarchical(a, P=ctx.size, nodes=layout.nodes,
+                                                ranks_per_node=layout.largest, **shape), a, True)
+               for a in candidates]
+    if option == AUTO:
+        flat = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run)
+        model = ctx.history.get("model")
+        if model is None:
+            model = ctx.history["model"] = calibrate_context(ctx, run)
+        options.append((model.predict(flat, P=ctx.size, **shape), flat, False))
+    _, name, hierarchical = min(options, key=lambda o: o[0])
+    if len(ctx.history) < _HISTORY_LIMIT:
+        ctx.history[key] = (name, hierarchical)
+    return name, hierarchical
 
 
 def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:

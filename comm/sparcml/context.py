@@ -24,7 +24,10 @@ class TrafficStats:
     ``bytes_sent``: exact for point-to-point messages; inside MPI collectives it is the per-rank
     volume of the bandwidth-optimal algorithm (for an allgather, the gathered bytes this rank
     does not hold itself; for a dense allreduce, 2 (P-1)/P of the vector). ``dense_messages``
-    counts messages that went dense by the switch rule.
+    counts messages that went dense by the switch rule. ``intra_node_bytes``: the part of
+    ``bytes_sent`` that the node-local phases of hierarchical calls sent (to or from the node's
+    leader); the rest, :attr:`inter_node_bytes`, is what left the node (flat calls attribute
+    nothing to the node, so for them it is all of ``bytes_sent``).
     """
 
     bytes_sent: int = 0
@@ -32,6 +35,13 @@ class TrafficStats:
     dense_messages: int = 0
     calls: int = 0
     algorithm: str | None = None  # of the last call (what ``auto`` chose, for instance)
+    intra_node_bytes: int = 0
+    hierarchical: bool = False    # whether the last call ran node-aware (sparcml.hierarchical)
+
+    @property
+    def inter_node_bytes(self) -> int:
+        """``bytes_sent`` less the node-local phases' bytes."""
+        return self.bytes_sent - self.intra_node_bytes
 
     def add_message(self, nbytes: int, dense: bool) -> None:
         self.bytes_sent += int(nbytes)
@@ -40,7 +50,9 @@ class TrafficStats:
 
     def reset(self) -> None:
         self.bytes_sent = self.messages = self.dense_messages = self.calls = 0
+        self.intra_node_bytes = 0
         self.algorithm = None
+        self.hierarchical = False
 
 
 @dataclass
@@ -49,7 +61,9 @@ class CommContext:
 
     ``workspace``: the reusable scratch buffers of the calls on this context (see
     :mod:`sparcml.workspace` for who owns what). The non-blocking engine runs on a context of
-    its own, so no two threads ever share one.
+    its own, so no two threads ever share one. ``subcomms``: sub-communicators made from
+    ``comm`` and cached for later calls (the node layouts of :mod:`sparcml.hierarchical`),
+    each with a ``free()`` method; :meth:`free_subcomms` frees them (collective).
     """
 
     comm: MPI.Comm
@@ -59,6 +73,13 @@ class CommContext:
     history: dict = field(default_factory=dict)
     engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
     workspace: Workspace | None = field(default_factory=Workspace)
+    subcomms: dict = field(default_factory=dict)
+
+    def free_subcomms(self) -> None:
+        """Free the cached sub-communicators (collective over ``comm``, like ``Comm.Free``)."""
+        while self.subcomms:
+            _, sub = self.subcomms.popitem()
+            sub.free()
 
 
 _keyval = None
@@ -68,7 +89,8 @@ def _delete(comm, keyval, ctx):  # called by MPI when the user's communicator is
     try:
         if ctx.comm != MPI.COMM_NULL and not MPI.Is_finalized():
             if ctx.engine is not None:
-                ctx.engine.close()
+                ctx.engine.close()  # its thread frees its own context's sub-communicators
+            ctx.free_subcomms()
             ctx.comm.Free()
     except MPI.Exception:  # pragma: no cover - freeing during finalize
         pass

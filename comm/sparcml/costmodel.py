@@ -10,6 +10,8 @@ Each algorithm's time is predicted from its structure (messages, bytes, merged i
   element of dense work (add, scatter, copy);
 - ``allreduce_alpha/beta`` and ``allgather_alpha/beta``: the MPI collectives the baselines and
   the second phases use, fitted as latency + time per byte (their internal algorithm is MPI's);
+- ``alpha_node``, ``beta_node``: the same inside a node (shared memory), for the node phases of
+  the node-aware allreduce (:mod:`sparcml.hierarchical`, :meth:`CostModel.predict_hierarchical`);
 - ``overhead[name]``, ``scale[name]``: per algorithm, the measured time on a tiny input (every
   fixed cost) and the measured / analytic growth on a medium input (empty: not calibrated).
 
@@ -100,6 +102,8 @@ class CostModel:
     allreduce_beta: float = 2e-10
     allgather_alpha: float = 2e-5
     allgather_beta: float = 1e-10
+    alpha_node: float = 1e-6
+    beta_node: float = 1e-10
     overhead: dict = field(default_factory=dict)  # name -> seconds on a tiny input
     scale: dict = field(default_factory=dict)     # name -> measured / analytic growth
 
@@ -169,6 +173,35 @@ class CostModel:
         if P == 1:
             return t + self.gamma_dense * (N if record.writes_out else k)
         return t + record.cost(self, P=P, N=N, k=k, K=K, q=q, s_idx=s_idx, s_val=s_val)
+
+    def predict_hierarchical(self, inner: str, *, P: int, nodes: int, ranks_per_node: int,
+                             N: int, k: float, K: float | None = None, q: float = 1.0,
+                             s_idx: int = 4, s_val: int = 4, check: bool = True) -> float:
+        """Predicted seconds of the node-aware allreduce (:mod:`sparcml.hierarchical`) of P
+        ranks on ``nodes`` nodes of at most ``ranks_per_node`` ranks, with ``inner`` among the
+        leaders. ``self`` is the model of the *leaders'* communicator (its alpha, beta and
+        per-algorithm factors are those of the inter-node links, one sender per node) with the
+        node link's ``alpha_node`` / ``beta_node``: the node reduce (R - 1 messages into the
+        leader, one R-way merge), the inner algorithm on the node sums (their union K_node of
+        R inputs), the node broadcast (binomial: ceil(log2 R) hops of the result)."""
+        R = max(1, int(ranks_per_node))
+        c = s_idx + s_val
+        if K is None:
+            K = union_size(k, P, N, q)
+        k_node = union_size(k, R, N, q)
+        node_dense = k_node >= N * s_val / c
+        t = self.allreduce_alpha if check and P > 1 else 0.0
+        if R > 1:
+            t += (R - 1) * (self.alpha_node + self.beta_node * stream_bytes(k, N, s_idx, s_val))
+            t += (self.gamma_dense * (N + R * k) if node_dense
+                  else self.gamma_merge * R * k * max(1.0, math.log2(R)))
+            hops = math.ceil(math.log2(R))
+            t += hops * (self.alpha_node + self.beta_node * stream_bytes(K, N, s_idx, s_val))
+            t += self.gamma_dense * (N if K >= N * s_val / c else K * c / 4)
+        if nodes > 1:
+            t += self.predict(inner, P=nodes, N=N, k=k_node, K=K, q=q, s_idx=s_idx,
+                              s_val=s_val, check=False)
+        return t
 
     def choose(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
                s_val: int = 4, candidates=None) -> str:

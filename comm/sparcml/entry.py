@@ -22,7 +22,7 @@ from contextlib import contextmanager
 import numpy as np
 from mpi4py import MPI
 
-from . import arith, auto
+from . import arith, auto, hierarchical as node_aware
 from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .errors import CollectiveFailure
@@ -42,12 +42,15 @@ _VALUE_SIZES = {4: "float32", 8: "float64"}
 def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"
-    return {"algorithm": names, "value dtype": _VALUE_SIZES}
+    return {"algorithm": names, "value dtype": _VALUE_SIZES,
+            "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"},
+            "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"}}
 
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
               quantizer=None, quantize_sparse: bool = False, stats: TrafficStats | None = None,
-              check: bool = True, out: np.ndarray | None = None) -> SparseVector:
+              check: bool = True, out: np.ndarray | None = None,
+              hierarchical=None) -> SparseVector:
     """Sum one sparse vector per rank; every rank gets the same result.
 
     Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) must call, in the same order
@@ -79,6 +82,14 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALG
         ndarray of ``dim`` values of the value dtype, not overlapping ``vec``. The sum is
         written there in full (zeros included) and the result is dense-backed on ``out``.
         Each rank passes its own buffer or None, independently of the others.
+    hierarchical : node-aware (:mod:`sparcml.hierarchical`): ``True`` reduces inside each
+        node (ranks that share memory) first, runs ``algorithm`` among one leader per node,
+        and broadcasts the result in the node; ``False`` runs ``algorithm`` over all ranks;
+        ``"auto"`` lets the cost model choose (calibrating the leaders' links at the first
+        such call, collectively); ``None`` (default) is ``"auto"`` with ``algorithm="auto"``
+        and ``False`` otherwise. Where every node holds one rank the two are the same and the
+        flat one runs; with one node, ``True`` is a reduce to the leader and a broadcast. The
+        grouping is MPI's unless ``SPARCML_RANKS_PER_NODE`` forces one (equal on every rank).
 
     Returns
     -------
@@ -87,13 +98,14 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALG
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
     return allreduce_in(ctx, vec, algorithm=algorithm, quantizer=quantizer,
-                        quantize_sparse=quantize_sparse, stats=stats, check=check, out=out)
+                        quantize_sparse=quantize_sparse, stats=stats, check=check, out=out,
+                        hierarchical=hierarchical)
 
 
 def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
                  quantize_sparse: bool = False, stats: TrafficStats | None = None,
                  check: bool = True, out: np.ndarray | None = None,
-                 sent: list | None = None) -> SparseVector:
+                 sent: list | None = None, hierarchical=None) -> SparseVector:
     """:func:`allreduce` on a context (the blocking path's, or the communication thread's).
 
     ``sent``: a list to which the call appends :class:`~sparcml.wire.Part` objects covering
@@ -103,11 +115,18 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     fold of recursive doubling) it is the input unchanged.
     """
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
-              "quantize_sparse": 0}
+              "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1,
+              "node shm": -1}
     nnz = seed = 0
     record = None
+    option = False
     with capture() as failed:
         record = check_algorithm_options(algorithm, quantizer=quantizer)
+        option = node_aware.check_hierarchical(hierarchical, algorithm)
+        fields["hierarchical"] = node_aware.hierarchical_code(option)
+        forced = fields["ranks per node"] = node_aware.forced_ranks_per_node() \
+            if option is not False else 0
+        fields["node shm"] = node_aware.node_shm_wanted()
         fields["algorithm"] = algorithm_code(algorithm)
         fields["quantizer"] = quantizer_code(quantizer)
         fields["quantize_sparse"] = int(bool(quantize_sparse))
@@ -127,10 +146,18 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     nnz_max, seed = maxima["nnz"], maxima["seed"]
     stats.calls += 1
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed)
-    chosen = auto.choose(ctx, vec, nnz_max, codec, _calibration_run) if record is None \
-        else algorithm
+    layout = None
+    if option is not False and ctx.size > 1:
+        layout = node_aware.layout_for(ctx, forced)
+        chosen, node_phases = auto.choose_node_aware(ctx, layout, vec, nnz_max, codec,
+                                                     _calibration_run, algorithm, option)
+    else:
+        chosen = auto.choose(ctx, vec, nnz_max, codec, _calibration_run) if record is None \
+            else algorithm
+        node_phases = False
     record = get_algorithm(chosen)
     stats.algorithm = chosen
+    stats.hierarchical = node_phases
     if ctx.size == 1:  # nothing travels, so nothing is quantized
         if sent is not None:
             sent.append(arith.as_part(vec))
@@ -140,13 +167,18 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
-    with fail_stop(ctx.comm, f"allreduce({chosen})"):
-        if record.writes_out:
+    with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
+        if node_phases:
+            given = vec if record.writes_out else arith.normalize(vec, codec)
+            result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,
+                                    nnz_max=nnz_max, out=out, sent=sent,
+                                    shm=bool(fields["node shm"]))
+        elif record.writes_out:
             result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
         else:
             result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
                                 out=None, sent=sent)
-    if algorithm == AUTO:
+    if algorithm == AUTO or option == AUTO:
         auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:
         result = SparseVector._trusted(vec.dim, None, arith.write_dense(result, out))
@@ -200,7 +232,7 @@ def _submitted(ctx, vec, kwargs):
 def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
                quantizer=None, quantize_sparse: bool = False,
                stats: TrafficStats | None = None, check: bool = True,
-               out: np.ndarray | None = None):
+               out: np.ndarray | None = None, hierarchical=None):
     """Non-blocking :func:`allreduce`: returns a :class:`~sparcml.nonblocking.Request` at once.
 
     Same arguments and result (``request.wait()``) as :func:`allreduce`. Collective: every
@@ -211,5 +243,5 @@ def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_AL
     from .nonblocking import submit
 
     kwargs = {"algorithm": algorithm, "quantizer": quantizer, "quantize_sparse": quantize_sparse,
-              "stats": stats, "check": check, "out": out}
+              "stats": stats, "check": check, "out": out, "hierarchical": hierarchical}
     return submit(comm, f"iallreduce({algorithm})", _submitted, vec, kwargs)

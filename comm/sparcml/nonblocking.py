@@ -81,6 +81,8 @@ class Engine:
         while True:
             item = self._queue.get()
             if item is None:
+                if not MPI.Is_finalized():
+                    self.ctx.free_subcomms()
                 return
             request, fn, args = item
             try:

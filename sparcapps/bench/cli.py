@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time sparcml.topk_allreduce keeping K entries of the sum (row "
                         "'topk_allreduce'), and the local top-k selection every row's input "
                         "stands for (a dense vector of N values down to the input's nnz)")
+    p.add_argument("--hierarchical", action="store_true",
+                   help="also time each algorithm node-aware (rows '+h': reduce in the node, "
+                        "the algorithm among one leader per node, broadcast in the node) beside "
+                        "its flat row, and print the flat / node-aware time ratio")
     p.add_argument("--nonblocking", action="store_true",
                    help="time iallreduce + wait instead of the blocking call")
     p.add_argument("--reuse-output", action="store_true",
@@ -163,10 +167,13 @@ def run_sweep(args) -> int:
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
               "warmup": warmup, "algorithms": algorithms,
               "cost_model": None if model is None else model.to_dict()}
+    layout_text = _node_layout(comm) if args.hierarchical else ""  # collective
     if rank == 0:
         mode = "iallreduce+wait" if args.nonblocking else "allreduce"
         if args.reuse_output:
             mode += " into a reused out= buffer"
+        if args.hierarchical:
+            mode += f", +h: node-aware ({layout_text})"
         if args.bits:
             mode += f", +q{args.bits}: QSGD {args.bits}-bit" + (" (sparse values too)"
                                                                if args.quantize_sparse else "")
@@ -188,15 +195,26 @@ def run_sweep(args) -> int:
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, args.bits,
                                                args.quantize_sparse, args.reuse_output))
+                    if args.hierarchical and algorithm != DENSE_BASELINE:
+                        cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                               args.nonblocking, reuse_output=args.reuse_output,
+                                               hierarchical=True))
                 if args.topk is not None:
                     cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
                                            args.nonblocking, topk=args.topk))
                 outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                                 model=model)
                 dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
+                flat_median = {(c.algorithm, c.bits): o["timings"]["allreduce"]["median"]
+                               for c, o in zip(cases, outs) if not c.hierarchical}
+                ratios = []
                 for case, out in zip(cases, outs):
                     t = out["timings"]["allreduce"]
                     speedup = dense_median / t["median"]
+                    over_flat = (flat_median[(case.algorithm, case.bits)] / t["median"]
+                                 if case.hierarchical else None)
+                    if over_flat is not None:
+                        ratios.append(f"{case.algorithm} {over_flat:.2f}x")
                     if rank != 0:
                         continue
                     name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
@@ -204,6 +222,8 @@ def run_sweep(args) -> int:
                         name += f"({case.topk})"
                     if case.bits:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
+                    if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
+                        name += "+h"
                     m = out.get("model")
                     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
                                   if m else f"{'-':>9} {'-':>9}")
@@ -223,6 +243,8 @@ def run_sweep(args) -> int:
                                      "quantize_sparse": case.quantize_sparse,
                                      "nonblocking": args.nonblocking,
                                      "reuse_output": args.reuse_output,
+                                     "hierarchical": out["hierarchical"],
+                                     "speedup_over_flat": over_flat,
                                      "model": out.get("model"),
                                      "result_density": out["result"]["density"],
                                      "topk": case.topk,
@@ -239,7 +261,21 @@ def run_sweep(args) -> int:
                         print(f"{'':>10} local top-k selection, {dim} -> {k_local} values "
                               f"(every row's input): {select_s * 1e3:.3f} ms; a top-k step "
                               f"is that plus the row's median{choice}", flush=True)
+                if ratios and rank == 0:
+                    print(f"{'':>10} node-aware speedup over flat (flat / +h median): "
+                          + ", ".join(ratios), flush=True)
     return 0
+
+
+def _node_layout(comm) -> str:
+    """'N nodes x R ranks' as the node-aware allreduce groups ``comm`` (collective)."""
+    from sparcml.context import context_for
+    from sparcml.hierarchical import forced_ranks_per_node, layout_for
+
+    forced = forced_ranks_per_node()
+    layout = layout_for(context_for(comm), forced)
+    how = f"{forced} per node forced" if forced else "MPI's COMM_TYPE_SHARED"
+    return f"{layout.nodes} node(s) of {'/'.join(map(str, layout.sizes))} ranks, {how}"
 
 
 def _takes_quantizer(algorithm: str) -> bool:

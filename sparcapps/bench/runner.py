@@ -35,6 +35,7 @@ class BenchCase:
     reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
     topk: int | None = None         # time sparcml.topk_allreduce keeping this many (algorithm
     #                                 is then the label, sparcml.global_topk.NAME)
+    hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -59,7 +60,8 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
                                                                seed=[seed, rank])
         options = {} if case.topk is not None else {
                    "algorithm": case.algorithm, "quantizer": quantizer,
-                   "quantize_sparse": case.quantize_sparse}
+                   "quantize_sparse": case.quantize_sparse,
+                   "hierarchical": case.hierarchical}
         if case.reuse_output:
             options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
 
@@ -93,17 +95,20 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
 
 def _describe(case, comm, times, stats, result, k_max, model) -> dict:
     sent = comm.allgather(stats.bytes_sent)
+    inter = comm.allgather(stats.inter_node_bytes)
     result_nnz = result.count_nonzero() if result.is_dense else result.nnz
     out = {
         "timings": {"allreduce": summarize(times)},
         "bytes": {"sent_per_rank_max": int(max(sent)), "sent_per_rank_mean": float(np.mean(sent)),
+                  "inter_node_per_rank_max": int(max(inter)),
                   "input_nnz_max": int(k_max), "messages": stats.messages,
                   "dense_messages": stats.dense_messages},
         "result": {"nnz": int(result_nnz), "dense": bool(result.is_dense),
                    "density": result_nnz / case.N if case.N else 0.0},
         "ran": stats.algorithm,
+        "hierarchical": bool(stats.hierarchical),
     }
-    if model is not None:
+    if model is not None and not stats.hierarchical:  # the flat model says nothing of it
         size = comm.Get_size()
         s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
         refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
