@@ -11,7 +11,9 @@ from .comm import SimComm
 from .network import NetworkSpec, parse_network
 from .world import SimAborted, World
 
-__all__ = ["run", "SimResult", "SimulationError"]
+__all__ = ["run", "SimResult", "SimulationError", "DEFAULT_RATE"]
+
+DEFAULT_RATE = "10gbit"
 
 
 class SimulationError(SparcmlError):
@@ -49,23 +51,24 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def run(P: int, fn, *, network: str | NetworkSpec = "1x100gbit", args: tuple = (),
+def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (),
         tokens: int | None = None, compute_scale: float = 1.0,
         timeout: float | None = None, share: bool = True) -> SimResult:
     """Run ``fn(comm, *args)`` on P simulated ranks; returns a :class:`SimResult`.
 
     ``comm`` is each rank's :class:`~sparcml.sim.SimComm` (the world communicator): pass it to
     sparcml's calls as you would ``MPI.COMM_WORLD``. ``network``: a spec string
-    (:func:`parse_network`) or a :class:`NetworkSpec`; its ``nodes x ppn`` must cover P.
+    (:func:`parse_network`) or a :class:`NetworkSpec`; its ``nodes x ppn`` must cover P
+    (default: P nodes of one rank, 10 Gbit/s links).
     ``tokens``: how many rank threads run at once (default: the usable cores).
     ``compute_scale`` multiplies measured compute (e.g. the ratio of the target cluster's core
     speed to this machine's, < 1 for faster cores). ``share``: ranks share identical buffers
     (:mod:`sparcml.sim.sharing`). Raises :class:`SimulationError` if any rank raised (after
     every thread has ended), or if ``timeout`` seconds of real time pass.
     """
-    net = parse_network(network)
     if isinstance(P, bool) or not isinstance(P, int) or P < 1:
         raise InvalidArgumentError(f"P must be a positive integer, got {P!r}")
+    net = parse_network(f"{P}x{DEFAULT_RATE}" if network is None else network)
     if P > net.nodes * net.ppn:
         raise InvalidArgumentError(
             f"network {net.text} has {net.nodes} nodes x {net.ppn} ranks = "
