@@ -35,6 +35,9 @@ from .world import RankState, SimAborted, World
 __all__ = ["SimComm", "SimRequest", "SimMessage", "SimAbortCalled"]
 
 
+_WINDOW = 16  # ANY_SOURCE receives choose among this many waiting messages
+
+
 class SimAbortCalled(SimAborted):
     """A rank called ``Abort``: the whole simulated job ends."""
 
@@ -195,17 +198,25 @@ class SimComm:
         self.Isend(buf, dest, tag)
 
     def _match(self, source, tag):
+        """Index of the message to receive: from a given source the first posted (MPI's
+        non-overtaking rule); from ANY_SOURCE the earliest injected among the first
+        ``_WINDOW`` matching ones (a bounded scan: the receive order is then approximate in
+        virtual time when more than that many messages wait)."""
         box = self._world.mailboxes.get((self._gid, self._st.rank))
         if not box:
             return None
         best = None
+        seen = 0
+        any_tag = tag == MPI.ANY_TAG
         for i, m in enumerate(box):
-            if (source == MPI.ANY_SOURCE or m["src"] == source) and \
-                    (tag == MPI.ANY_TAG or m["tag"] == tag):
+            if (any_tag or m["tag"] == tag) and (source == MPI.ANY_SOURCE or m["src"] == source):
                 if source != MPI.ANY_SOURCE:
-                    return i  # non-overtaking: the first posted from that source
+                    return i
                 if best is None or m["start"] < box[best]["start"]:
                     best = i
+                seen += 1
+                if seen >= _WINDOW:
+                    break
         return best
 
     def _take(self, source, tag):
