@@ -68,7 +68,9 @@ when P N values do not fit, and says so in its records.
 from __future__ import annotations
 
 from .comm import SimComm
+from .model import network_cost_model, use_model
 from .network import NetworkSpec, parse_network
 from .runner import SimResult, SimulationError, run
 
-__all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network"]
+__all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
+           "network_cost_model", "use_model"]

@@ -26,10 +26,13 @@ has it (sparcml never writes to a buffer it has sent).
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 from mpi4py import MPI
 
 from . import collective_cost as cc
+from .sharing import discount
 from .world import RankState, SimAborted, World
 
 __all__ = ["SimComm", "SimRequest", "SimMessage", "SimAbortCalled"]
@@ -106,11 +109,13 @@ class SimMessage:
         self._comm, self._msg = comm, msg
 
     def Recv(self, buf, status=None):
+        t0 = time.thread_time()
         dst = _bytes(_array(buf))
         data = self._msg["data"]
         if dst.nbytes < data.nbytes:
             raise MPI.Exception(MPI.ERR_TRUNCATE)
         dst[:data.nbytes] = data
+        discount(time.thread_time() - t0)  # the copy is the transfer, charged as n beta
         if status is not None:
             self._comm._fill_status(status, self._msg)
 

@@ -59,6 +59,11 @@ def credit_of() -> float:
     return c
 
 
+def discount(seconds: float) -> None:
+    """Take ``seconds`` of this thread's CPU time off its rank's compute (simulator work)."""
+    _local.credit = getattr(_local, "credit", 0.0) - seconds
+
+
 @contextmanager
 def rank_scope(share: bool):
     """Mark the current thread as a simulated rank (sharing on or off)."""
