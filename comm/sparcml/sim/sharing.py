@@ -30,6 +30,7 @@ kernels on the same inputs in the same order; tests compare with ``share=False``
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import weakref
@@ -40,12 +41,18 @@ import numpy as np
 __all__ = ["installed", "rank_scope", "intern_result", "credit_of"]
 
 _local = threading.local()
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: freeing a buffer under it runs _forget_encoded
 _installs = 0
 _originals: dict = {}
 _memo: dict = {}       # provenance key -> (input weakrefs, output, cpu seconds)
 _encoded: dict = {}    # id(encode buffer) -> (weakref(buffer), canonical keys of its payload)
 _contents: dict = {}   # content fingerprint -> list of weakrefs to interned arrays
+_pending: dict = {}    # provenance key -> Event, while one rank computes it
+# the most recent outputs, held strongly up to RECENT_BYTES: the rank that computed a sum may
+# drop it (its next round) before the slowest rank of its group has fetched it
+RECENT_BYTES = 1 << 30
+_recent: collections.deque = collections.deque()
+_recent_bytes = [0]
 
 
 def _active() -> bool:
@@ -167,9 +174,20 @@ def _store(key, refs, out, cpu):
             if prior is not None and all(w() is r for w, r in zip(entry[0], refs)):
                 return prior
         _memo[key] = (wrefs, packed, cpu)
+        size = _out_nbytes(out)
+        _recent.append((out, size))
+        _recent_bytes[0] += size
+        while _recent_bytes[0] > RECENT_BYTES and len(_recent) > 1:
+            _recent_bytes[0] -= _recent.popleft()[1]
         if len(_memo) > 100_000:
             _sweep_locked()
     return out
+
+
+def _out_nbytes(out) -> int:
+    if isinstance(out, tuple):
+        return int(out[0].nbytes)
+    return int(out.values.nbytes) + (0 if out.indices is None else int(out.indices.nbytes))
 
 
 def _sweep_locked():
@@ -238,15 +256,31 @@ def _memo_call(arrays, extra, compute, post=None):
         return _small_call(compute)
     t0 = time.thread_time()
     key, refs = _key_of(arrays, extra)
-    out = _lookup(key, refs)
     spent = 0.0
-    if out is None:
-        out, spent = _timed(compute)
-        if post is not None:
-            post(out)
-        else:  # provenance may differ where contents agree (two ranks encoded one sum)
-            out = _with_arrays(out, intern_array(out.indices), intern_array(out.values))
-        out = _store(key, refs, out, spent)
+    while True:
+        out = _lookup(key, refs)
+        if out is not None:
+            break
+        with _lock:  # one rank computes; the others of its group wait for its result
+            event = _pending.get(key)
+            owner = event is None
+            if owner:
+                event = _pending[key] = threading.Event()
+        if not owner:
+            event.wait()
+            continue
+        try:
+            out, spent = _timed(compute)
+            if post is not None:
+                post(out)
+            else:  # provenance may differ where contents agree (two ranks encoded one sum)
+                out = _with_arrays(out, intern_array(out.indices), intern_array(out.values))
+            out = _store(key, refs, out, spent)
+        finally:
+            with _lock:
+                _pending.pop(key, None)
+            event.set()
+        break
     overhead = time.thread_time() - t0 - spent
     _local.credit = getattr(_local, "credit", 0.0) - overhead
     return out
@@ -408,6 +442,8 @@ def installed(share: bool = True):
                 exchange.recv_bytes = _originals["recv_bytes"]
                 exchange.allgather_in_place = _originals["allgather_in_place"]
                 _memo.clear()
+                _recent.clear()
+                _recent_bytes[0] = 0
                 _encoded.clear()
                 _contents.clear()
 
