@@ -232,3 +232,34 @@ def test_simulator_matches_mpiexec_bit_for_bit_and_byte_for_byte(P, tmp_path):
                                    np.frombuffer(result[2], np.dtype(case[3])), atol=1e-5)
             else:
                 assert mine[:3] == result, f"{case} rank {r}: result bits"
+
+
+# ---- sparc-bench --simulate --------------------------------------------------------------------
+def test_sparc_bench_simulate_writes_simulated_records(tmp_path, capsys):
+    import json
+
+    from sparcapps.bench.cli import main
+
+    out = tmp_path / "sim.jsonl"
+    assert main(["--simulate", "4", "9", "--network", "8x1gbit,ppn=2,latency=3us", "--N", "5000",
+                 "--density", "0.01", "--reps", "2", "--warmup", "0",
+                 "--algorithms", "ssar_recursive_double,auto", "--sim-memory", "0.0001",
+                 "--output", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted({r["P"] for r in records}) == [4, 9]
+    assert len(records) == 2 * 3  # dense, recursive doubling, auto at each P
+    for r in records:
+        assert r["simulated"] is True
+        assert r["network"] == sim.parse_network("8x1gbit,ppn=2,latency=3us").text
+        assert r["bytes"]["sent_per_rank_max"] > 0 and r["timings"]["allreduce"]["median"] > 0
+        assert r["ranks_per_node"] == 2 and r["nodes"] == -(-r["P"] // 2)
+        # P x N values above --sim-memory: the dense baseline is modeled, and says so
+        assert r["metrics"]["modeled_only"] is (r["algorithm"] == sparcml.DENSE_BASELINE)
+    assert "~" in capsys.readouterr().out
+
+
+def test_sparc_bench_network_needs_simulate():
+    from sparcapps.bench.cli import main
+
+    with pytest.raises(SystemExit, match="--simulate"):
+        main(["--network", "4x1gbit"])
