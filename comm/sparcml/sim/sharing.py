@@ -26,6 +26,10 @@ Entries are held by weak references: an intermediate that no rank holds any more
 Results are read-only arrays; bitwise equal to what the unshared code computes (the same
 kernels on the same inputs in the same order; tests compare with ``share=False`` and with real
 ``mpiexec`` runs).
+
+Over 400 lines: the seams, the provenance memo and the content interning share one lock, one
+table and one notion of provenance; apart they would need to export their internals to each
+other.
 """
 
 from __future__ import annotations
