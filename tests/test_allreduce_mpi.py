@@ -16,6 +16,14 @@ def test_every_algorithm_equals_the_dense_sum(nprocs):
     assert "CASES 864 OK" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_every_algorithm_equals_the_dense_sum_at_16_ranks():
+    """Above 8 ranks for real: 16 processes on this machine's cores (oversubscribed), the
+    smaller matrix (``SPARC_MATRIX=small``); P in {64, 256, 1000} run in tests/test_sim.py."""
+    proc = run_mpi(16, args=[sys.executable, "-m", "mpi4py", str(CASES / "allreduce_matrix.py")],
+                   timeout=600, env={"SPARC_MATRIX": "small"})
+    assert "CASES 204 OK" in proc.stdout, proc.stdout + proc.stderr
+
+
 @pytest.mark.parametrize("nprocs", [2, 3, 5])
 def test_bad_input_raises_the_same_error_on_every_rank(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "bad_input.py")],

@@ -88,6 +88,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "(milliseconds; several values allowed), against each alone")
     p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
                    help="with --overlap: NumPy ufuncs or PyTorch matmuls, one thread per rank")
+    p.add_argument("--simulate", type=positive_int, nargs="+", metavar="P",
+                   help="instead of timing real ranks: run the sweep on P simulated ranks "
+                        "(sparcml.sim, one process, no mpiexec) for each P given; records "
+                        "carry \"simulated\": true and the network spec")
+    p.add_argument("--network", default=None, metavar="SPEC",
+                   help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
+                        "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
+                        "(default: one node per rank on 10 Gbit/s links)")
+    p.add_argument("--sim-memory", type=float, default=8.0, metavar="GIB",
+                   help="with --simulate: run the dense baseline only while P x N values fit "
+                        "in this many GiB (three copies counted); beyond, it is modeled")
     return p
 
 
@@ -153,6 +164,9 @@ def run_sweep(args) -> int:
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
+    if args.simulate and size > 1:
+        raise SystemExit("sparc-bench: --simulate runs in one process; start it without "
+                         "mpiexec")
     preset = PRESETS[args.preset]
     dims = args.N or preset["N"]
     densities = args.density or preset["density"]
@@ -162,6 +176,15 @@ def run_sweep(args) -> int:
     if reps < 1:
         raise SystemExit("sparc-bench: --reps must be >= 1")
     algorithms = [DENSE_BASELINE] + [a for a in args.algorithms if a != DENSE_BASELINE]
+    if args.simulate:
+        from .simulate import run_simulated_sweep
+
+        if args.network is None:
+            args.network = f"{max(args.simulate)}x10gbit"
+        if args.bits is not None or args.nonblocking or args.reuse_output:
+            raise SystemExit("sparc-bench: --simulate runs blocking, full-precision calls "
+                             "(no --bits, --nonblocking, --reuse-output)")
+        return run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms)
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
@@ -331,6 +354,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.kernels:
         return run_kernels(args)
+    if args.network is not None and not args.simulate:
+        raise SystemExit("sparc-bench: --network needs --simulate P [P ...]")
     from sparcml import abort_on_error
 
     with abort_on_error():

@@ -1,0 +1,76 @@
+"""``sparcml.sim``: sparcml's unchanged algorithms on P simulated ranks in one process.
+
+Predict a cluster before spending allocation hours::
+
+    import sparcml, sparcml.sim
+    def body(comm):
+        vec = my_input(comm.Get_rank(), comm.Get_size())
+        return sparcml.allreduce(vec, comm, algorithm="ssar_split_allgather")
+    r = sparcml.sim.run(1024, body, network="128x10gbit,ppn=8,intra=100gbit,latency=2us")
+    r.results[0], r.time, r.wire_bytes    # exact result, modeled seconds, bytes per rank
+
+or ``sparc-bench --simulate 64 256 1024 --network 128x10gbit,ppn=8``.
+
+Execution: threads, one per virtual rank
+----------------------------------------
+Each rank is a Python thread running the user's function on its own
+:class:`~sparcml.sim.SimComm`, an object with the subset of mpi4py's ``Comm`` interface that
+sparcml calls (``sparcml.sim.comm`` lists it). Blocking calls block the thread on a condition
+variable. Threads run sparcml's blocking code unchanged -- an ``Mprobe`` in the middle of a
+loop, a collective inside a helper -- where a stepping scheduler or coroutines would need every
+blocking call rewritten as a yield point. The GIL is no obstacle: ranks mostly wait, and
+the Numba kernels release it. A few *run tokens* (default: the usable cores) let only that
+many rank threads execute at once, which bounds the memory of transient buffers and keeps the
+measured compute of a rank close to that of a rank alone on a core.
+
+What is exact, what is modeled
+------------------------------
+Exact: every message is produced by sparcml's own encoding and delivered byte for byte, so
+results, bytes per rank, message counts and fill-in are those of a real run (tested bitwise
+against ``mpiexec`` at P = 2, 4, 8). MPI collectives (``Allreduce``, ``Allgather(v)``,
+``Bcast``) are computed directly from the ranks' buffers: data exact, their internal messages
+not enacted but charged by the model below. The dense ``Allreduce`` sums in rank order, so
+the ``dense`` baseline may differ from MPICH's in the last bits.
+
+Modeled time: each rank has a virtual clock.
+
+- Compute: the thread CPU time (``time.thread_time``) a rank spends between two calls into the
+  communicator, measured on this machine, times ``compute_scale``. Memoized computations (see
+  :mod:`sparcml.sim.sharing`) charge every rank the CPU time of the one real computation.
+- A point-to-point message of n bytes from rank s to rank d (LogGP-style, alpha + n beta): it
+  starts when s posts it and s's link is free, occupies s's link for n beta, and arrives
+  ``alpha`` after it has also streamed through d's link (d's link serializes the messages it
+  receives, in the order d matches them). Links are per node for inter-node messages (the
+  ranks of a node share its NIC) and per rank within a node (shared memory, ``intra`` rate and
+  latency). A receive completes at ``max(receiver's clock, arrival)``; a rank ends no earlier
+  than its last send has left it.
+- Collectives: synchronizing; from the last rank's entry, the time of MPICH's algorithm for
+  that size (:mod:`sparcml.sim.collective_cost`), on the slowest link they span.
+
+Assumptions kept from LogP/LogGP: a per-message latency (L + o folded into alpha), a per-byte
+gap on each endpoint (G = beta), endpoint serialization (one message at a time per link
+direction), full-duplex links. Dropped: contention inside the switches and the network core
+(full bisection bandwidth is assumed; fat trees with oversubscription and dragonflies under
+adversarial traffic are slower), the CPU overhead o of sending and receiving as a separate
+term (it is in alpha, and the Python-side costs of sparcml are measured as compute), eager vs
+rendezvous protocols (a sender never waits for the receiver to post), overlap of compute with
+a rank's own transfers, the dependence of compute speed on the target's cores and memory
+(scale with ``compute_scale``), and noise. ``tests/test_sim_validation.py`` and BENCHMARKS.md
+compare the modeled times with measured ones on an emulated 1 Gbit network.
+
+Memory: ranks share identical buffers instead of copying them P times
+(:mod:`sparcml.sim.sharing`), so P = 1,024 ranks at N = 16M fit a few GiB. The ``dense``
+baseline cannot share: its ``MPI_Allreduce`` needs every rank's full vector, P N values;
+``sparc-bench --simulate`` models it (bytes and time of Rabenseifner's algorithm, no data)
+when P N values do not fit, and says so in its records.
+"""
+
+from __future__ import annotations
+
+from .comm import SimComm
+from .model import network_cost_model, use_model
+from .network import NetworkSpec, parse_network
+from .runner import SimResult, SimulationError, run
+
+__all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
+           "network_cost_model", "use_model"]

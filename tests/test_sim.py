@@ -1,0 +1,265 @@
+"""sparcml.sim: the simulated communicator runs sparcml's unchanged algorithms at large P.
+
+- the network spec parser (good specs, actionable errors);
+- every algorithm equals the dense sum at P in {16, 64, 256, 1000} (odd and non-powers of two),
+  every rank holding the same bits; sharing on and off give the same bits and bytes;
+- communicator management the node-aware algorithm needs (Split_type by simulated node,
+  Split, Bcast, point-to-point on sub-communicators);
+- the virtual clock: a message of n bytes costs alpha + n beta; ranks of one node use the
+  faster intra-node link;
+- a failing rank fails the run (no hang);
+- validation against real mpiexec at P = 2, 4, 8: results bitwise identical, bytes and
+  messages per rank identical.
+"""
+
+import importlib.util
+import pickle
+import sys
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import sparcml
+import sparcml.sim as sim
+from sparcml import SparseVector
+from sparcml.errors import InvalidArgumentError
+
+from mpirun import REPO, run_mpi
+
+CASES = REPO / "tests" / "mpi_cases"
+
+
+def _validation_module():
+    spec = importlib.util.spec_from_file_location("sim_validation", CASES / "sim_validation.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---- network specs -----------------------------------------------------------------------------
+def test_network_spec_parses_the_emulate_vocabulary_and_options():
+    net = sim.parse_network("1024x10gbit,ppn=8,intra=100gbit,latency=2us")
+    assert (net.nodes, net.ppn) == (1024, 8)
+    assert net.bandwidth == pytest.approx(10e9 / 8)
+    assert net.intra_bandwidth == pytest.approx(100e9 / 8)
+    assert net.latency == pytest.approx(2e-6)
+    assert sim.parse_network("4x1gbit").ppn == 1
+    assert sim.parse_network("2x12.5gB").bandwidth == pytest.approx(12.5e9)
+    assert sim.parse_network(net.text) == net  # the canonical text parses back to the same
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("4gbit", "NODESxRATE"), ("4x1gbits", "rate"), ("4x1gbit,ppn=0", "ppn"),
+    ("4x1gbit,latency=2", "time"), ("4x1gbit,speed=3", "unknown option"), ("", "string")])
+def test_bad_network_specs_name_the_problem(spec, words):
+    with pytest.raises(InvalidArgumentError, match=words):
+        sim.parse_network(spec)
+
+
+def test_too_few_ranks_in_the_network_is_an_error():
+    with pytest.raises(InvalidArgumentError, match="fewer than P"):
+        sim.run(9, lambda comm: None, network="4x1gbit,ppn=2")
+
+
+# ---- correctness at large P --------------------------------------------------------------------
+def _input(rank, P, dim, density, pattern):
+    rng = np.random.default_rng(rank + 17 * P)
+    k = max(1, int(round(density * dim)))
+    if pattern == "identical":
+        idx = np.random.default_rng(P).choice(dim, k, replace=False)
+    elif pattern == "disjoint":
+        mine = np.arange(rank, dim, P)
+        idx = rng.choice(mine, min(k, mine.size), replace=False)
+    else:
+        idx = rng.choice(dim, k, replace=False)
+    idx = np.unique(idx)
+    if rank == 0:
+        idx = np.union1d(idx, [0])
+    if rank == P - 1:
+        idx = np.union1d(idx, [dim - 1])
+    return SparseVector(dim, idx, rng.integers(1, 5, idx.size).astype(np.float32))
+
+
+def _matrix_body(comm, cases, algorithms):
+    out = []
+    for dim, density, pattern in cases:
+        vec = _input(comm.Get_rank(), comm.Get_size(), dim, density, pattern)
+        for algorithm in algorithms:
+            stats = sparcml.TrafficStats()
+            res = sparcml.allreduce(vec, comm, algorithm=algorithm, stats=stats)
+            out.append((res.is_dense, res.to_dense(), stats.bytes_sent))
+    return out
+
+
+def _check_matrix(P, cases, algorithms, share=True):
+    res = sim.run(P, _matrix_body, args=(cases, algorithms), share=share, timeout=600)
+    i = 0
+    for dim, density, pattern in cases:
+        expected = np.zeros(dim, np.float32)
+        for r in range(P):
+            v = _input(r, P, dim, density, pattern)
+            expected[v.indices] += v.values  # small integers: exact in any order
+        for algorithm in algorithms:
+            tag = f"P={P} {algorithm} d={density} {pattern}"
+            first = res.results[0][i]
+            assert np.array_equal(first[1], expected), tag
+            for r in range(P):
+                mine = res.results[r][i]
+                assert mine[0] == first[0] and mine[1].tobytes() == first[1].tobytes(), \
+                    f"{tag}: rank {r} differs"
+            i += 1
+    return res
+
+
+def test_every_algorithm_equals_the_dense_sum_at_16_ranks():
+    cases = [(4001, d, p) for d in (0.001, 0.05, 0.6) for p in ("random", "identical",
+                                                                 "disjoint")]
+    _check_matrix(16, cases, sparcml.ALGORITHMS)
+
+
+def test_every_algorithm_at_64_ranks():
+    cases = [(4001, 0.002, "random"), (4001, 0.05, "identical"), (4001, 0.6, "disjoint")]
+    _check_matrix(64, cases, sparcml.ALGORITHMS)
+
+
+def test_every_algorithm_at_256_ranks():
+    _check_matrix(256, [(3001, 0.01, "random")], sparcml.ALGORITHMS)
+
+
+# the split algorithms send P (P - 1) messages: 10^6 at P = 1000, minutes of simulation; they
+# run at P = 1000 in ``sparc-bench --simulate 1000 --verify`` (BENCHMARKS.md), not in the suite
+LOG_P_ALGORITHMS = ("ssar_recursive_double", "allgather", "dense")
+
+
+def test_1000_ranks():
+    """P = 1000: not a power of two (the fold of recursive doubling); 999: odd."""
+    assert set(LOG_P_ALGORITHMS) <= set(sparcml.ALGORITHMS)
+    _check_matrix(1000, [(2003, 0.002, "random")], LOG_P_ALGORITHMS)
+    _check_matrix(999, [(2003, 0.3, "identical")], ("ssar_recursive_double",))
+
+
+def test_sharing_changes_no_bit_and_no_byte():
+    cases = [(3001, 0.02, "random"), (3001, 0.4, "identical")]
+    shared = _check_matrix(24, cases, sparcml.ALGORITHMS, share=True)
+    alone = _check_matrix(24, cases, sparcml.ALGORITHMS, share=False)
+    for a, b in zip(shared.results, alone.results):
+        for x, y in zip(a, b):
+            assert x[0] == y[0] and x[1].tobytes() == y[1].tobytes() and x[2] == y[2]
+    assert shared.wire_bytes == alone.wire_bytes
+
+
+# ---- communicator management for node-aware algorithms ----------------------------------------
+def _subcomm_body(comm):
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    leaders = comm.Split(0 if node.Get_rank() == 0 else MPI.UNDEFINED, comm.Get_rank())
+    x = np.array([float(comm.Get_rank())])
+    node.Allreduce(MPI.IN_PLACE, x, op=MPI.SUM)
+    total = np.zeros(1)
+    if leaders != MPI.COMM_NULL:
+        leaders.Allreduce(x, total, op=MPI.SUM)
+        peer = leaders.Get_rank() ^ 1
+        if peer < leaders.Get_size():  # point-to-point on a sub-communicator
+            req = leaders.Isend(np.array([leaders.Get_rank()], np.int64), peer, 5)
+            got = np.empty(1, np.int64)
+            leaders.Irecv(got, peer, 5).Wait()
+            req.Wait()
+            assert got[0] == peer
+    node.Bcast(total, root=0)
+    gathered = node.allgather(comm.Get_rank())
+    return node.Get_size(), node.Get_rank(), gathered, total[0], node.bcast("hi", root=0)
+
+
+def test_split_type_groups_ranks_by_simulated_node():
+    P = 12
+    res = sim.run(P, _subcomm_body, network="4x1gbit,ppn=3")
+    for r, (size, nrank, gathered, total, word) in enumerate(res.results):
+        assert size == 3 and nrank == r % 3
+        assert gathered == [3 * (r // 3) + j for j in range(3)]
+        assert total == sum(range(P)) and word == "hi"
+
+
+# ---- the virtual clock -------------------------------------------------------------------------
+def _ping(comm, nbytes):
+    buf = np.zeros(nbytes, np.uint8)
+    if comm.Get_rank() == 0:
+        sent_at = comm.clock()
+        comm.Send(buf, 1, 0)
+        return sent_at
+    elif comm.Get_rank() == 1:
+        comm.Recv(buf, 0, 0)
+    return comm.clock()
+
+
+def test_a_message_costs_alpha_plus_n_beta():
+    n = 10_000_000
+    inter = sim.run(2, _ping, args=(n,), network="2x1gbit,latency=100us")
+    # 10 MB at 125 MB/s = 80 ms, plus 100 us; compute here is microseconds
+    assert inter.results[1] - inter.results[0] == pytest.approx(0.08 + 1e-4, rel=0.01)
+    intra = sim.run(2, _ping, args=(n,), network="1x1gbit,ppn=2,intra=80gbit,latency=100us")
+    assert intra.results[1] - intra.results[0] == pytest.approx(n / 10e9, abs=2e-4)  # not 80 ms
+
+
+def _fails(comm):
+    if comm.Get_rank() == 3:
+        raise ValueError("boom on rank 3")
+    comm.Barrier()
+
+
+def test_a_failing_rank_fails_the_run_without_hanging():
+    with pytest.raises(sim.SimulationError, match="rank 3.*boom"):
+        sim.run(8, _fails, timeout=60)
+
+
+# ---- validation against real mpiexec ----------------------------------------------------------
+@pytest.mark.parametrize("P", [2, 4, 8])
+def test_simulator_matches_mpiexec_bit_for_bit_and_byte_for_byte(P, tmp_path):
+    out = tmp_path / "real.pkl"
+    proc = run_mpi(P, args=[sys.executable, "-m", "mpi4py", str(CASES / "sim_validation.py"),
+                            str(out)], timeout=300)
+    assert "SIM-VALIDATION" in proc.stdout, proc.stdout + proc.stderr
+    real = pickle.loads(out.read_bytes())
+    mod = _validation_module()
+    simulated = sim.run(P, mod.run_cases, network=f"{P}x1gbit", timeout=300)
+    assert len(real) == len(simulated.results[0]) > 10
+    for case, (result, per_rank) in real.items():
+        dense_baseline = case[4] == sparcml.DENSE_BASELINE
+        for r in range(P):
+            mine = simulated.results[r][case]
+            assert tuple(mine[3:]) == tuple(per_rank[r]), f"{case} rank {r}: bytes, messages"
+            if dense_baseline:  # MPICH's MPI_Allreduce adds in its own order
+                assert np.allclose(np.frombuffer(mine[2], np.dtype(case[3])),
+                                   np.frombuffer(result[2], np.dtype(case[3])), atol=1e-5)
+            else:
+                assert mine[:3] == result, f"{case} rank {r}: result bits"
+
+
+# ---- sparc-bench --simulate --------------------------------------------------------------------
+def test_sparc_bench_simulate_writes_simulated_records(tmp_path, capsys):
+    import json
+
+    from sparcapps.bench.cli import main
+
+    out = tmp_path / "sim.jsonl"
+    assert main(["--simulate", "4", "9", "--network", "8x1gbit,ppn=2,latency=3us", "--N", "5000",
+                 "--density", "0.01", "--reps", "2", "--warmup", "0",
+                 "--algorithms", "ssar_recursive_double,auto", "--sim-memory", "0.0001",
+                 "--output", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted({r["P"] for r in records}) == [4, 9]
+    assert len(records) == 2 * 3  # dense, recursive doubling, auto at each P
+    for r in records:
+        assert r["simulated"] is True
+        assert r["network"] == sim.parse_network("8x1gbit,ppn=2,latency=3us").text
+        assert r["bytes"]["sent_per_rank_max"] > 0 and r["timings"]["allreduce"]["median"] > 0
+        assert r["ranks_per_node"] == 2 and r["nodes"] == -(-r["P"] // 2)
+        # P x N values above --sim-memory: the dense baseline is modeled, and says so
+        assert r["metrics"]["modeled_only"] is (r["algorithm"] == sparcml.DENSE_BASELINE)
+    assert "~" in capsys.readouterr().out
+
+
+def test_sparc_bench_network_needs_simulate():
+    from sparcapps.bench.cli import main
+
+    with pytest.raises(SystemExit, match="--simulate"):
+        main(["--network", "4x1gbit"])
