@@ -23,11 +23,14 @@ class TrafficStats:
 
     ``bytes_sent``: exact for point-to-point messages; inside MPI collectives it is the per-rank
     volume of the bandwidth-optimal algorithm (for an allgather, the gathered bytes this rank
-    does not hold itself; for a dense allreduce, 2 (P-1)/P of the vector). ``dense_messages``
-    counts messages that went dense by the switch rule.
+    does not hold itself; for a dense allreduce, 2 (P-1)/P of the vector). ``bytes_received``:
+    the same count for what this rank received (with balanced partitions, the split
+    algorithms' owners receive about the same). ``dense_messages`` counts messages that went
+    dense by the switch rule.
     """
 
     bytes_sent: int = 0
+    bytes_received: int = 0
     messages: int = 0
     dense_messages: int = 0
     calls: int = 0
@@ -39,7 +42,8 @@ class TrafficStats:
         self.dense_messages += int(dense)
 
     def reset(self) -> None:
-        self.bytes_sent = self.messages = self.dense_messages = self.calls = 0
+        self.bytes_sent = self.bytes_received = self.messages = self.dense_messages = 0
+        self.calls = 0
         self.algorithm = None
 
 
@@ -48,7 +52,9 @@ class CommContext:
     """sparcml's state for one user communicator.
 
     ``workspace``: the reusable scratch buffers of the calls on this context (see
-    :mod:`sparcml.workspace` for who owns what). The non-blocking engine runs on a context of
+    :mod:`sparcml.workspace` for who owns what). ``partitions``: the policy of the split
+    algorithms' blocks in the running call (:mod:`sparcml.partition`; set by the entry point
+    from the value every rank agreed on). The non-blocking engine runs on a context of
     its own, so no two threads ever share one.
     """
 
@@ -59,6 +65,7 @@ class CommContext:
     history: dict = field(default_factory=dict)
     engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
     workspace: Workspace | None = field(default_factory=Workspace)
+    partitions: str = "balanced"  # the split algorithms' blocks (sparcml.partition), per call
 
 
 _keyval = None

@@ -5,7 +5,8 @@ on a context (the blocking path's, or the non-blocking engine's thread's). Every
 
 1. validates its arguments on this rank (:mod:`sparcml.validation`), keeping any exception;
 2. agrees with the other ranks (:func:`sparcml.agreement.agree`: one small ``Allreduce``):
-   equal dim, value dtype, algorithm, quantizer, and no rank failed; otherwise every rank
+   equal dim, value dtype, algorithm, quantizer, partition policy (the environment's
+   ``SPARCML_PARTITIONS``: :mod:`sparcml.partition`), and no rank failed; otherwise every rank
    raises the same error and the communicator stays usable;
 3. picks the algorithm (``auto``: :mod:`sparcml.auto`) and runs its registry record.
 
@@ -26,6 +27,7 @@ from . import arith, auto
 from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .errors import CollectiveFailure
+from .partition import PARTITIONS_ENV, POLICIES, partition_policy
 from .registry import (AUTO, algorithm_code, algorithm_names, check_algorithm_options,
                        get_algorithm)
 from .algorithms import DEFAULT_ALGORITHM
@@ -42,7 +44,8 @@ _VALUE_SIZES = {4: "float32", 8: "float64"}
 def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"
-    return {"algorithm": names, "value dtype": _VALUE_SIZES}
+    return {"algorithm": names, "value dtype": _VALUE_SIZES,
+            "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}}
 
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
@@ -103,7 +106,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     fold of recursive doubling) it is the input unchanged.
     """
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
-              "quantize_sparse": 0}
+              "quantize_sparse": 0, "partitions": -1}
     nnz = seed = 0
     record = None
     with capture() as failed:
@@ -111,6 +114,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         fields["algorithm"] = algorithm_code(algorithm)
         fields["quantizer"] = quantizer_code(quantizer)
         fields["quantize_sparse"] = int(bool(quantize_sparse))
+        fields["partitions"] = partition_policy()
         stats = check_stats(stats)
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
@@ -126,6 +130,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
                    maxima={"nnz": nnz, "seed": seed})
     nnz_max, seed = maxima["nnz"], maxima["seed"]
     stats.calls += 1
+    ctx.partitions = POLICIES[fields["partitions"]]
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed)
     chosen = auto.choose(ctx, vec, nnz_max, codec, _calibration_run) if record is None \
         else algorithm

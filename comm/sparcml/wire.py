@@ -148,6 +148,15 @@ class Codec:
         """The switch rule for a message (or stream) of ``nnz`` items over ``length`` entries."""
         return length > 0 and nnz * self._item >= length * self._entry
 
+    def wire_item_bytes(self, nnz: int, length: int) -> float:
+        """Bytes per item of a sparse message of ``nnz`` items over ``length`` on the wire
+        (indices in their code, values as sent; headers and padding aside)."""
+        if nnz <= 0:
+            return float(self._item)
+        _, idx = index_layout(int(nnz), int(length), self.index_dtype.itemsize,
+                              self.code_indices)
+        return idx / nnz + self._item - self.index_dtype.itemsize
+
     def _values_nbytes(self, n: int, quantized: bool) -> int:
         return self.quantizer.encoded_nbytes(n) if quantized else n * self.value_dtype.itemsize
 

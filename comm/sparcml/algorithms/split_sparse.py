@@ -11,15 +11,19 @@ import math
 
 from .. import arith
 from ..costmodel import split_phase_one, union_size
-from ..exchange import allgather_bytes, block_bounds, split_reduce
+from ..exchange import allgather_bytes, split_reduce
+from ..partition import SPARSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 from ..wire import decode
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
     rank = ctx.rank
-    bounds = block_bounds(vec.dim, ctx.size)
+    bounds = split_bounds(ctx, vec, SPARSE_KIND, entry_bytes=codec.wire_item_bytes(vec.nnz, vec.dim),
+                          value_bytes=vec.dtype.itemsize)
+    before = stats.bytes_received
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
+    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before)
     block = arith.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
                              codec, workspace=ctx.workspace, intermediate=True)  # encoded, dropped
     buf, _ = codec.encode(block, known_dense=block.is_dense)
