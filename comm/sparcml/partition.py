@@ -24,7 +24,9 @@ rank computes the same boundaries (from the same reduced counts, with the same a
 They are kept on the :class:`~sparcml.CommContext` per ``(N, kind)`` and reused while the
 support distribution is stable: every ``CHECK_EVERY`` calls the ranks allgather the bytes
 each received in phase 1 of the previous call (one int64 each) and estimate again when the
-max / mean passes ``THRESHOLD``. Policy ``"equal"`` (agreed by every rank: see :mod:`sparcml.entry`)
+max / mean passes ``THRESHOLD`` and ``REGRESSION`` times what the estimate achieved at its
+first check (bytes are balanced only as far as entries predict them: a hot block whose
+messages go dense costs a little more per entry, and estimating again would not help). Policy ``"equal"`` (agreed by every rank: see :mod:`sparcml.entry`)
 gives :func:`~sparcml.exchange.block_bounds` instead.
 """
 
@@ -42,7 +44,7 @@ from .exchange import block_bounds
 
 __all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PARTITIONS_ENV",
            "PartitionState", "partition_policy", "split_bounds", "note_received", "balanced_bounds",
-           "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD"]
+           "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD", "REGRESSION"]
 
 SPARSE_KIND = "sparse"
 DENSE_KIND = "dense"
@@ -54,6 +56,7 @@ COARSE_BINS = 1024
 FINE_BINS = 64
 CHECK_EVERY = 4
 THRESHOLD = 1.15
+REGRESSION = 1.1
 _MIN_ENTRIES_PER_RANK = 64  # fewer: equal blocks (the histogram would be noise, and cost more)
 
 
@@ -74,8 +77,9 @@ class PartitionState:
     bounds: np.ndarray
     calls: int = 0  # calls since the last estimate
     received: int = 0  # bytes this rank received in phase 1 of the last call
-    imbalance: float = 1.0  # max / mean received entries at the last check
+    imbalance: float = 1.0  # max / mean received bytes at the last check
     estimates: int = 0
+    achieved: float | None = None  # the imbalance of the first check after the estimate
 
 
 def _edges(lo: int, hi: int, bins: int) -> np.ndarray:
@@ -116,14 +120,18 @@ def balanced_bounds(edges: np.ndarray, weights: np.ndarray, size: int) -> np.nda
     return out
 
 
-def _estimate(ctx, vec, kind: str, entry_bytes: float, value_bytes: int) -> np.ndarray:
+def _estimate(ctx, vec, kind: str, codec) -> np.ndarray:
     """The boundaries from this call's inputs (two small collectives; every rank calls)."""
     dim, size = vec.dim, ctx.size
     coarse_bins = min(COARSE_BINS, dim)
     coarse = _edges(0, dim, coarse_bins)
     counts = _allreduce(ctx, _counts(vec, coarse))
-    if counts.sum() < _MIN_ENTRIES_PER_RANK * size:
+    total = int(counts.sum())
+    if total < _MIN_ENTRIES_PER_RANK * size:
         return block_bounds(dim, size).copy()
+    # from reduced data only, so that every rank weighs alike
+    entry_bytes = codec.wire_item_bytes(total // size, dim)
+    value_bytes = codec.value_dtype.itemsize
 
     def weigh(c, e):
         w = c.astype(np.float64)
@@ -161,13 +169,13 @@ def _imbalance(ctx, received: int) -> float:
     return float(every.max() / mean) if mean > 0 else 1.0
 
 
-def split_bounds(ctx, vec, kind: str = SPARSE_KIND, *, entry_bytes: float = 8.0,
-                 value_bytes: int = 4) -> np.ndarray:
+def split_bounds(ctx, vec, kind: str, codec) -> np.ndarray:
     """The block boundaries of a split call on ``vec`` (``P + 1`` int64; block j is
     ``[b[j], b[j+1])``). Collective: every rank of ``ctx`` calls with its input of the same
     dim, in the same order of calls (it may run small collectives: see the module docstring).
-    ``entry_bytes``, ``value_bytes``: the bytes of a sparse entry on the wire and of a dense
-    value (the weights of ``DENSE_KIND``). The result is equal on every rank."""
+    ``codec`` (the call's :class:`~sparcml.wire.Codec`) gives the bytes of a sparse entry on
+    the wire and of a dense value (the weights of ``DENSE_KIND``). The result is equal on
+    every rank: it depends on reduced data only."""
     size, dim = ctx.size, vec.dim
     if size == 1 or getattr(ctx, "partitions", BALANCED) == EQUAL or dim < 2 * size:
         return block_bounds(dim, size)
@@ -177,9 +185,11 @@ def split_bounds(ctx, vec, kind: str = SPARSE_KIND, *, entry_bytes: float = 8.0,
     if state is not None and state.calls >= CHECK_EVERY:
         state.imbalance = _imbalance(ctx, state.received)
         state.calls = 0
-        due = state.imbalance > THRESHOLD
+        if state.achieved is None:
+            state.achieved = state.imbalance
+        due = state.imbalance > max(THRESHOLD, REGRESSION * state.achieved)
     if due:
-        bounds = _estimate(ctx, vec, kind, entry_bytes, value_bytes)
+        bounds = _estimate(ctx, vec, kind, codec)
         bounds.setflags(write=False)
         estimates = 0 if state is None else state.estimates
         state = states[(dim, kind)] = PartitionState(bounds, estimates=estimates + 1)
@@ -188,7 +198,9 @@ def split_bounds(ctx, vec, kind: str = SPARSE_KIND, *, entry_bytes: float = 8.0,
 
 
 def note_received(ctx, dim: int, kind: str, nbytes: int) -> None:
-    """Record the bytes this rank received in phase 1 of a split call (for the check)."""
+    """Record the bytes this rank received in phase 1 of a split call (for the check; also
+    as ``ctx.history["phase1_received"]``, whatever the policy, for benchmarks)."""
+    ctx.history["phase1_received"] = int(nbytes)
     state = ctx.history.get("partitions", {}).get((dim, kind))
     if state is not None:
         state.received = int(nbytes)

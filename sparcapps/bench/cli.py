@@ -56,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: a newly allocated result each call)")
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
+    p.add_argument("--index-coding", nargs="+", choices=["auto", "raw"], default=["auto"],
+                   help="indices on the wire: auto (the smallest code, the default) and/or raw "
+                        "(the 'before' column, suffix +raw); each sparse algorithm once per "
+                        "value, side by side")
+    p.add_argument("--partitions", nargs="+", choices=["balanced", "equal"],
+                   default=["balanced"],
+                   help="blocks of the split algorithms: balanced (the default) and/or equal "
+                        "(the 'before' column, suffix +eq)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--reps", type=positive_int, help="timed repetitions per case")
     p.add_argument("--warmup", type=nonnegative_int, help="untimed repetitions per case")
@@ -159,18 +167,23 @@ def run_sweep(args) -> int:
               f"bandwidth")
         print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
               f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
-              f"{'result':>7} {'vs dense':>8}")
+              f"{'recv max':>8} {'result':>7} {'vs dense':>8}")
+        print("recv max = max / mean over ranks of the bytes received (split algorithms: in "
+              "the reduce-scatter phase, what each block's owner receives)")
     for dim in dims:
         for density in densities:
             for pattern in patterns:
                 cases = []
                 for algorithm in algorithms:
-                    cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                           args.nonblocking, reuse_output=args.reuse_output))
-                    if args.bits is not None and _takes_quantizer(algorithm):  # and quantized
+                    for coding, parts in _variants(algorithm, args):
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                               args.nonblocking, args.bits,
-                                               args.quantize_sparse, args.reuse_output))
+                                               args.nonblocking, reuse_output=args.reuse_output,
+                                               index_coding=coding, partitions=parts))
+                        if args.bits is not None and _takes_quantizer(algorithm):
+                            cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                                   args.nonblocking, args.bits,
+                                                   args.quantize_sparse, args.reuse_output,
+                                                   coding, parts))
                 outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                                 model=model)
                 dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -182,6 +195,10 @@ def run_sweep(args) -> int:
                     name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
                     if case.bits:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
+                    name += ("+raw" if case.index_coding == "raw" else "") + (
+                        "+eq" if case.partitions == "equal" else "")
+                    b = out["bytes"]
+                    imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
                     m = out.get("model")
                     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
                                   if m else f"{'-':>9} {'-':>9}")
@@ -189,6 +206,7 @@ def run_sweep(args) -> int:
                           f"{t['median'] * 1e3:>10.3f} "
                           f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
                           f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
+                          f"{'-' if imb is None else f'{imb:.2f}':>8} "
                           f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
                     if args.output:
                         append_record(args.output, make_record(
@@ -201,10 +219,22 @@ def run_sweep(args) -> int:
                                      "quantize_sparse": case.quantize_sparse,
                                      "nonblocking": args.nonblocking,
                                      "reuse_output": args.reuse_output,
+                                     "index_coding": case.index_coding,
+                                     "partitions": case.partitions,
                                      "model": out.get("model"),
                                      "result_density": out["result"]["density"],
                                      "result_dense": out["result"]["dense"]}))
     return 0
+
+
+def _variants(algorithm: str, args) -> list[tuple[str, str]]:
+    """The (index coding, partitions) cases of an algorithm: every requested value where it
+    changes something (indices: not the dense baseline; partitions: the split algorithms)."""
+    from sparcml import AUTO, DENSE_BASELINE
+
+    codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
+    parts = args.partitions if "split" in algorithm or algorithm == AUTO else ["balanced"]
+    return [(c, p) for c in codings for p in parts]
 
 
 def _takes_quantizer(algorithm: str) -> bool:

@@ -8,6 +8,7 @@ slowest rank's. Medians and spread come from those.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -16,6 +17,9 @@ from mpi4py import MPI
 
 import sparcml
 from sparcapps.records import summarize
+from sparcml.context import context_for
+from sparcml.partition import PARTITIONS_ENV
+from sparcml.wire import INDEX_CODING_ENV
 
 from .inputs import make_input
 
@@ -33,6 +37,8 @@ class BenchCase:
     bits: int | None = None         # QSGD bits for quantized messages (None: full precision)
     quantize_sparse: bool = False
     reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
+    index_coding: str = "auto"      # SPARCML_INDEX_CODING for the call ("raw": the "before")
+    partitions: str = "balanced"    # SPARCML_PARTITIONS for the call (every rank alike)
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -40,7 +46,8 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     """Time ``sparcml.allreduce`` (or ``iallreduce`` + ``wait``) for cases sharing one input.
 
     Collective. Returns, per case in order: ``timings`` (summary of the slowest rank's time
-    per repetition), ``bytes`` (per-rank bytes sent: max and mean over ranks), the result's
+    per repetition), ``bytes`` (per-rank bytes sent: max and mean over ranks; bytes received:
+    max and max / mean, in all and in the split algorithms' phase 1), the result's
     nnz / density, the algorithm that ran (what ``auto`` chose), and with ``model`` the
     predicted time and the reference volumes (DESIGN 3.7).
     """
@@ -60,7 +67,9 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
         if case.reuse_output:
             options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
 
-        def call(stats, options=options, nonblocking=case.nonblocking):
+        def call(stats, options=options, nonblocking=case.nonblocking, case=case):
+            os.environ[INDEX_CODING_ENV] = case.index_coding
+            os.environ[PARTITIONS_ENV] = case.partitions
             if nonblocking:
                 return sparcml.iallreduce(vec, comm, stats=stats, **options).wait()
             return sparcml.allreduce(vec, comm, stats=stats, **options)
@@ -70,28 +79,44 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     times = [[] for _ in cases]
     stats = [sparcml.TrafficStats() for _ in cases]
     results = [None] * len(cases)
+    phase1 = [None] * len(cases)
+    history = context_for(comm).history
     for rep in range(warmup + reps):
         for i, call in enumerate(calls):
             stats[i].reset()
             comm.Barrier()
+            history.pop("phase1_received", None)
             t0 = time.perf_counter()
             results[i] = call(stats[i])
             elapsed = time.perf_counter() - t0
+            phase1[i] = history.get("phase1_received")
             if rep >= warmup:
                 times[i].append(comm.allreduce(elapsed, op=MPI.MAX))
     k_max = max(comm.allgather(vec.nnz))
-    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model)
+    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model, phase1[i])
             for i, case in enumerate(cases)]
 
 
-def _describe(case, comm, times, stats, result, k_max, model) -> dict:
+def _ratio(values) -> float | None:
+    if any(v is None for v in values) or not np.mean(values):
+        return None
+    return float(np.max(values) / np.mean(values))
+
+
+def _describe(case, comm, times, stats, result, k_max, model, phase1) -> dict:
     sent = comm.allgather(stats.bytes_sent)
+    received = comm.allgather(stats.bytes_received)
+    phase1 = comm.allgather(phase1)
     result_nnz = result.count_nonzero() if result.is_dense else result.nnz
     out = {
         "timings": {"allreduce": summarize(times)},
         "bytes": {"sent_per_rank_max": int(max(sent)), "sent_per_rank_mean": float(np.mean(sent)),
                   "input_nnz_max": int(k_max), "messages": stats.messages,
-                  "dense_messages": stats.dense_messages},
+                  "dense_messages": stats.dense_messages,
+                  "received_per_rank_max": int(max(received)),
+                  "received_max_over_mean": _ratio(received),
+                  # the split algorithms' reduce-scatter: what each owner received
+                  "phase1_received_max_over_mean": _ratio(phase1)},
         "result": {"nnz": int(result_nnz), "dense": bool(result.is_dense),
                    "density": result_nnz / case.N if case.N else 0.0},
         "ran": stats.algorithm,

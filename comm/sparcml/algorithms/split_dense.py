@@ -21,8 +21,7 @@ from ..wire import decode
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
     rank = ctx.rank
-    bounds = split_bounds(ctx, vec, DENSE_KIND, entry_bytes=codec.wire_item_bytes(vec.nnz, vec.dim),
-                          value_bytes=vec.dtype.itemsize)
+    bounds = split_bounds(ctx, vec, DENSE_KIND, codec)
     before = stats.bytes_received
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
     note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before)
