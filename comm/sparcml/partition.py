@@ -7,13 +7,15 @@ mean. :func:`split_bounds` instead cuts ``[0, N)`` where a global histogram of t
 indices says each owner gets the same *weight*:
 
 - ``SPARSE_KIND`` (``ssar_split_allgather``, and any reduce-scatter that keeps its blocks
-  sparse): the weight of an index is the number of inputs that hold it, so each owner receives
-  and merges about the same number of entries (phase 1 balanced; the phase-2 allgather moves
-  the same total whatever the cut).
+  sparse): the weight of a stretch of indices is the bytes its entries take on the wire (their
+  count times the entry size at their local density: coded indices are smaller where the
+  support is dense, and a message past the switch rule goes dense), so each owner receives
+  about the same bytes, and merges about the same entries (phase 1 balanced; the phase-2
+  allgather moves the same total whatever the cut).
 - ``DENSE_KIND`` (``dsar_split_allgather``): phase 1 is sparse and phase 2 a dense allgather
   of the owners' blocks, in which each block travels ``P - 1`` times (a ring). An owner's
-  time is the entries it receives (``c`` bytes each) plus ``(P - 1) s_val`` bytes per position
-  of its block, so an index weighs ``c x (inputs holding it) + (P - 1) s_val``: blocks stay
+  time is the bytes it receives in phase 1 (as for ``SPARSE_KIND``) plus ``(P - 1) s_val``
+  bytes per position of its block, so a position weighs those two together: blocks stay
   near N/P long when the result is dense-ish (where DSAR is chosen) and move to balance a
   skewed phase 1 only as far as the longer dense blocks allow.
 
@@ -120,6 +122,19 @@ def balanced_bounds(edges: np.ndarray, weights: np.ndarray, size: int) -> np.nda
     return out
 
 
+def _bytes_received(counts, width, size, s_idx, s_val):
+    """Expected bytes the owner of a bin receives for it: each rank's share of the ``counts``
+    entries as a sparse message with coded indices (:func:`sparcml.costmodel.index_bytes`,
+    always coded here: the environment's coding switch is not agreed between ranks, the
+    boundaries must be) or dense past the switch rule (``width`` values)."""
+    per_rank = counts / size
+    ratio = np.maximum(width / np.maximum(per_rank, 1e-300), 1.0)
+    low = np.floor(np.log2(np.maximum(ratio - 1.0, 1.0)))
+    idx = np.minimum(np.minimum((low + 1 + (ratio - 1.0) / 2.0**low) / 8, ratio / 8), s_idx)
+    dense = per_rank * (s_idx + s_val) >= width * s_val
+    return size * np.where(dense, width * s_val, per_rank * (idx + s_val))
+
+
 def _estimate(ctx, vec, kind: str, codec) -> np.ndarray:
     """The boundaries from this call's inputs (two small collectives; every rank calls)."""
     dim, size = vec.dim, ctx.size
@@ -129,14 +144,13 @@ def _estimate(ctx, vec, kind: str, codec) -> np.ndarray:
     total = int(counts.sum())
     if total < _MIN_ENTRIES_PER_RANK * size:
         return block_bounds(dim, size).copy()
-    # from reduced data only, so that every rank weighs alike
-    entry_bytes = codec.wire_item_bytes(total // size, dim)
-    value_bytes = codec.value_dtype.itemsize
+    s_idx, s_val = codec.index_dtype.itemsize, codec.value_dtype.itemsize
 
-    def weigh(c, e):
-        w = c.astype(np.float64)
+    def weigh(c, e):  # from reduced data only, so that every rank weighs alike
+        width = np.diff(e).astype(np.float64)
+        w = _bytes_received(c.astype(np.float64), width, size, s_idx, s_val)
         if kind == DENSE_KIND:
-            w = w * entry_bytes + np.diff(e).astype(np.float64) * (size - 1) * value_bytes
+            w += width * (size - 1) * s_val
         return w
 
     first = balanced_bounds(coarse, weigh(counts, coarse), size)
