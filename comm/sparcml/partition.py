@@ -48,8 +48,8 @@ __all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PARTIT
            "PartitionState", "partition_policy", "split_bounds", "note_received", "balanced_bounds",
            "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD", "REGRESSION"]
 
-SPARSE_KIND = "sparse"
-DENSE_KIND = "dense"
+SPARSE_KIND = "sparse-blocks"
+DENSE_KIND = "dense-blocks"
 BALANCED = "balanced"
 EQUAL = "equal"
 POLICIES = (BALANCED, EQUAL)
@@ -123,10 +123,11 @@ def balanced_bounds(edges: np.ndarray, weights: np.ndarray, size: int) -> np.nda
 
 
 def _bytes_received(counts, width, size, s_idx, s_val):
-    """Expected bytes the owner of a bin receives for it: each rank's share of the ``counts``
-    entries as a sparse message with coded indices (:func:`sparcml.costmodel.index_bytes`,
-    always coded here: the environment's coding switch is not agreed between ranks, the
-    boundaries must be) or dense past the switch rule (``width`` values)."""
+    """Expected bytes the owner of a block receives: ``size`` messages of ``counts / size``
+    entries each over ``width`` positions, with coded indices (the Elias-Fano / bitmap sizes of
+    :func:`sparcml.costmodel.index_bytes`; always coded here, since the environment's coding
+    switch is not agreed between ranks and the boundaries must be) or dense past the switch
+    rule. Vectorized over blocks (float64 arrays)."""
     per_rank = counts / size
     ratio = np.maximum(width / np.maximum(per_rank, 1e-300), 1.0)
     low = np.floor(np.log2(np.maximum(ratio - 1.0, 1.0)))
@@ -135,25 +136,36 @@ def _bytes_received(counts, width, size, s_idx, s_val):
     return size * np.where(dense, width * s_val, per_rank * (idx + s_val))
 
 
+def _cut(edges, counts, kind, size, s_idx, s_val, rounds=3):
+    """Boundaries giving every owner the same expected bytes. The bytes of an entry depend on
+    the density of the whole message it travels in (the code's size; dense past the rule),
+    so the cut is refined a few ``rounds``: weigh each bin's entries at the bytes per entry
+    of the block it falls in, cut again."""
+    counts = counts.astype(np.float64)
+    width = np.diff(edges).astype(np.float64)
+    dense_phase = width * (size - 1) * s_val if kind == DENSE_KIND else 0.0
+    bounds = balanced_bounds(edges, counts * (s_idx + s_val) + dense_phase, size)
+    cum = np.concatenate([[0.0], np.cumsum(counts)])
+    for _ in range(rounds):
+        entries = np.diff(np.interp(bounds, edges, cum))
+        per_entry = np.where(entries > 0, _bytes_received(
+            entries, np.diff(bounds).astype(np.float64), size, s_idx, s_val)
+            / np.maximum(entries, 1e-300), s_idx + s_val)
+        block = np.clip(np.searchsorted(bounds, edges[:-1], side="right") - 1, 0, size - 1)
+        bounds = balanced_bounds(edges, counts * per_entry[block] + dense_phase, size)
+    return bounds
+
+
 def _estimate(ctx, vec, kind: str, codec) -> np.ndarray:
     """The boundaries from this call's inputs (two small collectives; every rank calls)."""
     dim, size = vec.dim, ctx.size
     coarse_bins = min(COARSE_BINS, dim)
     coarse = _edges(0, dim, coarse_bins)
     counts = _allreduce(ctx, _counts(vec, coarse))
-    total = int(counts.sum())
-    if total < _MIN_ENTRIES_PER_RANK * size:
+    if int(counts.sum()) < _MIN_ENTRIES_PER_RANK * size:
         return block_bounds(dim, size).copy()
     s_idx, s_val = codec.index_dtype.itemsize, codec.value_dtype.itemsize
-
-    def weigh(c, e):  # from reduced data only, so that every rank weighs alike
-        width = np.diff(e).astype(np.float64)
-        w = _bytes_received(c.astype(np.float64), width, size, s_idx, s_val)
-        if kind == DENSE_KIND:
-            w += width * (size - 1) * s_val
-        return w
-
-    first = balanced_bounds(coarse, weigh(counts, coarse), size)
+    first = _cut(coarse, counts, kind, size, s_idx, s_val)
     if dim <= coarse_bins:
         return first
     # refine: the coarse bins holding a boundary, each cut into FINE_BINS sub-bins
@@ -167,13 +179,12 @@ def _estimate(ctx, vec, kind: str, codec) -> np.ndarray:
     for b in range(coarse_bins):
         if b in split:
             i = split[b]
-            e = fine_edges[i]
-            edges.append(e[1:])
-            weights.append(weigh(fine[i * FINE_BINS:(i + 1) * FINE_BINS], e))
+            edges.append(fine_edges[i][1:])
+            weights.append(fine[i * FINE_BINS:(i + 1) * FINE_BINS])
         else:
             edges.append(coarse[b + 1:b + 2])
-            weights.append(weigh(counts[b:b + 1], coarse[b:b + 2]))
-    return balanced_bounds(np.concatenate(edges), np.concatenate(weights), size)
+            weights.append(counts[b:b + 1])
+    return _cut(np.concatenate(edges), np.concatenate(weights), kind, size, s_idx, s_val)
 
 
 def _imbalance(ctx, received: int) -> float:
