@@ -100,6 +100,10 @@ def ef_decode(low, high, n, L, offset, length, out):
     holds ``offset + length``); returns ``n`` or a negative code (see the module docstring)."""
     i = 0
     prev = np.int64(-1)
+    mask = (np.int64(1) << L) - 1
+    acc = np.int64(0)  # the low bits read ahead, sequentially (L <= 55 keeps them in int64)
+    held = 0
+    pos = 0
     for byte in range(high.shape[0]):
         b = np.int64(high[byte])
         while b != 0:
@@ -107,7 +111,19 @@ def ef_decode(low, high, n, L, offset, length, out):
             if i >= n:
                 return BAD_COUNT
             h = byte * 8 + t - i
-            y = (h << L) | (_get_bits(low, i * L, L) if L > 0 else 0)
+            if L == 0:
+                lowbits = np.int64(0)
+            elif L <= 55:
+                while held < L:
+                    acc |= np.int64(low[pos]) << held
+                    pos += 1
+                    held += 8
+                lowbits = acc & mask
+                acc >>= L
+                held -= L
+            else:
+                lowbits = _get_bits(low, i * L, L)
+            y = (h << L) | lowbits
             x = y + i
             if x <= prev:
                 return BAD_ORDER
