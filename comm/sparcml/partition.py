@@ -51,7 +51,8 @@ from .exchange import block_bounds
 
 __all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PARTITIONS_ENV",
            "PartitionState", "partition_policy", "split_bounds", "note_received",
-           "balanced_bounds",           "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD", "REGRESSION"]
+           "balanced_bounds", "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD",
+           "REGRESSION"]
 
 SPARSE_KIND = "sparse-blocks"
 DENSE_KIND = "dense-blocks"
