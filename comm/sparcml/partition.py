@@ -233,5 +233,5 @@ def note_received(ctx, dim: int, kind: str, nbytes: int) -> None:
     as ``ctx.history["phase1_received"]``, whatever the policy, for benchmarks)."""
     ctx.history["phase1_received"] = int(nbytes)
     state = ctx.history.get("partitions", {}).get((dim, kind))
-    if state is not None:
+    if state is not None and getattr(ctx, "partitions", BALANCED) == BALANCED:  # its bounds
         state.received = int(nbytes)

@@ -80,6 +80,14 @@ if size > 1:
     exact = comm.allreduce(skewed(3, reverse=True).to_dense().astype(np.float64))
     np.testing.assert_allclose(out.to_dense(), exact, rtol=1e-5, atol=1e-5)
 
+    # calls with equal blocks in between are not measurements of the balanced cut
+    estimates = state.estimates
+    for i in range(4 * partition.CHECK_EVERY):
+        os.environ[partition.PARTITIONS_ENV] = partition.EQUAL if i % 2 else partition.BALANCED
+        sparcml.allreduce(skewed(3, reverse=True), algorithm=name)
+    state = ctx.history["partitions"][(DIM, partition.SPARSE_KIND)]
+    assert state.estimates == estimates and state.imbalance <= 1.3, state
+
     # a policy that differs across ranks: the same error everywhere, nothing hangs
     os.environ[partition.PARTITIONS_ENV] = partition.EQUAL if rank == size - 1 \
         else partition.BALANCED
