@@ -25,25 +25,25 @@ def _sample(rng, population: int, k: int) -> np.ndarray:
 
 
 def _minibatch_support(dim: int, k: int, seed: int, rank: int) -> np.ndarray:
-    """The first ``k`` features met reading url-like rows of stream ``(seed, rank)``, sorted."""
+    """The first ``k`` features met reading url-like rows of stream ``(seed, rank)``, sorted.
+
+    Reads a few rows first and four times more while fewer than ``k`` features were met (the
+    first rows of the synthetic data do not depend on how many are generated)."""
     from dataclasses import replace
 
     from sparcapps.data.synth import BLOCK_ROWS, URL_LIKE, iter_blocks
 
     spec = replace(URL_LIKE, n_features=max(dim, URL_LIKE.dense_features + 2))
-    seen = np.zeros(0, np.int64)
-    firsts = []
-    for indptr, indices, *_ in iter_blocks(spec, POWERLAW_MAX_BLOCKS * BLOCK_ROWS,
-                                           seed=1000 * seed + rank):
-        _, first = np.unique(indices, return_index=True)  # in order of first appearance:
-        new = indices[np.sort(first)]
-        new = new[~np.isin(new, seen)]
-        firsts.append(new)
-        seen = np.union1d(seen, new)
-        if seen.size >= k:
-            break
-    order = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
-    return np.sort(order[:k][order[:k] < dim])
+    rows = max(16, int(4 * k / URL_LIKE.nnz_mean))
+    while True:
+        rows = min(rows, POWERLAW_MAX_BLOCKS * BLOCK_ROWS)
+        blocks = [indices for _, indices, *_ in iter_blocks(spec, rows, seed=1000 * seed + rank)]
+        met = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+        _, first = np.unique(met, return_index=True)
+        order = met[np.sort(first)]  # distinct features in order of first appearance
+        if order.size >= k or rows == POWERLAW_MAX_BLOCKS * BLOCK_ROWS:
+            return np.sort(order[:k])
+        rows *= 4
 
 
 def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
