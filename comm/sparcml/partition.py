@@ -205,15 +205,19 @@ def split_bounds(ctx, vec, kind: str, codec) -> np.ndarray:
     ``[b[j], b[j+1])``). Collective: every rank of ``ctx`` calls with its input of the same
     dim, in the same order of calls (it may run small collectives: see the module docstring).
     ``codec`` (the call's :class:`~sparcml.wire.Codec`) gives the bytes of a sparse entry on
-    the wire and of a dense value (the weights of ``DENSE_KIND``). The result is equal on
-    every rank: it depends on reduced data only."""
+    the wire and of a dense value (the weights of ``DENSE_KIND``); a quantized (lossy) call
+    uses the boundaries in place and never re-estimates them, since its values depend on the
+    cut. The result is equal on every rank: it depends on reduced data only. Exact sums are
+    bitwise the same whatever the cut (each index is summed in rank order)."""
     size, dim = ctx.size, vec.dim
     if size == 1 or getattr(ctx, "partitions", BALANCED) == EQUAL or dim < 2 * size:
         return block_bounds(dim, size)
     states = ctx.history.setdefault("partitions", {})
     state = states.get((dim, kind))
     due = state is None
-    if state is not None and state.calls >= CHECK_EVERY:
+    # quantized values depend on the cut (QSGD buckets per block): a quantized call never
+    # moves it, so that calls with the same random stream give the same bits
+    if state is not None and state.calls >= CHECK_EVERY and not codec.lossy:
         state.imbalance = _imbalance(ctx, state.received)
         state.calls = 0
         if state.achieved is None:

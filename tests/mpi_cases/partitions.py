@@ -88,6 +88,20 @@ if size > 1:
     state = ctx.history["partitions"][(DIM, partition.SPARSE_KIND)]
     assert state.estimates == estimates and state.imbalance <= 1.3, state
 
+    # quantized calls never move the cut (their values depend on it): the same random stream
+    # gives the same bits, even when the distribution has moved
+    os.environ[partition.PARTITIONS_ENV] = partition.BALANCED
+
+    def quantized():
+        return sparcml.allreduce(skewed(5), algorithm=name, quantize_sparse=True,
+                                 quantizer=sparcml.QSGD(bits=4, seed=rank)).to_dense()
+
+    first = quantized()
+    for _ in range(2 * partition.CHECK_EVERY):
+        again = quantized()
+    assert np.array_equal(first, again)
+    assert ctx.history["partitions"][(DIM, partition.SPARSE_KIND)].estimates == estimates
+
     # a policy that differs across ranks: the same error everywhere, nothing hangs
     os.environ[partition.PARTITIONS_ENV] = partition.EQUAL if rank == size - 1 \
         else partition.BALANCED
