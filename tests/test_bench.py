@@ -210,3 +210,32 @@ def test_topk_rows_time_topk_allreduce_beside_the_algorithms(tmp_path):
     assert topk["metrics"]["topk"] == 100 and topk["metrics"]["result_density"] == 100 / 65536
     assert topk["bytes"]["sent_per_rank_max"] < ssar["bytes"]["sent_per_rank_max"]
     assert "topk_allreduce(100)" in proc.stdout and "local top-k selection" in proc.stdout
+
+
+def test_powerlaw_pattern_is_a_minibatch_support():
+    vecs = [make_input(60_000, 0.02, "powerlaw", r, 3, seed=1) for r in range(3)]
+    assert all(v.nnz == 1200 for v in vecs)
+    common = set.intersection(*(set(v.indices.tolist()) for v in vecs))
+    assert set(range(16)) <= common  # the dense features are in every row
+    assert all(np.mean(v.indices < 6000) > 0.5 for v in vecs)  # most on the first tenth
+
+
+def test_coding_and_partition_columns_side_by_side(tmp_path):
+    out = tmp_path / "wire.jsonl"
+    proc = run_mpi(3, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "60000",
+                            "--density", "0.02", "--pattern", "powerlaw", "--reps", "2",
+                            "--warmup", "1", "--no-model", "--index-coding", "auto", "raw",
+                            "--partitions", "balanced", "equal", "--algorithms",
+                            "ssar_split_allgather,ssar_recursive_double", "--output", str(out)],
+                   timeout=180)
+    rows = {(r["algorithm"], r["metrics"]["index_coding"], r["metrics"]["partitions"]): r
+            for r in map(json.loads, out.read_text().splitlines())}
+    split, rd = "ssar_split_allgather", "ssar_recursive_double"
+    assert len(rows) == 1 + 4 + 2  # dense; split x coding x partitions; recursive x coding
+    for alg, parts in ((split, "balanced"), (split, "equal"), (rd, "balanced")):
+        coded, raw = rows[alg, "auto", parts]["bytes"], rows[alg, "raw", parts]["bytes"]
+        assert coded["sent_per_rank_max"] < 0.8 * raw["sent_per_rank_max"], alg
+    imbalance = {p: rows[split, "auto", p]["bytes"]["phase1_received_max_over_mean"]
+                 for p in ("balanced", "equal")}
+    assert imbalance["balanced"] <= 1.3 < 1.6 < imbalance["equal"], imbalance
+    assert "ssar_split_allgather+raw+eq" in proc.stdout

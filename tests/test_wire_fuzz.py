@@ -3,24 +3,37 @@ part that lies inside the buffer; SparseVector construction validates or raises 
 errors."""
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sparcml
+from sparcml import index_kernels
 from sparcml.qsgd import QSGD
-from sparcml.wire import HEADER_SIZE, Codec, Part, decode
+from sparcml.wire import BITMAP, ELIAS_FANO, HEADER, HEADER_SIZE, RAW, Codec, Part, decode
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def _valid_message(draw_bytes, dense, quantized, n):
+def _valid_message(dense, quantized, n, coding="raw"):
+    """A valid message; sparse ones with their indices ``raw``, Elias-Fano (``gaps``: spread
+    over a wide range) or in a ``bitmap`` (a dense stretch; its values not quantized, since a
+    quantized sparse message goes dense before a bitmap is its smallest code)."""
+    quantized = quantized and (dense or coding != "bitmap")
     codec = Codec(np.int32, np.float32, QSGD(4, bucket_size=8, seed=0) if quantized else None,
-                  quantize_sparse=quantized)
+                  quantize_sparse=quantized, code_indices=coding != "raw")
     if dense:
         return codec.encode_dense(np.linspace(-1, 1, n).astype(np.float32), 3)
-    idx = np.arange(0, 2 * n, 2, dtype=np.int32)
-    buf, _ = codec.encode(Part(0, 4 * n + 1000, idx, np.ones(n, np.float32)))
+    if coding == "bitmap":  # density 1/3: a bitmap takes at most the bytes of Elias-Fano
+        n += 15
+        step, length = 1, 3 * n
+    else:
+        step, length = 2, 4 * n + 1000
+    idx = np.arange(5, 5 + step * n, step, dtype=np.int32)
+    buf, went_dense = codec.encode(Part(0, length, idx, np.ones(n, np.float32)))
+    assert not went_dense and int(buf[:HEADER_SIZE].view(HEADER)["index_code"][0]) == \
+        {"raw": RAW, "gaps": ELIAS_FANO, "bitmap": BITMAP}[coding]
     return buf
 
 
@@ -28,8 +41,10 @@ def _assert_part_inside(part, buf, check):
     assert part.values.shape[0] == part.nnz
     if part.indices is not None:
         assert part.indices.shape[0] == part.values.shape[0]
-        assert np.shares_memory(part.indices, buf) or part.indices.size == 0
-        if check and part.indices.size:
+        coded = int(buf[:HEADER_SIZE].view(HEADER)["index_code"][0]) != RAW
+        # raw indices are a view of the buffer; coded ones are decoded, and checked, always
+        assert coded or np.shares_memory(part.indices, buf) or part.indices.size == 0
+        if (check or coded) and part.indices.size:
             assert np.all(np.diff(part.indices.astype(np.int64)) > 0)
             assert part.offset <= part.indices[0] and part.indices[-1] < part.offset + part.length
 
@@ -52,15 +67,53 @@ def test_random_bytes_decode_or_raise(data, check):
 @SETTINGS
 @given(st.booleans(), st.booleans(), st.integers(1, 40),
        st.lists(st.tuples(st.integers(0, 400), st.integers(0, 255)), min_size=1, max_size=6),
-       st.integers(0, 400), st.booleans())
-def test_mutated_messages_decode_or_raise(dense, quantized, n, flips, cut, check):
-    buf = _valid_message(None, dense, quantized, n).copy()
+       st.integers(0, 400), st.booleans(), st.sampled_from(["raw", "gaps", "bitmap"]))
+def test_mutated_messages_decode_or_raise(dense, quantized, n, flips, cut, check, coding):
+    buf = _valid_message(dense, quantized, n, coding).copy()
     for pos, byte in flips:
         if pos < buf.shape[0]:
             buf[pos] = byte
     if cut < buf.shape[0] and cut % 3 == 0:
         buf = buf[:max(cut, 0)].copy()
     _decodes_inside_or_raises(buf, check)
+
+
+@SETTINGS
+@given(st.integers(1, 5000), st.data(), st.sampled_from([np.int32, np.int64]),
+       st.booleans())
+def test_coded_indices_round_trip(length, data, index_dtype, quantized):
+    """Every support survives the wire bit for bit, in whichever code is the smallest."""
+    idx = np.array(sorted(data.draw(st.sets(st.integers(0, length - 1), max_size=300))),
+                   index_dtype)
+    offset = data.draw(st.integers(0, 2**20))
+    vals = np.arange(1, idx.size + 1, dtype=np.float32)
+    codec = Codec(index_dtype, np.float32, QSGD(8, bucket_size=8, seed=0) if quantized else None,
+                  quantize_sparse=quantized)
+    buf, dense = codec.encode(Part(offset, length, idx + offset, vals))
+    if dense:
+        return
+    part = decode(buf)
+    assert part.indices.dtype == index_dtype and np.array_equal(part.indices, idx + offset)
+    raw, _ = Codec(index_dtype, np.float32, code_indices=False).encode(
+        Part(offset, length, idx + offset, vals))
+    assert buf.nbytes <= raw.nbytes or quantized
+
+
+def test_each_code_rejects_a_corrupt_support():
+    """A bitmap or Elias-Fano section whose set bits do not give ``count`` increasing indices
+    in range raises a SparcmlError naming the problem, with or without ``check``."""
+    n = 20
+    for coding, end, bit, problem in (("gaps", None, 7, "not 20 indices"),
+                                      ("bitmap", 13, 0, "not 35 indices"),
+                                      ("bitmap", 14, 7, "an index outside the message's range")):
+        buf = _valid_message(False, False, n, coding).copy()
+        if end is None:  # the high part ends where the values start (padding aside)
+            low, high = index_kernels.ef_nbytes(n, 4 * n + 1000)
+            end = low + high
+        buf[HEADER_SIZE + end - 1] |= 1 << bit  # a bit past every real one
+        for check in (False, True):
+            with pytest.raises(sparcml.SparcmlError, match=f"corrupt message: {problem}"):
+                decode(buf, check=check)
 
 
 @SETTINGS

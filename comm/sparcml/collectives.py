@@ -122,6 +122,7 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
         ctx.waiter.collective(ctx.comm, "Bcast", size, root)
         if ctx.rank != root:
             buf = np.empty(int(size[0]), np.uint8)
+            stats.bytes_received += buf.nbytes
         else:
             buf = buf.copy()  # the result must not alias the root's input
             stats.add_message(buf.nbytes * (ctx.size - 1), dense)

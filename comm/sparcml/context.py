@@ -23,14 +23,17 @@ class TrafficStats:
 
     ``bytes_sent``: exact for point-to-point messages; inside MPI collectives it is the per-rank
     volume of the bandwidth-optimal algorithm (for an allgather, the gathered bytes this rank
-    does not hold itself; for a dense allreduce, 2 (P-1)/P of the vector). ``dense_messages``
-    counts messages that went dense by the switch rule. ``intra_node_bytes``: the part of
-    ``bytes_sent`` that the node-local phases of hierarchical calls sent (to or from the node's
-    leader); the rest, :attr:`inter_node_bytes`, is what left the node (flat calls attribute
-    nothing to the node, so for them it is all of ``bytes_sent``).
+    does not hold itself; for a dense allreduce, 2 (P-1)/P of the vector). ``bytes_received``:
+    the same count for what this rank received (with balanced partitions, the split
+    algorithms' owners receive about the same). ``dense_messages`` counts messages that went
+    dense by the switch rule. ``intra_node_bytes``: the part of ``bytes_sent`` that the
+    node-local phases of hierarchical calls sent (to or from the node's leader); the rest,
+    :attr:`inter_node_bytes`, is what left the node (flat calls attribute nothing to the node,
+    so for them it is all of ``bytes_sent``).
     """
 
     bytes_sent: int = 0
+    bytes_received: int = 0
     messages: int = 0
     dense_messages: int = 0
     calls: int = 0
@@ -49,7 +52,8 @@ class TrafficStats:
         self.dense_messages += int(dense)
 
     def reset(self) -> None:
-        self.bytes_sent = self.messages = self.dense_messages = self.calls = 0
+        self.bytes_sent = self.bytes_received = self.messages = self.dense_messages = 0
+        self.calls = 0
         self.intra_node_bytes = 0
         self.algorithm = None
         self.hierarchical = False
@@ -64,6 +68,8 @@ class CommContext:
     its own, so no two threads ever share one. ``subcomms``: sub-communicators made from
     ``comm`` and cached for later calls (the node layouts of :mod:`sparcml.hierarchical`),
     each with a ``free()`` method; :meth:`free_subcomms` frees them (collective).
+    ``partitions``: the policy of the split algorithms' blocks in the running call
+    (:mod:`sparcml.partition`; set by the entry point from the value every rank agreed on).
     """
 
     comm: MPI.Comm
@@ -73,6 +79,7 @@ class CommContext:
     history: dict = field(default_factory=dict)
     engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
     workspace: Workspace | None = field(default_factory=Workspace)
+    partitions: str = "balanced"  # the split algorithms' blocks (sparcml.partition), per call
     subcomms: dict = field(default_factory=dict)
 
     def free_subcomms(self) -> None:

@@ -15,6 +15,11 @@ Each algorithm's time is predicted from its structure (messages, bytes, merged i
 - ``overhead[name]``, ``scale[name]``: per algorithm, the measured time on a tiny input (every
   fixed cost) and the measured / analytic growth on a medium input (empty: not calibrated).
 
+Bytes on the wire: a sparse item costs its index's expected coded size (:func:`index_bytes`,
+a function of the stream's density: Elias-Fano gaps or a bitmap, see :mod:`sparcml.wire`)
+plus ``s_val``; whether a stream is dense still follows the switch rule on the raw sizes
+``c = s_idx + s_val``, as the algorithms do.
+
 The result size K is not known before the call: it is estimated from the largest input nnz k
 and an overlap factor q (the share of a further input's items that are new), learnt from the
 results of earlier calls on the same communicator (default: independent random supports).
@@ -25,12 +30,13 @@ every rank must receive, and the reduce-scatter + allgather volume ``(P-1)/P (k 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 
 from .registry import algorithm_names, get_algorithm
 from .select_kernels import digit_bits, digit_shifts
 
-__all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes",
+__all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
            "split_phase_one", "topk_allreduce_cost", "TOPK_STEP", "TINY_N", "MEDIUM_N"]
 
 TINY_N = 1024  # the input of the overhead calibration: dim 1024, one nonzero per rank
@@ -58,10 +64,30 @@ def overlap_from_result(k: float, K: float, P: int, dim: int) -> float:
     return float(min(max(q, 0.0), 1.0))
 
 
+def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None) -> float:
+    """Expected bytes per index of a sparse message of ``items`` indices over ``span``
+    positions: the smallest of ``s_idx`` (raw), the Elias-Fano code (about
+    ``L + 1 + 2^-L (span / items - 1)`` bits, ``L = floor(log2(span / items))``) and the bitmap
+    (``span / items`` bits), as :func:`sparcml.wire.index_layout` chooses (headers and byte
+    rounding aside). ``coded``: default from the environment (``SPARCML_INDEX_CODING=raw``
+    sends raw indices)."""
+    if coded is None:
+        coded = os.environ.get("SPARCML_INDEX_CODING", "auto").strip().lower() != "raw"
+    if not coded or items <= 0 or span <= 0:
+        return float(s_idx)
+    ratio = max(span / items, 1.0)
+    low = max(0, math.floor(math.log2(max(ratio - 1.0, 1.0))))
+    ef = (low + 1 + (ratio - 1.0) / 2**low) / 8
+    return min(float(s_idx), ef, ratio / 8)
+
+
 def stream_bytes(items: float, N: int, s_idx: int, s_val: int) -> float:
-    """Bytes of a stream of ``items`` entries by the switch rule (dense past it)."""
+    """Bytes of a stream of ``items`` entries by the switch rule (dense past it; sparse items
+    with their indices coded, :func:`index_bytes`)."""
     c = s_idx + s_val
-    return N * s_val if items >= N * s_val / c else items * c
+    if items >= N * s_val / c:
+        return N * s_val
+    return items * (index_bytes(items, N, s_idx) + s_val)
 
 
 def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
@@ -134,7 +160,8 @@ class CostModel:
         c = s_idx + s_val
         if items >= N * s_val / c:
             return self.gamma_dense * N + self.message(N * s_val) + 2 * self.gamma_dense * N
-        return (self.gamma_dense * items * c / 4 + self.message(items * c)
+        return (self.gamma_dense * items * c / 4
+                + self.message(stream_bytes(items, N, s_idx, s_val))
                 + self.gamma_merge * 2 * items)
 
     # -- predictions -------------------------------------------------------------------------

@@ -5,7 +5,8 @@ on a context (the blocking path's, or the non-blocking engine's thread's). Every
 
 1. validates its arguments on this rank (:mod:`sparcml.validation`), keeping any exception;
 2. agrees with the other ranks (:func:`sparcml.agreement.agree`: one small ``Allreduce``):
-   equal dim, value dtype, algorithm, quantizer, and no rank failed; otherwise every rank
+   equal dim, value dtype, algorithm, quantizer, partition policy (the environment's
+   ``SPARCML_PARTITIONS``: :mod:`sparcml.partition`), and no rank failed; otherwise every rank
    raises the same error and the communicator stays usable;
 3. picks the algorithm (``auto``: :mod:`sparcml.auto`) and runs its registry record.
 
@@ -26,6 +27,7 @@ from . import arith, auto, hierarchical as node_aware
 from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .errors import CollectiveFailure
+from .partition import PARTITIONS_ENV, POLICIES, partition_policy
 from .registry import (AUTO, algorithm_code, algorithm_names, check_algorithm_options,
                        get_algorithm)
 from .algorithms import DEFAULT_ALGORITHM
@@ -44,7 +46,8 @@ def _describe() -> dict:
     names[-1] = "(invalid)"
     return {"algorithm": names, "value dtype": _VALUE_SIZES,
             "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"},
-            "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"}}
+            "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"},
+            "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}}
 
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
@@ -116,7 +119,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     """
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
               "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1,
-              "node shm": -1}
+              "node shm": -1, "partitions": -1}
     nnz = seed = 0
     record = None
     option = False
@@ -130,6 +133,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         fields["algorithm"] = algorithm_code(algorithm)
         fields["quantizer"] = quantizer_code(quantizer)
         fields["quantize_sparse"] = int(bool(quantize_sparse))
+        fields["partitions"] = partition_policy()
         stats = check_stats(stats)
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
@@ -145,6 +149,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
                    maxima={"nnz": nnz, "seed": seed})
     nnz_max, seed = maxima["nnz"], maxima["seed"]
     stats.calls += 1
+    ctx.partitions = POLICIES[fields["partitions"]]
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed)
     layout = None
     if option is not False and ctx.size > 1:

@@ -74,8 +74,10 @@ def send_vector(ctx, vec, dest, tag, stats, codec, *, sent=None) -> SparseVector
     return delivered
 
 
-def recv_vector(ctx, source, tag, dim) -> SparseVector:
+def recv_vector(ctx, source, tag, dim, stats=None) -> SparseVector:
     buf, _ = recv_bytes(ctx, source, tag)
+    if stats is not None:
+        stats.bytes_received += buf.nbytes
     return as_vector(decode(buf), dim)
 
 
@@ -89,6 +91,7 @@ def exchange_vector(ctx, vec, peer, tag, stats, codec, *, seed=None,
     finally:
         ctx.waiter.wait(req)
     stats.add_message(buf.nbytes, dense)
+    stats.bytes_received += rbuf.nbytes
     delivered = as_sent(vec, buf, codec)
     _note_sent(sent, delivered)
     return delivered, as_vector(decode(rbuf), vec.dim)
@@ -105,6 +108,7 @@ def allgather_in_place(ctx, sizes: np.ndarray, write_mine, stats) -> list[np.nda
     ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
                           [recv, sizes, displs, MPI.BYTE])
     stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
+    stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])
     stats.messages += 1
     return [recv[d:d + n] for d, n in zip(displs, sizes)]
 
@@ -195,6 +199,7 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
         status = MPI.Status()
         for _ in range(size - 1):
             buf, source = recv_bytes(ctx, MPI.ANY_SOURCE, TAG_SPLIT, status)
+            stats.bytes_received += buf.nbytes
             received[source] = decode(buf)
     finally:
         ctx.waiter.waitall(requests)

@@ -218,6 +218,7 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
         if layout.nodes > 1:
             inner_out = out if record.writes_out else None
             given = total if record.writes_out else arith.normalize(total, codec)
+            layout.leaders.partitions = ctx.partitions  # the policy every rank agreed on
             result = record.run(layout.leaders, given, stats=stats, codec=codec, out=inner_out,
                                 sent=sent)
         elif record.writes_out and not total.is_dense:

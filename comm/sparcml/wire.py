@@ -4,8 +4,19 @@ Layout: a 40-byte header, then the indices (sparse messages only, padded to 8 by
 values: raw, or a QSGD encoding (float32 scales, then packed codes). The total is padded to 8
 bytes so that buffers gathered back to back stay aligned. Header fields: magic, format (sparse
 or dense), index and value item sizes, whether values are quantized and the quantizer's code,
-the item count, the length of the index range the message covers, and its offset (the global
-index of a dense block's first value). Indices in sparse messages are global.
+the index code, the item count, the length of the index range the message covers, and its
+offset (the global index of a dense block's first value). Indices in sparse messages are global.
+
+The indices of a sparse message travel in the smallest of three codes (``index_code``), chosen
+per message from its count and range alone (no scan): ``RAW`` (the index dtype's items),
+``ELIAS_FANO`` (gaps, bit-packed: about ``2 + log2(length / count)`` bits per index) or
+``BITMAP`` (one bit per position of the range); see :mod:`sparcml.index_kernels`. The coding is
+lossless and transparent: :func:`decode` gives the same sorted index array whatever the code
+(decoded indices are then a new array, raw ones a view of the buffer). The environment variable
+``SPARCML_INDEX_CODING=raw`` makes this process send raw indices only (for measuring the
+difference; receivers read any code, so ranks may differ). The dense/sparse switch rule keeps
+the raw item size: it decides the representation of partial sums and results too, which the
+coding of the bytes on the wire must not change.
 
 A :class:`Codec` holds what a call's messages share (dtypes, quantizer) and applies the switch
 rule per message with the sizes that message would really have on the wire.
@@ -14,22 +25,29 @@ rule per message with the sizes that message would really have on the wire.
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import kernels
+from . import index_kernels, kernels
 from .errors import SparcmlError
 
-__all__ = ["HEADER", "HEADER_SIZE", "SPARSE", "DENSE", "Part", "Codec", "decode"]
+__all__ = ["HEADER", "HEADER_SIZE", "SPARSE", "DENSE", "RAW", "ELIAS_FANO", "BITMAP",
+           "INDEX_CODING_ENV", "Part", "Codec", "decode", "index_layout"]
 
 MAGIC = 0x53505243  # "SPRC"
 SPARSE = 0
 DENSE = 1
+RAW = 0  # index codes
+ELIAS_FANO = 1
+BITMAP = 2
+INDEX_CODING_ENV = "SPARCML_INDEX_CODING"
+_CODED_LENGTH_LIMIT = 1 << 59  # longer ranges travel raw (keeps the decoders' shifts in int64)
 
 HEADER = np.dtype([("magic", "<u4"), ("format", "u1"), ("index_size", "u1"),
                    ("value_size", "u1"), ("quantized", "u1"), ("qcode", "<i4"),
-                   ("reserved", "<i4"), ("count", "<i8"), ("length", "<i8"), ("offset", "<i8")])
+                   ("index_code", "<i4"), ("count", "<i8"), ("length", "<i8"), ("offset", "<i8")])
 HEADER_SIZE = HEADER.itemsize
 assert HEADER_SIZE == 40
 
@@ -41,13 +59,34 @@ def _pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
+def index_layout(count: int, length: int, index_size: int, coded: bool = True
+                 ) -> tuple[int, int]:
+    """``(index code, bytes before padding)`` of the indices of a sparse message of ``count``
+    items over a range of ``length``: the smallest code (ties: raw, then the bitmap, which
+    decodes faster), ``RAW`` only when not ``coded``."""
+    best = (RAW, count * index_size)
+    if not coded or count == 0 or length >= _CODED_LENGTH_LIMIT:
+        return best
+    bitmap = index_kernels.bitmap_nbytes(length)
+    if bitmap < best[1]:
+        best = (BITMAP, bitmap)
+    low, high = index_kernels.ef_nbytes(count, length)
+    if low + high < best[1]:
+        best = (ELIAS_FANO, low + high)
+    return best
+
+
+def _coding_enabled() -> bool:
+    return os.environ.get(INDEX_CODING_ENV, "auto").strip().lower() != "raw"
+
+
 @dataclass
 class Part:
     """A decoded message: the index range ``[offset, offset + length)`` of a vector.
 
     Sparse: ``indices`` (global, sorted) and ``values``. Dense: ``indices is None`` and ``values``
     holds all ``length`` values of the range. Arrays are views into the received buffer (or, for
-    quantized messages, the decoded values).
+    quantized messages, the decoded values; for coded indices, the decoded indices).
     """
 
     offset: int
@@ -74,13 +113,16 @@ class Codec:
     keeps the full-precision sizes: quantizing is then a saving on messages that are dense
     anyway, not a reason to densify sparse ones (which would cost an O(length) encode to carry
     a few values).
+
+    ``code_indices``: send sparse indices in the smallest code (see the module docstring);
+    default: yes, unless the environment says ``SPARCML_INDEX_CODING=raw``.
     """
 
     __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "seed", "_item",
-                 "_entry")
+                 "_entry", "code_indices")
 
     def __init__(self, index_dtype, value_dtype, quantizer=None, quantize_sparse: bool = False,
-                 seed: int = 0):
+                 seed: int = 0, code_indices: bool | None = None):
         self.index_dtype = np.dtype(index_dtype)
         self.value_dtype = np.dtype(value_dtype)
         self.quantizer = quantizer
@@ -90,10 +132,12 @@ class Codec:
         s_q = s_val if quantizer is None else quantizer.bits / 8 + 4 / quantizer.bucket_size
         self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
         self._entry = s_q if self.quantize_sparse else s_val
+        self.code_indices = _coding_enabled() if code_indices is None else bool(code_indices)
 
     def lossless(self) -> "Codec":
         """The same codec without quantization."""
-        return self if self.quantizer is None else Codec(self.index_dtype, self.value_dtype)
+        return self if self.quantizer is None else Codec(self.index_dtype, self.value_dtype,
+                                                         code_indices=self.code_indices)
 
     @property
     def lossy(self) -> bool:
@@ -103,6 +147,15 @@ class Codec:
     def should_be_dense(self, nnz: int, length: int) -> bool:
         """The switch rule for a message (or stream) of ``nnz`` items over ``length`` entries."""
         return length > 0 and nnz * self._item >= length * self._entry
+
+    def wire_item_bytes(self, nnz: int, length: int) -> float:
+        """Bytes per item of a sparse message of ``nnz`` items over ``length`` on the wire
+        (indices in their code, values as sent; headers and padding aside)."""
+        if nnz <= 0:
+            return float(self._item)
+        _, idx = index_layout(int(nnz), int(length), self.index_dtype.itemsize,
+                              self.code_indices)
+        return idx / nnz + self._item - self.index_dtype.itemsize
 
     def _values_nbytes(self, n: int, quantized: bool) -> int:
         return self.quantizer.encoded_nbytes(n) if quantized else n * self.value_dtype.itemsize
@@ -114,7 +167,7 @@ class Codec:
         else:
             buf[start:start + values.nbytes].view(self.value_dtype)[:] = values
 
-    def _header(self, buf, fmt, quantized, count, length, offset):
+    def _header(self, buf, fmt, quantized, count, length, offset, index_code=RAW):
         h = buf[:HEADER_SIZE].view(HEADER)
         h["magic"] = MAGIC
         h["format"] = fmt
@@ -122,7 +175,7 @@ class Codec:
         h["value_size"] = self.value_dtype.itemsize
         h["quantized"] = int(quantized)
         h["qcode"] = self.quantizer.code if quantized else 0
-        h["reserved"] = 0
+        h["index_code"] = index_code
         h["count"] = count
         h["length"] = length
         h["offset"] = offset
@@ -173,14 +226,41 @@ class Codec:
             kernels.scatter_add(block, part.indices, part.values, part.offset)
             return self.encode_dense(block, part.offset, seed=seed), True
         quantized = self.quantize_sparse
-        idx_bytes = _pad8(n * self.index_dtype.itemsize)
+        code, used = index_layout(n, part.length, self.index_dtype.itemsize, self.code_indices)
+        idx_bytes = _pad8(used)
         buf = np.zeros(_pad8(HEADER_SIZE + idx_bytes + self._values_nbytes(n, quantized)),
                        np.uint8)
-        self._header(buf, SPARSE, quantized, n, part.length, part.offset)
-        buf[HEADER_SIZE:HEADER_SIZE + n * self.index_dtype.itemsize].view(self.index_dtype)[:] \
-            = part.indices
+        self._header(buf, SPARSE, quantized, n, part.length, part.offset, code)
+        section = buf[HEADER_SIZE:HEADER_SIZE + used]
+        if code == RAW:
+            section.view(self.index_dtype)[:] = part.indices
+        elif code == BITMAP:
+            index_kernels.bitmap_encode(part.indices, part.offset, section)
+        else:
+            low, _ = index_kernels.ef_nbytes(n, part.length)
+            index_kernels.ef_encode(part.indices, part.offset,
+                                    index_kernels.ef_low_bits(n, part.length), section[:low],
+                                    section[low:])
         self._write_values(buf, HEADER_SIZE + idx_bytes, part.values, quantized, seed)
         return buf, False
+
+
+def _decode_indices(section, code, count, offset, length, index_dtype) -> np.ndarray:
+    out = np.empty(count, index_dtype)
+    if code == BITMAP:
+        got = index_kernels.bitmap_decode(section, count, offset, length, out)
+    else:
+        low, _ = index_kernels.ef_nbytes(count, length)
+        got = index_kernels.ef_decode(section[:low], section[low:], count,
+                                      index_kernels.ef_low_bits(count, length), offset, length,
+                                      out)
+    if got != count:
+        what = {index_kernels.BAD_COUNT: f"not {count} indices",
+                index_kernels.BAD_ORDER: "indices not strictly increasing",
+                index_kernels.BAD_RANGE: "an index outside the message's range"}[got]
+        raise SparcmlError(f"corrupt message: {what} in its "
+                           f"{'bitmap' if code == BITMAP else 'Elias-Fano code'}")
+    return out
 
 
 @functools.lru_cache(maxsize=16)
@@ -199,10 +279,11 @@ def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = 
     :meth:`sparcml.QSGD.decode` (for an ``out`` that is already in memory).
 
     Any byte string gives a :class:`SparcmlError` naming what is wrong or a :class:`Part` whose
-    arrays lie inside ``buf``: the header's sizes are checked against the buffer before any
-    view is taken. ``check=True`` also checks that sparse indices are strictly increasing and
-    inside ``[offset, offset + length)`` (O(count); messages between sparcml's own ranks skip
-    it).
+    arrays lie inside ``buf`` (coded indices: a new array of ``count`` items, decoded from
+    inside ``buf``): the header's sizes are checked against the buffer before any view is
+    taken. ``check=True`` also checks that raw sparse indices are strictly increasing and inside
+    ``[offset, offset + length)`` (O(count); messages between sparcml's own ranks skip it);
+    coded indices are checked so as they are decoded, always.
     """
     if not isinstance(buf, np.ndarray) or buf.dtype != np.uint8 or buf.ndim != 1:
         raise SparcmlError("corrupt message: expected a 1-d uint8 buffer")
@@ -224,12 +305,28 @@ def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = 
         raise SparcmlError(f"corrupt message: {count} items for a range of {length}")
     indices = None
     start = HEADER_SIZE
+    code = int(h["index_code"])
     if fmt == SPARSE:
         index_dtype = _INDEX_BY_SIZE.get(int(h["index_size"]))
         if index_dtype is None:
             raise SparcmlError(f"corrupt message: index size {int(h['index_size'])}, "
                                f"expected 4 or 8")
-        start += _pad8(count * index_dtype.itemsize)
+        if code not in (RAW, ELIAS_FANO, BITMAP) or (code != RAW and (
+                count == 0 or length >= _CODED_LENGTH_LIMIT)):
+            raise SparcmlError(f"corrupt message: index code {code} for {count} items over "
+                               f"a range of {length}")
+        if index_dtype.itemsize == 4 and offset + length > 2**31:
+            raise SparcmlError(f"corrupt message: int32 indices for the range [{offset}, "
+                               f"{offset + length})")
+        if code == RAW:
+            idx_used = count * index_dtype.itemsize
+        elif code == BITMAP:
+            idx_used = index_kernels.bitmap_nbytes(length)
+        else:
+            idx_used = sum(index_kernels.ef_nbytes(count, length))
+        start += _pad8(idx_used)
+    elif code != RAW:
+        raise SparcmlError(f"corrupt message: index code {code} in a dense message")
     quantizer = None
     if h["quantized"]:
         try:
@@ -243,12 +340,15 @@ def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = 
     if start + nbytes > buf.shape[0]:
         raise SparcmlError(f"corrupt message: the header announces {start + nbytes} bytes, "
                            f"the buffer holds {buf.shape[0]}")
-    if fmt == SPARSE:
+    if fmt == SPARSE and code == RAW:
         indices = buf[HEADER_SIZE:HEADER_SIZE + count * index_dtype.itemsize].view(index_dtype)
         if check and count and (kernels.first_unsorted(indices) >= 0 or indices[0] < offset
                                 or indices[-1] >= offset + length):
             raise SparcmlError("corrupt message: indices not strictly increasing inside the "
                                "message's range")
+    elif fmt == SPARSE:  # coded indices are always checked: the decoders see every one
+        indices = _decode_indices(buf[HEADER_SIZE:HEADER_SIZE + idx_used], code, count,
+                                  offset, length, index_dtype)
     if quantizer is not None:
         values = quantizer.decode(buf[start:start + nbytes], count, dtype=value_dtype, out=out,
                                   streaming=streaming)

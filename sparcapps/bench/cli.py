@@ -71,6 +71,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: a newly allocated result each call)")
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
+    add_list_argument(p, "--index-coding", choices=["auto", "raw"], default=["auto"],
+                      metavar="CODING",
+                      help="indices on the wire: auto (the smallest code, the default) and/or "
+                           "raw (the 'before' column, suffix +raw); each sparse algorithm once "
+                           "per value, side by side")
+    add_list_argument(p, "--partitions", choices=["balanced", "equal"], default=["balanced"],
+                      metavar="POLICY",
+                      help="blocks of the split algorithms: balanced (the default) and/or "
+                           "equal (the 'before' column, suffix +eq)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="value type of the vectors")
     p.add_argument("--reps", type=positive_int,
@@ -206,18 +215,23 @@ def run_sweep(args) -> int:
               f"bandwidth")
         print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
               f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
-              f"{'result':>7} {'vs dense':>8}")
+              f"{'recv max':>8} {'result':>7} {'vs dense':>8}")
+        print("recv max = max / mean over ranks of the bytes received (split algorithms: in "
+              "the reduce-scatter phase, what each block's owner receives)")
     for dim in dims:
         for density in densities:
             for pattern in patterns:
                 cases = []
                 for algorithm in algorithms:
-                    cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                           args.nonblocking, reuse_output=args.reuse_output))
-                    if args.bits and _takes_quantizer(algorithm):  # and quantized
+                    for coding, parts in _variants(algorithm, args):
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                               args.nonblocking, args.bits,
-                                               args.quantize_sparse, args.reuse_output))
+                                               args.nonblocking, reuse_output=args.reuse_output,
+                                               index_coding=coding, partitions=parts))
+                        if args.bits and _takes_quantizer(algorithm):  # and quantized
+                            cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                                   args.nonblocking, args.bits,
+                                                   args.quantize_sparse, args.reuse_output,
+                                                   coding, parts))
                     if args.hierarchical and algorithm != DENSE_BASELINE:
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, reuse_output=args.reuse_output,
@@ -228,13 +242,16 @@ def run_sweep(args) -> int:
                 outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                                 model=model)
                 dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
-                flat_median = {(c.algorithm, c.bits): o["timings"]["allreduce"]["median"]
+                def flat_key(c):
+                    return c.algorithm, c.bits, c.index_coding, c.partitions
+
+                flat_median = {flat_key(c): o["timings"]["allreduce"]["median"]
                                for c, o in zip(cases, outs) if not c.hierarchical}
                 ratios = []
                 for case, out in zip(cases, outs):
                     t = out["timings"]["allreduce"]
                     speedup = dense_median / t["median"]
-                    over_flat = (flat_median[(case.algorithm, case.bits)] / t["median"]
+                    over_flat = (flat_median[flat_key(case)] / t["median"]
                                  if case.hierarchical else None)
                     if over_flat is not None:
                         ratios.append(f"{case.algorithm} {over_flat:.2f}x")
@@ -247,6 +264,10 @@ def run_sweep(args) -> int:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
                     if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
                         name += "+h"
+                    name += ("+raw" if case.index_coding == "raw" else "") + (
+                        "+eq" if case.partitions == "equal" else "")
+                    b = out["bytes"]
+                    imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
                     m = out.get("model")
                     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
                                   if m else f"{'-':>9} {'-':>9}")
@@ -254,6 +275,7 @@ def run_sweep(args) -> int:
                           f"{t['median'] * 1e3:>10.3f} "
                           f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
                           f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
+                          f"{'-' if imb is None else f'{imb:.2f}':>8} "
                           f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
                     if args.output:
                         append_record(args.output, make_record(
@@ -268,6 +290,8 @@ def run_sweep(args) -> int:
                                      "reuse_output": args.reuse_output,
                                      "hierarchical": out["hierarchical"],
                                      "speedup_over_flat": over_flat,
+                                     "index_coding": case.index_coding,
+                                     "partitions": case.partitions,
                                      "model": out.get("model"),
                                      "result_density": out["result"]["density"],
                                      "topk": case.topk,
@@ -299,6 +323,16 @@ def _node_layout(comm) -> str:
     layout = layout_for(context_for(comm), forced)
     how = f"{forced} per node forced" if forced else "MPI's COMM_TYPE_SHARED"
     return f"{layout.nodes} node(s) of {'/'.join(map(str, layout.sizes))} ranks, {how}"
+
+
+def _variants(algorithm: str, args) -> list[tuple[str, str]]:
+    """The (index coding, partitions) cases of an algorithm: every requested value where it
+    changes something (indices: not the dense baseline; partitions: the split algorithms)."""
+    from sparcml import AUTO, DENSE_BASELINE
+
+    codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
+    parts = args.partitions if "split" in algorithm or algorithm == AUTO else ["balanced"]
+    return [(c, p) for c in codings for p in parts]
 
 
 def _takes_quantizer(algorithm: str) -> bool:

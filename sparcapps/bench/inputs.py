@@ -8,7 +8,8 @@ from sparcml import SparseVector
 
 __all__ = ["PATTERNS", "make_input"]
 
-PATTERNS = ("random", "overlap", "disjoint")
+PATTERNS = ("random", "overlap", "disjoint", "powerlaw")
+POWERLAW_MAX_BLOCKS = 64  # the "powerlaw" pattern reads at most this many blocks of rows
 SHARED_FRACTION = 0.9  # the "overlap" pattern: share of each rank's support common to all ranks
 
 
@@ -23,6 +24,28 @@ def _sample(rng, population: int, k: int) -> np.ndarray:
     return np.sort(rng.choice(out, k, replace=False))
 
 
+def _minibatch_support(dim: int, k: int, seed: int, rank: int) -> np.ndarray:
+    """The first ``k`` features met reading url-like rows of stream ``(seed, rank)``, sorted.
+
+    Reads a few rows first and four times more while fewer than ``k`` features were met (the
+    first rows of the synthetic data do not depend on how many are generated)."""
+    from dataclasses import replace
+
+    from sparcapps.data.synth import BLOCK_ROWS, URL_LIKE, iter_blocks
+
+    spec = replace(URL_LIKE, n_features=max(dim, URL_LIKE.dense_features + 2))
+    rows = max(16, int(4 * k / URL_LIKE.nnz_mean))
+    while True:
+        rows = min(rows, POWERLAW_MAX_BLOCKS * BLOCK_ROWS)
+        blocks = [indices for _, indices, *_ in iter_blocks(spec, rows, seed=1000 * seed + rank)]
+        met = np.concatenate(blocks) if blocks else np.zeros(0, np.int64)
+        _, first = np.unique(met, return_index=True)
+        order = met[np.sort(first)]  # distinct features in order of first appearance
+        if order.size >= k or rows == POWERLAW_MAX_BLOCKS * BLOCK_ROWS:
+            return np.sort(order[:k])
+        rows *= 4
+
+
 def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
                dtype=np.float32, seed: int = 0) -> SparseVector:
     """Rank ``rank``'s input: ``round(density * dim)`` nonzeros of standard-normal values.
@@ -30,6 +53,10 @@ def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
     ``random``: uniform random supports drawn independently on each rank.
     ``overlap``: 90% of each support is common to all ranks, the rest drawn per rank.
     ``disjoint``: rank r draws from indices congruent to r mod P (no index on two ranks).
+    ``powerlaw``: the support of a minibatch gradient of url-like data (``sparcapps.data``'s
+    synthetic twin with ``dim`` features, rank r reading its own rows): the features of the
+    first rows until ``k`` distinct ones are met (fewer if the rows run out), so a few low
+    features are in every rank's support and the frequency of the others follows a power law.
     """
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
@@ -48,6 +75,8 @@ def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
             want = k - shared.size
             extra = np.setdiff1d(_sample(local, dim, min(dim, 2 * want + 16)), shared)
             idx = np.union1d(shared, local.choice(extra, want, replace=False))
+    elif pattern == "powerlaw":
+        idx = _minibatch_support(dim, k, seed, rank)
     else:
         slots = (dim - rank + size - 1) // size
         idx = _sample(local, slots, min(k, slots)) * size + rank

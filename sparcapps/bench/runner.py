@@ -8,6 +8,7 @@ slowest rank's. Medians and spread come from those.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 
@@ -16,6 +17,9 @@ from mpi4py import MPI
 
 import sparcml
 from sparcapps.records import summarize
+from sparcml.context import context_for
+from sparcml.partition import PARTITIONS_ENV
+from sparcml.wire import INDEX_CODING_ENV
 
 from .inputs import make_input
 
@@ -36,6 +40,8 @@ class BenchCase:
     topk: int | None = None         # time sparcml.topk_allreduce keeping this many (algorithm
     #                                 is then the label, sparcml.global_topk.NAME)
     hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
+    index_coding: str = "auto"      # SPARCML_INDEX_CODING for the call ("raw": the "before")
+    partitions: str = "balanced"    # SPARCML_PARTITIONS for the call (every rank alike)
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -43,7 +49,8 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     """Time ``sparcml.allreduce`` (or ``iallreduce`` + ``wait``) for cases sharing one input.
 
     Collective. Returns, per case in order: ``timings`` (summary of the slowest rank's time
-    per repetition), ``bytes`` (per-rank bytes sent: max and mean over ranks), the result's
+    per repetition), ``bytes`` (per-rank bytes sent: max and mean over ranks; bytes received:
+    max and max / mean, in all and in the split algorithms' phase 1), the result's
     nnz / density, the algorithm that ran (what ``auto`` chose), and with ``model`` the
     predicted time and the reference volumes (DESIGN 3.7).
     """
@@ -65,7 +72,10 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
         if case.reuse_output:
             options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
 
-        def call(stats, options=options, nonblocking=case.nonblocking, topk=case.topk):
+        def call(stats, options=options, nonblocking=case.nonblocking, case=case):
+            os.environ[INDEX_CODING_ENV] = case.index_coding
+            os.environ[PARTITIONS_ENV] = case.partitions
+            topk = case.topk
             if topk is not None and nonblocking:
                 return sparcml.itopk_allreduce(vec, topk, comm, stats=stats).wait().result
             if topk is not None:
@@ -79,30 +89,46 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     times = [[] for _ in cases]
     stats = [sparcml.TrafficStats() for _ in cases]
     results = [None] * len(cases)
+    phase1 = [None] * len(cases)
+    history = context_for(comm).history
     for rep in range(warmup + reps):
         for i, call in enumerate(calls):
             stats[i].reset()
             comm.Barrier()
+            history.pop("phase1_received", None)
             t0 = time.perf_counter()
             results[i] = call(stats[i])
             elapsed = time.perf_counter() - t0
+            phase1[i] = history.get("phase1_received")
             if rep >= warmup:
                 times[i].append(comm.allreduce(elapsed, op=MPI.MAX))
     k_max = max(comm.allgather(vec.nnz))
-    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model)
+    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model, phase1[i])
             for i, case in enumerate(cases)]
 
 
-def _describe(case, comm, times, stats, result, k_max, model) -> dict:
+def _ratio(values) -> float | None:
+    if any(v is None for v in values) or not np.mean(values):
+        return None
+    return float(np.max(values) / np.mean(values))
+
+
+def _describe(case, comm, times, stats, result, k_max, model, phase1) -> dict:
     sent = comm.allgather(stats.bytes_sent)
     inter = comm.allgather(stats.inter_node_bytes)
+    received = comm.allgather(stats.bytes_received)
+    phase1 = comm.allgather(phase1)
     result_nnz = result.count_nonzero() if result.is_dense else result.nnz
     out = {
         "timings": {"allreduce": summarize(times)},
         "bytes": {"sent_per_rank_max": int(max(sent)), "sent_per_rank_mean": float(np.mean(sent)),
                   "inter_node_per_rank_max": int(max(inter)),
                   "input_nnz_max": int(k_max), "messages": stats.messages,
-                  "dense_messages": stats.dense_messages},
+                  "dense_messages": stats.dense_messages,
+                  "received_per_rank_max": int(max(received)),
+                  "received_max_over_mean": _ratio(received),
+                  # the split algorithms' reduce-scatter: what each owner received
+                  "phase1_received_max_over_mean": _ratio(phase1)},
         "result": {"nnz": int(result_nnz), "dense": bool(result.is_dense),
                    "density": result_nnz / case.N if case.N else 0.0},
         "ran": stats.algorithm,

@@ -16,6 +16,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, out, MPI.SUM)
     size = ctx.size
     stats.bytes_sent += 2 * (size - 1) * out.nbytes // size
+    stats.bytes_received += 2 * (size - 1) * out.nbytes // size
     stats.messages += 1
     stats.dense_messages += 1
     return SparseVector._trusted(vec.dim, None, out)

@@ -33,7 +33,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
             if sent is not None:  # this input travels only inside a sum: nothing attributable
                 sent.append(arith.as_part(vec))
             # the sum is an intermediate when rounds follow (role rd0; round t writes rd{t+1})
-            cur = arith.add(recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim), cur, codec,
+            cur = arith.add(recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim, stats), cur, codec,
                             workspace=ctx.workspace, intermediate=pof2 > 1, role="rd0")
             newrank = rank // 2
     else:
@@ -64,7 +64,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
             # the result goes back unquantized: the ranks of the butterfly hold it as is
             send_vector(ctx, cur, rank - 1, _TAG_UNFOLD, stats, codec.lossless())
         else:
-            cur = recv_vector(ctx, rank + 1, _TAG_UNFOLD, vec.dim)
+            cur = recv_vector(ctx, rank + 1, _TAG_UNFOLD, vec.dim, stats)
     return cur
 
 

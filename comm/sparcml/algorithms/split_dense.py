@@ -12,7 +12,8 @@ from mpi4py import MPI
 
 from .. import arith
 from ..costmodel import split_phase_one
-from ..exchange import allgather_dense_blocks, block_bounds, split_reduce
+from ..exchange import allgather_dense_blocks, split_reduce
+from ..partition import DENSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 from ..vector import SparseVector
 from ..wire import decode
@@ -20,8 +21,10 @@ from ..wire import decode
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
     rank = ctx.rank
-    bounds = block_bounds(vec.dim, ctx.size)
+    bounds = split_bounds(ctx, vec, DENSE_KIND, codec)
+    before = stats.bytes_received
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
+    note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before)
     block = arith.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
                              codec, force_dense=True, workspace=ctx.workspace,
                              intermediate=True)  # the send buffer of the allgather, then dropped
@@ -39,6 +42,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     ctx.waiter.collective(ctx.comm, "Allgatherv", [block.values, mpi_type],
                           [out, counts, bounds[:-1], mpi_type])
     stats.bytes_sent += (vec.dim - block.length) * vec.dtype.itemsize
+    stats.bytes_received += (vec.dim - block.length) * vec.dtype.itemsize
     stats.messages += 1
     return SparseVector._trusted(vec.dim, None, out)
 
