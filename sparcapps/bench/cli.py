@@ -97,10 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "(milliseconds; several values allowed), against each alone")
     p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
                    help="with --overlap: NumPy ufuncs or PyTorch matmuls, one thread per rank")
-    p.add_argument("--simulate", type=positive_int, nargs="+", metavar="P",
-                   help="instead of timing real ranks: run the sweep on P simulated ranks "
-                        "(sparcml.sim, one process, no mpiexec) for each P given; records "
-                        "carry \"simulated\": true and the network spec")
+    add_list_argument(p, "--simulate", item_type=positive_int, metavar="P",
+                      help="instead of timing real ranks: run the sweep on P simulated ranks "
+                           "(sparcml.sim, one process, no mpiexec) for each P given; records "
+                           "carry \"simulated\": true and the network spec")
     p.add_argument("--network", default=None, metavar="SPEC",
                    help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
                         "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "

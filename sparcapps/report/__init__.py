@@ -21,7 +21,6 @@ old and new figure side by side (:mod:`sparcapps.report.rerun`).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
@@ -37,9 +36,11 @@ __all__ = ["build_report", "collective_rows", "command_of", "rerun_command", "re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="sparc-report", description="Turn result records into a Markdown + HTML report "
-        "with tables, figures, environment and the commands to rerun each group of figures.")
+    from sparcapps.cli_args import make_parser
+
+    p = make_parser("sparc-report", "Turn result records into a Markdown + HTML report with "
+                    "tables, figures, environment and the commands to rerun each group of "
+                    "figures.")
     p.add_argument("results", nargs="+", help="records files (.jsonl) or directories of them")
     p.add_argument("-o", "--output", required=True, help="report directory (created)")
     p.add_argument("--title", default="SparCML results", help="the report's title")
@@ -50,7 +51,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "again into new records under the output directory, and report the "
                         "old and new figure side by side")
     p.add_argument("--timeout-seconds", type=float, default=3600,
-                   help="with --rerun: the limit for each command (default: %(default)s)")
+                   help="with --rerun: the limit for each command")
     args = p.parse_args(argv)
     try:
         if args.rerun:
