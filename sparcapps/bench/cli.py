@@ -231,7 +231,7 @@ def run_sweep(args) -> int:
                             cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                    args.nonblocking, args.bits,
                                                    args.quantize_sparse, args.reuse_output,
-                                                   coding, parts))
+                                                   index_coding=coding, partitions=parts))
                     if args.hierarchical and algorithm != DENSE_BASELINE:
                         cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
                                                args.nonblocking, reuse_output=args.reuse_output,

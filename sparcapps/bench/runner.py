@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass
 
 import numpy as np
 from mpi4py import MPI
@@ -37,6 +37,7 @@ class BenchCase:
     bits: int | None = None         # QSGD bits for quantized messages (None: full precision)
     quantize_sparse: bool = False
     reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
+    _: KW_ONLY                      # the variants below by name only (they were mixed up once)
     topk: int | None = None         # time sparcml.topk_allreduce keeping this many (algorithm
     #                                 is then the label, sparcml.global_topk.NAME)
     hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
