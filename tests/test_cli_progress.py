@@ -80,3 +80,10 @@ def test_data_synth_shows_progress_only_on_a_terminal(tmp_path):
     proc = _in_pipes(cmd + [str(tmp_path / "b.h5")], tmp_path)
     assert "\r" not in proc.stderr and proc.stderr == ""
     assert proc.stdout.startswith(f"{tmp_path / 'b.h5'}: 20,000 rows")
+
+
+def test_linear_no_progress_silences_every_bar_on_a_terminal(tmp_path, cache):
+    out = _on_a_terminal(LINEAR + cache + ["--no-progress"], tmp_path)
+    # no frame of any bar (a terminal ends lines with \r\n; a bar redraws with a bare \r)
+    assert not re.search(r"\r(?!\n)", out) and not re.search(r"\d+/\d+ \[", out), out
+    assert "writing the synthetic twin url" in out   # what it does is still said, once

@@ -250,7 +250,8 @@ def run(args, prog: str) -> int:
             from sparcapps.data import data_home
 
             cache = args.synth_cache or (data_home(args.data_home) / "synth")
-            path = ensure_synth(args.synth, args.rows, 0, args.features, cache, comm)
+            path = ensure_synth(args.synth, args.rows, 0, args.features, cache, comm,
+                                progress=False if args.no_progress else None)
         else:
             path = args.data
         Xtr, ytr, Xte, yte = load_split(path, comm, test_fraction=args.test_fraction,

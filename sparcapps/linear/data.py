@@ -27,9 +27,10 @@ def synth_path(name: str, rows: int, seed: int, features: int | None, cache_dir)
 
 
 def ensure_synth(name: str, rows: int, seed: int, features: int | None, cache_dir,
-                 comm) -> Path:
+                 comm, *, progress: bool | None = None) -> Path:
     """Collective: rank 0 writes the synthetic twin unless its cache file exists (atomically,
-    by :class:`sparcapps.data.CsrWriter`); then every rank gets the path."""
+    by :class:`sparcapps.data.CsrWriter`); then every rank gets the path. ``progress``: the
+    writer's bar (None: only on a terminal; False: never)."""
     from dataclasses import replace
 
     from sparcapps.data import PRESETS, make_like
@@ -44,7 +45,7 @@ def ensure_synth(name: str, rows: int, seed: int, features: int | None, cache_di
                 spec = replace(spec, n_features=int(features))
             print(f"writing the synthetic twin {name} ({rows:,} rows, seed {seed}) to {path}",
                   flush=True)
-            make_like(spec, rows, seed, out=path, progress=None)
+            make_like(spec, rows, seed, out=path, progress=progress)
         except (OSError, ValueError) as exc:
             error = InputDataError(f"cannot write the synthetic data set {path}: {exc}")
     agree_or_raise(comm, error)
