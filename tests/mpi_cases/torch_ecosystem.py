@@ -162,7 +162,7 @@ opt.remove_hooks()
 
 
 # 4. Inf/NaN with GradScaler: every rank finds it, skips the step and lowers the scale alike ---
-def scaled_run(use_ddp, compression, bad_rank, bad_step=1, steps=3):
+def scaled_run(use_ddp, compression, bad_rank, bad_step=1, steps=3, plain=False):
     model = make_model()
     before = []
     if use_ddp:
@@ -181,7 +181,7 @@ def scaled_run(use_ddp, compression, bad_rank, bad_step=1, steps=3):
             X[0, 0] = float("inf")
         before.append(flat(model))
         scaler.scale(loss_of(net, X, y)).backward()
-        if use_ddp:
+        if use_ddp or plain:  # plain: the AMP recipe as PyTorch documents it
             scaler.step(opt)
         else:
             opt.synchronize()
@@ -205,6 +205,10 @@ def scaled_run(use_ddp, compression, bad_rank, bad_step=1, steps=3):
 
 for compression in (Compression(), Compression(TopKCompressor(density=0.3))):
     scaled_run(False, compression, bad_rank=P - 1)
+with warnings.catch_warnings():  # torch's notice that it will stop passing the scaler
+    warnings.simplefilter("ignore", FutureWarning)
+    scaled_run(False, Compression(), bad_rank=P - 1, plain=True)
+    scaled_run(False, Compression(TopKCompressor(density=0.3)), bad_rank=0, plain=True)
 # clipping before synchronize(): the in-place change is detected on every rank
 model = make_model()
 opt = wrap(model)

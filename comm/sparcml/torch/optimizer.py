@@ -105,11 +105,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
             scaler.step(opt)         # skipped on every rank alike
         scaler.update()
 
-    (``scaler.step(opt)`` without ``synchronize()`` first would unscale the local gradients,
-    which the averaged, scaled ones then replace: keep to this pattern. Gradients changed in
-    place after their reduction began, by ``clip_grad_norm_`` say, are detected by their
-    version counter and raise :class:`~sparcml.SparcmlError` on every rank; GradScaler's
-    unscale kernel does not count versions, so that misuse goes undetected.)
+    The plain AMP recipe works too: ``scaler.step(opt)`` without ``synchronize()`` first. The
+    optimizer declares ``_step_supports_amp_scaling``, so GradScaler calls :meth:`step` on every
+    rank (never skipping it on the rank that saw a local Inf, which would leave the others
+    waiting) and hands itself over; :meth:`step` then averages first and unscales the
+    averaged gradients, so every rank finds the same Inf/NaN, skips alike and updates the scale
+    alike. (torch warns once that it will stop passing the scaler; the Horovod pattern above
+    does not depend on it.) Gradients changed in place after their reduction began, by
+    ``clip_grad_norm_`` say, are detected by their version counter and raise
+    :class:`~sparcml.SparcmlError` on every rank.
 
     Collective: every rank constructs it with the same model structure and options (checked;
     otherwise :class:`~sparcml.RankMismatchError`, and any rank's invalid option its error,
@@ -275,15 +279,33 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._build(self._options, None)
         self.compression.memory.reset()
 
-    def step(self, closure=None):
-        """:meth:`synchronize` (unless already done this step), then the wrapped step."""
+    # GradScaler.step(opt) then calls step(grad_scaler=scaler) on every rank instead of
+    # skipping it on the ranks whose local gradients hold an Inf (they would not reduce).
+    _step_supports_amp_scaling = True
+
+    def step(self, closure=None, grad_scaler=None):
+        """:meth:`synchronize` (unless already done this step), then the wrapped step.
+
+        ``grad_scaler``: passed by ``torch.amp.GradScaler.step`` (never give it yourself): the
+        averaged gradients are unscaled (unless ``scaler.unscale_(opt)`` ran already) and the
+        wrapped step is skipped when they hold an Inf/NaN, the same on every rank."""
         if closure is not None:
             raise IncompatibleOptionsError(
                 "DistributedOptimizer.step() takes no closure: a closure would run backward() "
                 "again inside the step; compute the loss and call backward() before step()")
         if not self._synchronized:
             self.synchronize()
-        out = self.optimizer.step()
+        if grad_scaler is not None:
+            from torch.amp.grad_scaler import OptState
+
+            if grad_scaler._per_optimizer_states[id(self)]["stage"] is OptState.READY:
+                grad_scaler.unscale_(self)  # the averaged gradients: one verdict everywhere
+            found = sum(float(v.item()) for v in
+                        grad_scaler._per_optimizer_states[id(self)]["found_inf_per_device"]
+                        .values())
+            out = None if found else self.optimizer.step()
+        else:
+            out = self.optimizer.step()
         self._synchronized = False
         return out
 
