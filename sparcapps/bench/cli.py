@@ -190,7 +190,7 @@ def run_sweep(args) -> int:
 
         if args.network is None:
             args.network = f"{max(args.simulate)}x10gbit"
-        if args.bits is not None or args.nonblocking or args.reuse_output:
+        if args.bits or args.nonblocking or args.reuse_output:
             raise SystemExit("sparc-bench: --simulate runs blocking, full-precision calls "
                              "(no --bits, --nonblocking, --reuse-output)")
         return run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms)
