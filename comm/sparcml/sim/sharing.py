@@ -45,11 +45,12 @@ import numpy as np
 __all__ = ["installed", "rank_scope", "intern_result", "credit_of"]
 
 _local = threading.local()
-_lock = threading.RLock()  # reentrant: freeing a buffer under it runs _forget_encoded
+_lock = threading.RLock()
 _installs = 0
 _originals: dict = {}
 _memo: dict = {}       # provenance key -> (input weakrefs, output, cpu seconds)
 _encoded: dict = {}    # id(encode buffer) -> (weakref(buffer), canonical keys of its payload)
+_decoded: dict = {}    # (id(root), offset, nbytes) -> (weakref(root), weak Part, cpu seconds)
 _contents: dict = {}   # content fingerprint -> list of weakrefs to interned arrays
 _pending: dict = {}    # provenance key -> Event, while one rank computes it
 # the most recent outputs, held strongly up to RECENT_BYTES: the rank that computed a sum may
@@ -183,8 +184,7 @@ def _store(key, refs, out, cpu):
         _recent_bytes[0] += size
         while _recent_bytes[0] > RECENT_BYTES and len(_recent) > 1:
             _recent_bytes[0] -= _recent.popleft()[1]
-        if len(_memo) > 100_000:
-            _sweep_locked()
+        _maybe_sweep_locked()
     return out
 
 
@@ -194,14 +194,23 @@ def _out_nbytes(out) -> int:
     return int(out.values.nbytes) + (0 if out.indices is None else int(out.indices.nbytes))
 
 
-def _sweep_locked():
+_sweep_at = [10_000]
+
+
+def _maybe_sweep_locked():
+    """Drop the entries of freed arrays once the tables have doubled since the last sweep
+    (amortized O(1) per entry, however many stay alive)."""
+    if len(_memo) + len(_encoded) + len(_decoded) < _sweep_at[0]:
+        return
     dead = [k for k, (w, packed, _) in _memo.items()
             if any(x() is None for x in w) or packed[3]() is None]
     for k in dead:
         del _memo[k]
-    dead = [k for k, (w, _) in _encoded.items() if w() is None]
-    for k in dead:
-        del _encoded[k]
+    for table in (_encoded, _decoded):
+        dead = [k for k, e in table.items() if e[0]() is None]
+        for k in dead:
+            del table[k]
+    _sweep_at[0] = max(10_000, 2 * (len(_memo) + len(_encoded) + len(_decoded)))
 
 
 def _readonly(arr):
@@ -356,10 +365,9 @@ def _register_payload(buf, dense, part):
                 (k, tuple(weakref.ref(x) for x in r))
     with _lock:
         _encoded[id(buf)] = (weakref.ref(buf), payload)
-    weakref.finalize(buf, _forget_encoded, id(buf))
+        _maybe_sweep_locked()
 
 
-_decoded: dict = {}  # (id(root), offset, nbytes) -> (weakref(root), weak Part, cpu seconds)
 
 
 def _decode(buf, out=None, *, streaming=False, check=False):
@@ -403,8 +411,8 @@ def _decode(buf, out=None, *, streaming=False, check=False):
         _readonly(idx)
         with _lock:
             _encoded[id(idx)] = (weakref.ref(idx), {(0, idx.dtype.str, idx.shape): mapped})
-        weakref.finalize(idx, _forget_encoded, id(idx))
-    if lossless:  # share the decoding while it is held
+            _maybe_sweep_locked()
+    if lossless and root.nbytes >= SMALL_BYTES:  # share the decoding while it is held
         try:
             packed = _pack(part)
         except TypeError:  # pragma: no cover
@@ -412,19 +420,10 @@ def _decode(buf, out=None, *, streaming=False, check=False):
         if packed is not None:
             with _lock:
                 _decoded[key] = (weakref.ref(root), packed, cpu)
-                if len(_decoded) > 100_000:
-                    for k in [k for k, e in _decoded.items() if e[0]() is None]:
-                        del _decoded[k]
+                _maybe_sweep_locked()
     _local.credit = getattr(_local, "credit", 0.0) - (time.thread_time() - t2) \
         - (t1 - t0)
     return part
-
-def _forget_encoded(ident):
-    with _lock:
-        entry = _encoded.get(ident)
-        if entry is not None and entry[0]() is None:
-            del _encoded[ident]
-
 
 def _vec_arrays(v):
     return v.indices, v.values
