@@ -266,6 +266,8 @@ def _memo_call(arrays, extra, compute, post=None):
     if _nbytes(arrays) < SMALL_BYTES:
         if post is not None and extra[0] == "encode":
             out = compute()
+            if _nbytes(arrays) < SMALL_BYTES // 64:  # a split algorithm's P^2 small parts:
+                return out  # no sum of them is memoized; registering each would cost memory
             t0 = time.thread_time()
             out = post(out)
             _local.credit = getattr(_local, "credit", 0.0) - (time.thread_time() - t0)
