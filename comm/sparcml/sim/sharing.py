@@ -4,7 +4,7 @@ In sparse allreduce, ranks hold identical data most of the time: the ranks of a 
 doubling group after each round, every rank after an allgather. A simulation that gave each
 virtual rank its own copy would need P N memory at the end; this module makes the copies one.
 
-While :func:`installed` is active, six seams of sparcml (module attributes, looked up at call
+While :func:`installed` is active, these seams of sparcml (module attributes, looked up at call
 time, so the algorithm modules themselves run unchanged) behave differently *in simulated rank
 threads only* (other threads get the originals):
 
@@ -17,9 +17,15 @@ threads only* (other threads get the originals):
    lossless message counts as the array it was encoded from). The first rank computes (without
    the context's workspace, so that no rank's workspace grows to N) and its measured thread CPU
    time is remembered; every other rank that makes the same call gets the same read-only result
-   and is charged the same compute time on its virtual clock. With a quantizer (lossy codec)
-   nothing is memoized.
-4. What a rank's function returns is interned by content (a sample fingerprint, then a full
+   and is charged the same compute time on its virtual clock; outputs are also interned by
+   content (a rank that comes after the first copy has gone shares the bytes, not a copy).
+   With a quantizer (lossy codec) nothing is memoized.
+4. ``wire.decode``, as the modules that call it by name see it: a buffer several ranks decode
+   (a memoized encode's, a slot of a shared allgather buffer) is decoded once while its result
+   is held, each later rank charged the measured time; coded indices (Elias-Fano, bitmap),
+   which decode into a new array, stand for the array the sender encoded, so that the sums of
+   a group's ranks keep one provenance (without this every rank kept its own sum: P N memory).
+5. What a rank's function returns is interned by content (a sample fingerprint, then a full
    bitwise comparison), so P identical results are held once.
 
 Entries are held by weak references: an intermediate that no rank holds any more is freed.
