@@ -4,7 +4,7 @@ In sparse allreduce, ranks hold identical data most of the time: the ranks of a 
 doubling group after each round, every rank after an allgather. A simulation that gave each
 virtual rank its own copy would need P N memory at the end; this module makes the copies one.
 
-While :func:`installed` is active, five seams of sparcml (module attributes, looked up at call
+While :func:`installed` is active, these seams of sparcml (module attributes, looked up at call
 time, so the algorithm modules themselves run unchanged) behave differently *in simulated rank
 threads only* (other threads get the originals):
 
@@ -17,9 +17,15 @@ threads only* (other threads get the originals):
    lossless message counts as the array it was encoded from). The first rank computes (without
    the context's workspace, so that no rank's workspace grows to N) and its measured thread CPU
    time is remembered; every other rank that makes the same call gets the same read-only result
-   and is charged the same compute time on its virtual clock. With a quantizer (lossy codec)
-   nothing is memoized.
-4. What a rank's function returns is interned by content (a sample fingerprint, then a full
+   and is charged the same compute time on its virtual clock; outputs are also interned by
+   content (a rank that comes after the first copy has gone shares the bytes, not a copy).
+   With a quantizer (lossy codec) nothing is memoized.
+4. ``wire.decode``, as the modules that call it by name see it: a buffer several ranks decode
+   (a memoized encode's, a slot of a shared allgather buffer) is decoded once while its result
+   is held, each later rank charged the measured time; coded indices (Elias-Fano, bitmap),
+   which decode into a new array, stand for the array the sender encoded, so that the sums of
+   a group's ranks keep one provenance (without this every rank kept its own sum: P N memory).
+5. What a rank's function returns is interned by content (a sample fingerprint, then a full
    bitwise comparison), so P identical results are held once.
 
 Entries are held by weak references: an intermediate that no rank holds any more is freed.
@@ -45,11 +51,12 @@ import numpy as np
 __all__ = ["installed", "rank_scope", "intern_result", "credit_of"]
 
 _local = threading.local()
-_lock = threading.RLock()  # reentrant: freeing a buffer under it runs _forget_encoded
+_lock = threading.RLock()
 _installs = 0
 _originals: dict = {}
 _memo: dict = {}       # provenance key -> (input weakrefs, output, cpu seconds)
 _encoded: dict = {}    # id(encode buffer) -> (weakref(buffer), canonical keys of its payload)
+_decoded: dict = {}    # (id(root), offset, nbytes) -> (weakref(root), weak Part, cpu seconds)
 _contents: dict = {}   # content fingerprint -> list of weakrefs to interned arrays
 _pending: dict = {}    # provenance key -> Event, while one rank computes it
 # the most recent outputs, held strongly up to RECENT_BYTES: the rank that computed a sum may
@@ -183,8 +190,7 @@ def _store(key, refs, out, cpu):
         _recent_bytes[0] += size
         while _recent_bytes[0] > RECENT_BYTES and len(_recent) > 1:
             _recent_bytes[0] -= _recent.popleft()[1]
-        if len(_memo) > 100_000:
-            _sweep_locked()
+        _maybe_sweep_locked()
     return out
 
 
@@ -194,14 +200,23 @@ def _out_nbytes(out) -> int:
     return int(out.values.nbytes) + (0 if out.indices is None else int(out.indices.nbytes))
 
 
-def _sweep_locked():
+_sweep_at = [10_000]
+
+
+def _maybe_sweep_locked():
+    """Drop the entries of freed arrays once the tables have doubled since the last sweep
+    (amortized O(1) per entry, however many stay alive)."""
+    if len(_memo) + len(_encoded) + len(_decoded) < _sweep_at[0]:
+        return
     dead = [k for k, (w, packed, _) in _memo.items()
             if any(x() is None for x in w) or packed[3]() is None]
     for k in dead:
         del _memo[k]
-    dead = [k for k, (w, _) in _encoded.items() if w() is None]
-    for k in dead:
-        del _encoded[k]
+    for table in (_encoded, _decoded):
+        dead = [k for k, e in table.items() if e[0]() is None]
+        for k in dead:
+            del table[k]
+    _sweep_at[0] = max(10_000, 2 * (len(_memo) + len(_encoded) + len(_decoded)))
 
 
 def _readonly(arr):
@@ -256,7 +271,13 @@ def _memo_call(arrays, extra, compute, post=None):
     rank (it is the simulator's, not sparcml's), the computation's is, hit or miss."""
     if _nbytes(arrays) < SMALL_BYTES:
         if post is not None and extra[0] == "encode":
-            return compute()
+            out = compute()
+            if _nbytes(arrays) < SMALL_BYTES // 64:  # a split algorithm's P^2 small parts:
+                return out  # no sum of them is memoized; registering each would cost memory
+            t0 = time.thread_time()
+            out = post(out)
+            _local.credit = getattr(_local, "credit", 0.0) - (time.thread_time() - t0)
+            return out
         return _small_call(compute)
     t0 = time.thread_time()
     key, refs = _key_of(arrays, extra)
@@ -275,10 +296,9 @@ def _memo_call(arrays, extra, compute, post=None):
             continue
         try:
             out, spent = _timed(compute)
-            if post is not None:
-                post(out)
-            else:  # provenance may differ where contents agree (two ranks encoded one sum)
-                out = _with_arrays(out, intern_array(out.indices), intern_array(out.values))
+            # provenance may differ where contents agree (a rank that came late to a sum whose
+            # first copy has gone, two ranks that encoded one sum): one copy per content
+            out = _share(out) if post is None else post(out)
             out = _store(key, refs, out, spent)
         finally:
             with _lock:
@@ -298,42 +318,128 @@ def _encode(self, part, *, known_dense=False, seed=None):
     def post(result):
         buf, dense = result
         _readonly(buf)
-        # views of the payload that a receiver decodes stand for the arrays encoded
-        from ..wire import decode
-
-        payload = {}
-        if dense == (part.indices is None):
-            dec = decode(buf)
-            for view, src in ((dec.indices, part.indices), (dec.values, part.values)):
-                if view is not None and src is not None:
-                    off = view.__array_interface__["data"][0] \
-                        - buf.__array_interface__["data"][0]
-                    k, r = _canon(src)
-                    payload[(off, view.dtype.str, view.shape)] = (k, tuple(weakref.ref(x)
-                                                                           for x in r))
-        with _lock:
-            _encoded[id(buf)] = (weakref.ref(buf), payload)
-        weakref.finalize(buf, _forget_encoded, id(buf))
+        if buf.nbytes >= SMALL_BYTES:
+            shared = intern_array(buf)
+            if shared is not buf:  # an equal message exists: its payload is registered
+                return shared, dense
+        _register_payload(buf, dense, part)
+        return buf, dense
 
     return _memo_call((part.indices, part.values),
                       ("encode", part.offset, part.length, bool(known_dense), _codec_sig(self)),
                       lambda: orig(self, part, known_dense=known_dense, seed=seed), post)
 
 
-def _forget_encoded(ident):
-    with _lock:
-        entry = _encoded.get(ident)
-        if entry is not None and entry[0]() is None:
-            del _encoded[ident]
 
+def _payload_views(buf):
+    """``(index section or None, index code, (offset, dtype, shape) of the indices, of the
+    values)`` of a lossless message, read from its header (no decoding); None if quantized."""
+    from .. import index_kernels
+    from ..wire import _INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, HEADER, HEADER_SIZE, RAW, _pad8
+
+    h = buf[:HEADER_SIZE].view(HEADER)[0]
+    if h["quantized"]:
+        return None
+    count, length = int(h["count"]), int(h["length"])
+    vdt = _VALUE_BY_SIZE[int(h["value_size"])]
+    if int(h["format"]) == DENSE:
+        return RAW, None, (HEADER_SIZE, vdt.str, (count,))
+    idt = _INDEX_BY_SIZE[int(h["index_size"])]
+    code = int(h["index_code"])
+    if code == RAW:
+        used = count * idt.itemsize
+    elif code == 2:  # BITMAP
+        used = index_kernels.bitmap_nbytes(length)
+    else:
+        used = sum(index_kernels.ef_nbytes(count, length))
+    return code, (HEADER_SIZE, idt.str, (count,)), \
+        (HEADER_SIZE + _pad8(used), vdt.str, (count,))
+
+
+def _register_payload(buf, dense, part):
+    """Views of ``buf``'s payload (and the indices a receiver decodes from a coded section)
+    stand for the arrays of ``part`` that were encoded: receivers' sums keep their provenance."""
+    if dense != (part.indices is None):
+        return
+    layout = _payload_views(buf)
+    if layout is None:
+        return
+    code, idx_at, val_at = layout
+    payload = {}
+    for at, src in ((idx_at, part.indices), (val_at, part.values)):
+        if at is not None and src is not None:
+            k, r = _canon(src)
+            payload["decoded" if (src is part.indices and code != 0) else at] = \
+                (k, tuple(weakref.ref(x) for x in r))
+    with _lock:
+        _encoded[id(buf)] = (weakref.ref(buf), payload)
+        _maybe_sweep_locked()
+
+
+
+
+def _decode(buf, out=None, *, streaming=False, check=False):
+    """``wire.decode`` in rank threads: a buffer that several ranks decode (one sent by a
+    memoized encode, a slot of a shared allgather buffer) is decoded once while its result is
+    held (every later rank is charged the measured CPU time); coded indices, decoded into a new
+    array, are given the provenance of what was encoded (or of the buffer they came from)."""
+    orig = _originals["decode"]
+    if not _active() or out is not None or check:
+        return orig(buf, out, streaming=streaming, check=check)
+    from ..wire import Part
+
+    t0 = time.thread_time()
+    root = _root(buf)
+    offset = buf.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    key = (id(root), offset, buf.nbytes)
+    with _lock:
+        entry = _decoded.get(key)
+    if entry is not None and entry[0]() is root:
+        got = _unpack(entry[1])
+        if got is not None:
+            _local.credit = getattr(_local, "credit", 0.0) + entry[2] \
+                - (time.thread_time() - t0)
+            return Part(got.offset, got.length, got.indices, got.values)
+    t1 = time.thread_time()
+    part = orig(buf, streaming=streaming)
+    cpu = time.thread_time() - t1
+    t2 = time.thread_time()
+    idx = part.indices
+    lossless = part.values.base is not None  # raw values are views of the buffer
+    if lossless and idx is not None and idx.base is None:
+        # coded indices: a new array; it stands for what the sender encoded, else for the buffer
+        mapped = None
+        with _lock:
+            enc = _encoded.get(id(root))
+        if enc is not None and enc[0]() is root and offset == 0:
+            mapped = enc[1].get("decoded")
+        if mapped is None:
+            k, r = _canon(buf)
+            mapped = (("decoded", k), tuple(weakref.ref(x) for x in r))
+        _readonly(idx)
+        with _lock:
+            _encoded[id(idx)] = (weakref.ref(idx), {(0, idx.dtype.str, idx.shape): mapped})
+            _maybe_sweep_locked()
+    if lossless and root.nbytes >= SMALL_BYTES:  # share the decoding while it is held
+        try:
+            packed = _pack(part)
+        except TypeError:  # pragma: no cover
+            packed = None
+        if packed is not None:
+            with _lock:
+                _decoded[key] = (weakref.ref(root), packed, cpu)
+                _maybe_sweep_locked()
+    _local.credit = getattr(_local, "credit", 0.0) - (time.thread_time() - t2) \
+        - (t1 - t0)
+    return part
 
 def _vec_arrays(v):
     return v.indices, v.values
 
 
-def _seal(out):
-    _readonly(out.indices)
-    _readonly(out.values)
+def _share(out):
+    """``out`` with its arrays read-only and interned by content (one copy per content)."""
+    return _with_arrays(out, intern_array(out.indices), intern_array(out.values))
 
 
 def _add(a, b, codec, *, workspace=None, intermediate=False, role="add"):
@@ -341,7 +447,7 @@ def _add(a, b, codec, *, workspace=None, intermediate=False, role="add"):
     if not _active() or codec.lossy:
         return orig(a, b, codec, workspace=workspace, intermediate=intermediate, role=role)
     return _memo_call(_vec_arrays(a) + _vec_arrays(b), ("add", a.dim, _codec_sig(codec)),
-                      lambda: orig(a, b, codec), _seal)
+                      lambda: orig(a, b, codec), _share)
 
 
 def _fold_parts(parts, offset, length, codec, force_dense=False, *, workspace=None,
@@ -353,7 +459,7 @@ def _fold_parts(parts, offset, length, codec, force_dense=False, *, workspace=No
     arrays = [x for p in parts for x in (p.indices, p.values)]
     return _memo_call(arrays, ("fold", tuple((p.offset, p.length) for p in parts), offset,
                                length, bool(force_dense), _codec_sig(codec)),
-                      lambda: orig(parts, offset, length, codec, force_dense), _seal)
+                      lambda: orig(parts, offset, length, codec, force_dense), _share)
 
 
 def _assemble(blocks, dim, codec):
@@ -363,7 +469,7 @@ def _assemble(blocks, dim, codec):
     arrays = [x for p in blocks for x in (p.indices, p.values)]
     return _memo_call(arrays, ("assemble", tuple((p.offset, p.length) for p in blocks), dim,
                                _codec_sig(codec)),
-                      lambda: orig(blocks, dim, codec), _seal)
+                      lambda: orig(blocks, dim, codec), _share)
 
 
 def _is_sim(comm) -> bool:
@@ -412,6 +518,22 @@ def _allgather_in_place(ctx, sizes, write_mine, stats):
     return [recv[int(d):int(d) + int(n)] for d, n in zip(displs, sizes)]
 
 
+_DECODE_USERS = ("exchange", "collectives", "global_topk", "hierarchical",
+                 "algorithms.allgather_sum", "algorithms.split_dense", "algorithms.split_sparse")
+
+
+def _decode_users():
+    """The modules that call ``wire.decode`` by the name they imported."""
+    import importlib
+
+    mods = []
+    for name in _DECODE_USERS:
+        mod = importlib.import_module(f"{__package__.rsplit('.', 1)[0]}.{name}")
+        if getattr(mod, "decode", None) is not None:
+            mods.append(mod)
+    return mods
+
+
 @contextmanager
 def installed(share: bool = True):
     """Install the seams for the duration of a simulation (reference-counted)."""
@@ -419,7 +541,7 @@ def installed(share: bool = True):
     if not share:
         yield
         return
-    from .. import arith, exchange
+    from .. import arith, exchange, wire
     from ..wire import Codec
 
     with _lock:
@@ -427,11 +549,14 @@ def installed(share: bool = True):
             _originals.update(add=arith.add, fold_parts=arith.fold_parts,
                               assemble=arith.assemble, encode=Codec.encode,
                               recv_bytes=exchange.recv_bytes,
-                              allgather_in_place=exchange.allgather_in_place)
+                              allgather_in_place=exchange.allgather_in_place,
+                              decode=wire.decode, decode_users=_decode_users())
             arith.add, arith.fold_parts, arith.assemble = _add, _fold_parts, _assemble
             Codec.encode = _encode
             exchange.recv_bytes = _recv_bytes
             exchange.allgather_in_place = _allgather_in_place
+            for mod in _originals["decode_users"]:
+                mod.decode = _decode
         _installs += 1
     try:
         yield
@@ -445,10 +570,13 @@ def installed(share: bool = True):
                 Codec.encode = _originals["encode"]
                 exchange.recv_bytes = _originals["recv_bytes"]
                 exchange.allgather_in_place = _originals["allgather_in_place"]
+                for mod in _originals["decode_users"]:
+                    mod.decode = _originals["decode"]
                 _memo.clear()
                 _recent.clear()
                 _recent_bytes[0] = 0
                 _encoded.clear()
+                _decoded.clear()
                 _contents.clear()
 
 
