@@ -23,14 +23,15 @@ check_name() {
     [[ "$1" =~ ^[A-Za-z][A-Za-z0-9]{0,9}$ ]] || die "NAME must be letters/digits, at most 10, got '$1'"
 }
 
-burst_for() {  # tbf bucket: 4 ms at RATE, at least 64 KiB (one GSO segment)
-    python3 - "$1" <<'EOF'
+burst_for() {  # tbf bucket: SPARC_TBF_BURST_MS (default 4) ms at RATE, at least 64 KiB (one GSO segment)
+    SPARC_TBF_BURST_MS="${SPARC_TBF_BURST_MS:-4}" python3 - "$1" <<'EOF'
+import os
 import re, sys
 m = re.fullmatch(r"([0-9.]+)([kmgt]?)bit", sys.argv[1].lower())
 if not m:
     sys.exit(f"emulated-net: rate must look like 100mbit or 1gbit, got {sys.argv[1]!r}")
 bits = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
-print(max(int(bits / 8 * 0.004), 65536))
+print(max(int(bits / 8 * float(os.environ['SPARC_TBF_BURST_MS']) / 1e3), 65536))
 EOF
 }
 

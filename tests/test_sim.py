@@ -22,6 +22,7 @@ from mpi4py import MPI
 
 import sparcml
 import sparcml.sim as sim
+from sparcml.registry import algorithm_names
 from sparcml import SparseVector
 from sparcml.errors import InvalidArgumentError
 
@@ -224,6 +225,47 @@ def test_split_type_groups_ranks_by_simulated_node():
         assert size == 3 and nrank == r % 3
         assert gathered == [3 * (r // 3) + j for j in range(3)]
         assert total == sum(range(P)) and word == "hi"
+
+
+def _node_aware_body(comm, dim, density, algorithms):
+    vec = _input(comm.Get_rank(), comm.Get_size(), dim, density, "random")
+    out = []
+    for algorithm in algorithms:
+        for hierarchical in (False, True):
+            stats = sparcml.TrafficStats()
+            res = sparcml.allreduce(vec, comm, algorithm=algorithm, hierarchical=hierarchical,
+                                    stats=stats)
+            out.append((res.to_dense(), stats.bytes_sent, stats.inter_node_bytes,
+                        stats.hierarchical))
+    return out
+
+
+@pytest.mark.parametrize("P, spec", [(64, "8x10gbit,ppn=8"), (21, "4x10gbit,ppn=6")])
+def test_node_aware_sends_no_more_per_node_than_flat_sends_per_rank(P, spec):
+    """Issue 13, item 5 at test size: with R ranks per node, what a node's leader sends off the
+    node is no more than what one rank sends in the flat algorithm (the sum of the node's R
+    inputs has at most R times one input's entries, but the leaders are P / R), and the result
+    is the dense sum on every rank. 21 ranks on nodes of 6: a last node of 3."""
+    dim, density = 20011, 0.01
+    algorithms = [a for a in algorithm_names(in_auto_only=True) if a != sparcml.DENSE_BASELINE]
+    res = sim.run(P, _node_aware_body, args=(dim, density, algorithms), network=spec,
+                  timeout=600)
+    expected = np.zeros(dim, np.float32)
+    for r in range(P):
+        v = _input(r, P, dim, density, "random")
+        expected[v.indices] += v.values
+    ppn = int(spec.split("ppn=")[1])
+    leaders = range(0, P, ppn)
+    for i, algorithm in enumerate(algorithms):
+        flat, aware = 2 * i, 2 * i + 1
+        flat_per_rank = max(r[flat][1] for r in res.results)
+        per_node = max(res.results[r][aware][2] for r in leaders)
+        assert all(res.results[r][aware][3] and not res.results[r][flat][3] for r in range(P))
+        assert all(res.results[r][aware][2] == 0 for r in range(P) if r % ppn), algorithm
+        assert 0 < per_node <= flat_per_rank, (algorithm, per_node, flat_per_rank)
+        for r in range(P):
+            assert np.array_equal(res.results[r][flat][0], expected), (algorithm, r)
+            assert np.array_equal(res.results[r][aware][0], expected), (algorithm, r)
 
 
 # ---- the virtual clock -------------------------------------------------------------------------
