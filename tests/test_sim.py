@@ -13,6 +13,7 @@
 """
 
 import importlib.util
+import os
 import pickle
 import sys
 
@@ -298,6 +299,33 @@ def _fails(comm):
 def test_a_failing_rank_fails_the_run_without_hanging():
     with pytest.raises(sim.SimulationError, match="rank 3.*boom"):
         sim.run(8, _fails, timeout=60)
+
+
+# ---- probing a network -------------------------------------------------------------------------
+@pytest.mark.parametrize("spec", ["4x1gbit,latency=20us",
+                                  "3x10gbit,ppn=4,intra=50gbit,latency=3us,intra-latency=1us"])
+def test_probing_a_simulated_network_recovers_its_spec(spec):
+    """probe_network times with the virtual clock on a simulated communicator: the rates come
+    back within 3% (8 MiB exchanges), the latencies no lower than the spec's and at most the
+    Python time of a ping-pong (charged as compute) above it."""
+    net = sim.parse_network(spec)
+    res = sim.run(net.nodes * net.ppn, lambda c: sim.probe_network(c), network=spec)
+    got = res.results[0]
+    assert all(r == got for r in res.results)
+    assert (got.nodes, got.ppn) == (net.nodes, net.ppn)
+    assert got.bandwidth == pytest.approx(net.bandwidth, rel=0.03)
+    assert net.latency <= got.latency <= net.latency + 20e-6
+    if net.ppn > 1:
+        assert got.intra_bandwidth == pytest.approx(net.intra_bandwidth, rel=0.03)
+        assert net.intra_latency <= got.intra_latency <= net.intra_latency + 20e-6
+
+
+def test_sparc_bench_probe_network_prints_a_spec_simulate_accepts():
+    exe = os.path.join(os.path.dirname(sys.executable), "sparc-bench")
+    proc = run_mpi(2, args=[exe, "--probe-network"], timeout=120)
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("--network "))
+    net = sim.parse_network(line.split(maxsplit=1)[1])
+    assert net.nodes == 1 and net.ppn == 2, line  # one machine: MPI's shared-memory group
 
 
 # ---- validation against real mpiexec ----------------------------------------------------------

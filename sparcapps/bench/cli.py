@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
                         "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
                         "(default: one node per rank on 10 Gbit/s links)")
+    p.add_argument("--probe-network", action="store_true",
+                   help="instead of the sweep: measure this job's network (latency and rate "
+                        "between two nodes, and within a node) and print it as a --network "
+                        "SPEC for --simulate; run it on 2 nodes, e.g. mpiexec -n 4 -ppn 2")
     p.add_argument("--sim-memory", type=float, default=8.0, metavar="GIB",
                    help="with --simulate: run the dense baseline only while P x N values fit "
                         "in this many GiB (three copies counted); beyond, it is modeled")
@@ -117,6 +121,29 @@ def _fmt_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return str(n)
+
+
+def run_probe(args) -> int:
+    """``--probe-network``: the spec of the network this job runs on (collective)."""
+    import sparcml.sim as sim
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    if args.simulate:
+        raise SystemExit("sparc-bench: --probe-network measures real ranks; it takes no "
+                         "--simulate")
+    if comm.Get_size() < 2:
+        raise SystemExit("sparc-bench: --probe-network needs 2 ranks or more, on 2 nodes for "
+                         "the link between nodes (e.g. mpiexec -n 2 -ppn 1 sparc-bench "
+                         "--probe-network)")
+    spec = sim.probe_network(comm)
+    if comm.Get_rank() == 0:
+        print(f"sparc-bench --probe-network: {spec.nodes} node(s) x {spec.ppn} rank(s); "
+              f"latency = half an 8-byte round trip, rate = an 8 MiB exchange per direction "
+              f"(medians)")
+        print(f"--network {spec.text}")
+        print(f"(predict N nodes: replace the leading '{spec.nodes}x' with 'Nx')")
+    return 0
 
 
 def run_kernels(args) -> int:
@@ -388,6 +415,8 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.kernels:
         return run_kernels(args)
+    if args.probe_network:
+        return run_probe(args)
     if args.network is not None and not args.simulate:
         raise SystemExit("sparc-bench: --network needs --simulate P [P ...]")
     from sparcml import abort_on_error

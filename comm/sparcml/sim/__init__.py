@@ -70,7 +70,8 @@ from __future__ import annotations
 from .comm import SimComm
 from .model import network_cost_model, use_model
 from .network import NetworkSpec, parse_network
+from .probe import probe_network
 from .runner import SimResult, SimulationError, run
 
 __all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
-           "network_cost_model", "use_model"]
+           "network_cost_model", "use_model", "probe_network"]
