@@ -4,7 +4,9 @@ MPICH ranks that block in MPI busy-poll. When a node runs more ranks than it has
 spinning in ``Wait`` holds a core that the rank it waits for needs, and every message costs a
 scheduler time slice. A :class:`Waiter` with ``yield_cpu=True`` instead tests a non-blocking
 request and sleeps between tests. ``auto`` (the default) yields exactly when the ranks of this
-communicator on this node outnumber the cores this process may run on; the environment variable
+communicator on this node outnumber the cores this process may run on (ranks count as on one
+node when MPI groups them so, or when they run on one kernel: the emulated nodes of
+``jobs/emulate.sh`` are network namespaces of one machine); the environment variable
 ``SPARCML_WAIT=spin|yield|auto`` overrides it.
 
 A waiter for background work (the non-blocking engine's thread) may also back off: its sleeps
@@ -50,9 +52,23 @@ def wait_policy(comm: MPI.Comm) -> bool:
         local_ranks = node.Get_size()
     finally:
         node.Free()
+    # processes on one kernel share its cores even where MPI sees separate nodes (network
+    # namespaces of jobs/emulate.sh, containers): count those too (processes, not ranks: the
+    # simulator's ranks are threads of one process, and its requests are not MPI's)
+    kernel = _kernel_id()
+    same_kernel = len({pid for k, pid in comm.allgather((kernel, os.getpid())) if k == kernel})
     if choice != "auto":
         return choice == "yield"
-    return local_ranks > _cores()
+    return max(local_ranks, same_kernel) > _cores()
+
+
+def _kernel_id() -> str:
+    """This running kernel's boot id (the same in every namespace of one machine), or ''."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:  # pragma: no cover - not Linux
+        return ""
 
 
 class Waiter:
