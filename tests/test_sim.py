@@ -381,6 +381,34 @@ def test_sparc_bench_network_needs_simulate():
 
     with pytest.raises(SystemExit, match="--simulate"):
         main(["--network", "4x1gbit"])
+    with pytest.raises(SystemExit, match="--simulate"):
+        main(["--compute-scale", "2"])
+
+
+@pytest.mark.parametrize("scale", [0, -1.0, float("nan"), "2"])
+def test_compute_scale_must_be_a_positive_number(scale):
+    with pytest.raises(InvalidArgumentError, match="compute_scale"):
+        sim.run(2, lambda comm: None, compute_scale=scale)
+
+
+def _burn_cpu(comm, seconds):
+    import time
+
+    comm.Barrier()
+    t0 = comm.clock()
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:  # exactly this much thread CPU time
+        pass
+    comm.Barrier()
+    return comm.clock() - t0
+
+
+def test_compute_scale_multiplies_the_measured_compute():
+    """Compute is the thread CPU time between two calls, times compute_scale."""
+    fast = "2x1tbit,latency=1ns"
+    for scale in (1.0, 4.0):
+        times = sim.run(2, _burn_cpu, args=(0.02,), network=fast, compute_scale=scale).results
+        assert all(0.02 * scale <= t < 0.02 * scale * 1.1 + 1e-3 for t in times), (scale, times)
 
 
 def test_sparc_bench_simulated_bytes_equal_the_real_sweeps(tmp_path):

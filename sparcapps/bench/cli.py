@@ -105,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
                         "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
                         "(default: one node per rank on 10 Gbit/s links)")
+    p.add_argument("--compute-scale", type=float, default=1.0, metavar="FACTOR",
+                   help="with --simulate: multiply the compute measured here by FACTOR (the "
+                        "target's cores are FACTOR times slower; or ranks share cores)")
     p.add_argument("--probe-network", action="store_true",
                    help="instead of the sweep: measure this job's network (latency and rate "
                         "between two nodes, and within a node) and print it as a --network "
@@ -419,6 +422,8 @@ def main(argv=None) -> int:
         return run_probe(args)
     if args.network is not None and not args.simulate:
         raise SystemExit("sparc-bench: --network needs --simulate P [P ...]")
+    if args.compute_scale != 1.0 and not args.simulate:
+        raise SystemExit("sparc-bench: --compute-scale needs --simulate P [P ...]")
     from sparcml import abort_on_error
 
     with abort_on_error():

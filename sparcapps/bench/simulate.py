@@ -101,8 +101,8 @@ def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithm
                  for dim in dims for density in densities for pattern in patterns]
         # one simulation per P, the cells in the real sweep's order: sparcml keeps state on
         # a communicator from cell to cell (the balanced partitions' estimate), as a real job does
-        all_results = sim.run(P, _cells, network=net, args=(cells, args.dtype, reps, warmup,
-                                                             args.seed, model)).results
+        all_results = sim.run(P, _cells, network=net, compute_scale=args.compute_scale,
+                              args=(cells, args.dtype, reps, warmup, args.seed, model)).results
         for c, (dim, density, pattern, run_algs) in enumerate(cells):
             dense_fits = DENSE_BASELINE in run_algs
             cell_results = [r[c] for r in all_results]

@@ -68,6 +68,10 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
     """
     if isinstance(P, bool) or not isinstance(P, int) or P < 1:
         raise InvalidArgumentError(f"P must be a positive integer, got {P!r}")
+    if not (isinstance(compute_scale, (int, float)) and compute_scale > 0
+            and compute_scale != float("inf")):
+        raise InvalidArgumentError(f"compute_scale must be a positive number, got "
+                                   f"{compute_scale!r}")
     net = parse_network(f"{P}x{DEFAULT_RATE}" if network is None else network)
     if P > net.nodes * net.ppn:
         raise InvalidArgumentError(
