@@ -301,6 +301,32 @@ def test_a_failing_rank_fails_the_run_without_hanging():
         sim.run(8, _fails, timeout=60)
 
 
+def _topk_body(comm, dim, density, k):
+    rank = comm.Get_rank()
+    rng = np.random.default_rng([dim, rank])
+    idx = np.flatnonzero(rng.random(dim) < density)
+    vec = SparseVector(dim, idx, rng.integers(-64, 65, idx.size).astype(np.float32))
+    result, dropped = sparcml.topk_allreduce(vec, k, comm)
+    return vec.to_dense(), result.indices, result.values, dropped.to_dense()
+
+
+@pytest.mark.parametrize("P", [64, 257])
+def test_topk_allreduce_at_large_p(P):
+    """Issue 14 in the simulator: the top-k of the dense sum (ties to the lower index; integer
+    values, so every order of addition gives the same sum), the same on every rank, and
+    sum(vec) == result + sum(dropped)."""
+    dim, density, k = 3001, 0.02, 100
+    res = sim.run(P, _topk_body, args=(dim, density, k), timeout=600).results
+    total = np.sum([r[0] for r in res], axis=0)
+    nz = np.flatnonzero(total)
+    expect = np.sort(nz[np.lexsort((nz, -np.abs(total[nz])))][:k])
+    for r, (_, idx, val, _) in enumerate(res):
+        assert np.array_equal(idx, expect) and np.array_equal(val, total[expect]), r
+    result = np.zeros(dim, np.float32)
+    result[expect] = total[expect]
+    assert np.array_equal(result + np.sum([r[3] for r in res], axis=0), total)
+
+
 # ---- probing a network -------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["4x1gbit,latency=20us",
                                   "3x10gbit,ppn=4,intra=50gbit,latency=3us,intra-latency=1us"])
@@ -401,6 +427,26 @@ def _burn_cpu(comm, seconds):
         pass
     comm.Barrier()
     return comm.clock() - t0
+
+
+def _collect_garbage(comm, heap):
+    import gc
+    import time
+
+    comm.Barrier()
+    t0, cpu0 = comm.clock(), time.thread_time()
+    if comm.Get_rank() == 0:
+        gc.collect()  # scans every rank's objects: the simulator's heap, not this rank's
+    cpu = time.thread_time() - cpu0
+    comm.Barrier()
+    return comm.clock() - t0, cpu
+
+
+def test_garbage_collection_is_not_charged_as_compute():
+    heap = [[i] for i in range(1_000_000)]  # a large shared heap, as at P = 1,024
+    res = sim.run(2, _collect_garbage, args=(heap,), network="2x1tbit,latency=1ns").results
+    charged, cpu = res[0]
+    assert cpu > 0.01 and charged < 0.2 * cpu, (charged, cpu)
 
 
 def test_compute_scale_multiplies_the_measured_compute():

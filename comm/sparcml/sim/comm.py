@@ -10,7 +10,7 @@ own communicator object); the handles of one communicator share a group in the
 - point-to-point on bytes or typed NumPy buffers: ``Isend``, ``Send``, ``Irecv``, ``Recv``,
   ``Mprobe``/``Improbe`` + ``Message.Irecv``/``Message.Recv``, with ``ANY_SOURCE``/``ANY_TAG``
   and MPI's non-overtaking order per source;
-- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN; ``IN_PLACE``), ``Allgather``,
+- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN; ``IN_PLACE``), ``Exscan``, ``Allgather``,
   ``Allgatherv``, ``Bcast`` and their ``I``-forms, and the pickle-based ``allreduce``,
   ``allgather``, ``bcast``, ``barrier``.
 
@@ -344,6 +344,29 @@ class SimComm:
         recv[...] = result.reshape(recv.shape)
         self._st.wire_bytes += 2 * (self.size - 1) * recv.nbytes // max(1, self.size)
 
+    def Exscan(self, sendbuf, recvbuf, op=MPI.SUM) -> None:
+        """Rank r > 0 receives ``op`` over ranks 0 .. r-1; rank 0's ``recvbuf`` is left as it
+        is (MPI leaves it undefined). Charged as an allreduce of the same size (MPICH's
+        recursive doubling takes log P rounds for either)."""
+        recv = _array(recvbuf)
+        send = _array(sendbuf)
+        mine = (recv if send is None else send).copy()
+        ufunc, _ = _OPS[_op_name(op)]
+
+        def combine(parts):
+            prefixes, acc = [None], parts[0].copy()
+            for p in parts[1:]:
+                prefixes.append(acc.copy())
+                ufunc(acc, p, out=acc)
+            return prefixes
+
+        gamma = self._world.gamma_add
+        result = self._collective(mine, combine, lambda r, a, b: cc.allreduce_time(
+            self.size, mine.nbytes, a, b, gamma))
+        if self.rank > 0:
+            recv[...] = result[self.rank].reshape(recv.shape)
+        self._st.wire_bytes += 2 * (self.size - 1) * mine.nbytes // max(1, self.size)
+
     def allreduce(self, obj, op=MPI.SUM):
         _, pyop = _OPS[_op_name(op)]
 
@@ -425,6 +448,10 @@ class SimComm:
 
     def Iallreduce(self, sendbuf, recvbuf, op=MPI.SUM):
         self.Allreduce(sendbuf, recvbuf, op)
+        return self._done()
+
+    def Iexscan(self, sendbuf, recvbuf, op=MPI.SUM):
+        self.Exscan(sendbuf, recvbuf, op)
         return self._done()
 
     def Iallgather(self, sendbuf, recvbuf):

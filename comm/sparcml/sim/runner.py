@@ -103,7 +103,7 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
 
     threads = [threading.Thread(target=body, args=(r,), name=f"sim-rank-{r}", daemon=True)
                for r in range(P)]
-    with sharing.installed(share):
+    with sharing.installed(share), sharing.gc_pauses_discounted():
         for t in threads:
             t.start()
         for t in threads:

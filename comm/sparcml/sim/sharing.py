@@ -41,6 +41,7 @@ other.
 from __future__ import annotations
 
 import collections
+import gc
 import threading
 import time
 import weakref
@@ -87,10 +88,36 @@ def rank_scope(share: bool):
     """Mark the current thread as a simulated rank (sharing on or off)."""
     _local.share = bool(share)
     _local.credit = 0.0
+    _local.rank = True
     try:
         yield
     finally:
         _local.share = False
+        _local.rank = False
+
+
+def _gc_phase(phase: str, info: dict) -> None:
+    # Python's cyclic collector runs in whichever thread allocates past its threshold, and
+    # scans the one heap that all P simulated ranks share: a pause that grows with P (100 ms
+    # and more at P = 128) and lands on a random rank. A real rank's heap is its own and small,
+    # so the pause is simulator work: taken off the rank's compute.
+    if not getattr(_local, "rank", False):
+        return
+    if phase == "start":
+        _local.gc_start = time.thread_time()
+    elif getattr(_local, "gc_start", None) is not None:
+        discount(time.thread_time() - _local.gc_start)
+        _local.gc_start = None
+
+
+@contextmanager
+def gc_pauses_discounted():
+    """While active, garbage collections in rank threads are not charged as compute."""
+    gc.callbacks.append(_gc_phase)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(_gc_phase)
 
 
 # ---- provenance ------------------------------------------------------------------------------
