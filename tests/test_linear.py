@@ -318,6 +318,27 @@ def test_tol_and_convergence_warning(small):
 
 # -- files -------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("class_weight", [{0: 3.0, 1: 0.5}, {np.int64(0): 2.0, np.int64(1): 1.0}])
+def test_class_weight_survives_a_model_file(small, tmp_path, class_weight):
+    """Integer class labels as class_weight keys come back as integers (JSON object keys are
+    strings: {0: 3.0} came back as {"0": 3.0}, weighing no class); NumPy keys are saved."""
+    Xtr, ytr, Xte, _ = small
+    labels = (ytr > 0).astype(np.int64)
+    clf = SparseLinearClassifier("log", batch_size=64, epochs=1,
+                                 class_weight=class_weight).fit(Xtr, labels)
+    save_model(clf, tmp_path / "m.h5")
+    back = load_model(tmp_path / "m.h5")
+    assert back.class_weight == {int(k): v for k, v in class_weight.items()}
+    assert all(type(k) is int for k in back.class_weight)
+    refit = back.set_params(warm_start=False).fit(Xtr, labels)
+    again = SparseLinearClassifier("log", batch_size=64, epochs=1,
+                                   class_weight=class_weight).fit(Xtr, labels)
+    assert np.array_equal(refit.coef_, again.coef_)
+    save_checkpoint(tmp_path / "c.h5", clf, clf._state, partials=[], global_batch=64,
+                    train_rows=Xtr.shape[0], P=1)
+    assert load_checkpoint(tmp_path / "c.h5")["params"]["class_weight"] == back.class_weight
+
+
 def test_model_and_checkpoint_roundtrip(small, tmp_path):
     Xtr, ytr, Xte, _ = small
     clf = SparseLinearClassifier("log", batch_size=64, epochs=1).fit(Xtr, ytr)

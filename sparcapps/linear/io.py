@@ -38,8 +38,33 @@ _NOT_SAVED = ("comm", "quantizer")
 
 
 def model_params(est) -> dict:
-    """The estimator's parameters that a file records (JSON-able; no comm, no quantizer)."""
+    """The estimator's parameters that a file records (no comm, no quantizer)."""
     return {k: v for k, v in est.get_params().items() if k not in _NOT_SAVED}
+
+
+def _scalar(x):
+    """A class label or weight as JSON keeps it: NumPy scalars become Python ones."""
+    return x.item() if isinstance(x, np.generic) else x
+
+
+def params_to_json(params: dict) -> str:
+    """JSON of :func:`model_params`. A ``class_weight`` dict is stored as ``[label, weight]``
+    pairs: JSON object keys are strings, and ``{1: 2.0}`` would come back as ``{"1": 2.0}``,
+    matching no class."""
+    out = dict(params)
+    cw = out.get("class_weight")
+    if isinstance(cw, dict):
+        out["class_weight"] = {"pairs": [[_scalar(k), float(v)] for k, v in cw.items()]}
+    return json.dumps(out)
+
+
+def params_from_json(text: str) -> dict:
+    """The inverse of :func:`params_to_json`."""
+    params = json.loads(text)
+    cw = params.get("class_weight")
+    if isinstance(cw, dict) and set(cw) == {"pairs"}:
+        params["class_weight"] = {k: v for k, v in cw["pairs"]}
+    return params
 
 
 def _atomic_h5(path: Path, fill) -> Path:
@@ -93,7 +118,7 @@ def save_model(est, path) -> Path:
         f.attrs["format_version"] = VERSION
         f.attrs["n_features"] = np.int64(est.n_features_in_)
         f.attrs["intercept"] = float(est.intercept_[0])
-        f.attrs["params"] = json.dumps(model_params(est))
+        f.attrs["params"] = params_to_json(model_params(est))
         f.attrs["history"] = json.dumps(getattr(est, "history_", []))
         f.create_dataset("coef", data=est.coef_[0], compression="gzip", compression_opts=1,
                          shuffle=True)
@@ -109,7 +134,7 @@ def load_model(path, **overrides):
     try:
         with h5py.File(path, "r") as f:
             _check_format(f, path, MODEL_FORMAT, ModelFileError)
-            params = json.loads(_attr(f, "params"))
+            params = params_from_json(_attr(f, "params"))
             est = SparseLinearClassifier(**{**params, **overrides})
             est.coef_ = f["coef"][()][np.newaxis, :]
             est.intercept_ = np.array([float(_attr(f, "intercept"))])
@@ -132,7 +157,7 @@ def save_checkpoint(path, est, state: TrainState, *, partials, global_batch: int
         f.attrs["format"] = CHECKPOINT_FORMAT
         f.attrs["format_version"] = VERSION
         f.attrs["n_features"] = np.int64(state.n_features)
-        f.attrs["params"] = json.dumps(model_params(est))
+        f.attrs["params"] = params_to_json(model_params(est))
         f.attrs["history"] = json.dumps(state.history)
         f.attrs["partials"] = json.dumps(list(partials))
         f.attrs["quantizer_state"] = json.dumps(state.quantizer_state)
@@ -168,7 +193,7 @@ def load_checkpoint(path) -> dict:
                 wall_seconds=float(_attr(f, "wall_seconds")),
                 quantizer_state=json.loads(_attr(f, "quantizer_state")))
             return {"state": state, "partials": json.loads(_attr(f, "partials")),
-                    "params": json.loads(_attr(f, "params")), "classes": _read_classes(f),
+                    "params": params_from_json(_attr(f, "params")), "classes": _read_classes(f),
                     "n_features": int(_attr(f, "n_features")),
                     "global_batch": int(_attr(f, "global_batch")),
                     "train_rows": int(_attr(f, "train_rows")), "P": int(_attr(f, "P"))}
