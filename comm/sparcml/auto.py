@@ -20,11 +20,12 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels
-from .costmodel import MEDIUM_N, TINY_N, CostModel, overlap_from_result
+from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_result, \
+    topk_allreduce_cost
 from .registry import AUTO, algorithm_names, get_algorithm
 from .vector import SparseVector
 
-__all__ = ["calibrate_context", "choose", "choose_topk_step", "learn_overlap",
+__all__ = ["calibrate_context", "calibrate_topk", "choose", "choose_topk_step", "learn_overlap",
            "calibrate_node_aware", "choose_node_aware"]
 
 _HISTORY_LIMIT = 10_000
@@ -146,6 +147,37 @@ def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
     return _unpack(params.tolist(), names)
 
 
+def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5) -> CostModel:
+    """Measure :func:`sparcml.topk_allreduce` into ``model`` (collective), as
+    :func:`calibrate_context` measures the allreduce algorithms: its fixed cost on the tiny
+    input (``overhead[TOPK_STEP]``: every synchronizing step at this node's scheduling) and
+    measured / analytic growth on the medium one (``scale[TOPK_STEP]``), each keeping its
+    input's nnz, after a first call of the shape (later calls remember its threshold).
+    ``run(ctx, vec, TOPK_STEP)`` runs one call (``sparcml.global_topk.calibration_run``).
+    Every rank ends with the same values (the maximum over ranks)."""
+    if ctx.size == 1:
+        return model
+    rank, size, c = ctx.rank, ctx.size, ctx.comm
+    tiny = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))
+    run(ctx, tiny, TOPK_STEP)
+    c.Barrier()
+    overhead = _median_time(lambda: run(ctx, tiny, TOPK_STEP), 2 * reps + 1)
+    rng_medium = np.random.default_rng([7, rank])
+    k_medium = MEDIUM_N // 50
+    medium = SparseVector(MEDIUM_N, np.sort(rng_medium.choice(MEDIUM_N, k_medium, replace=False)),
+                          rng_medium.standard_normal(k_medium).astype(np.float32))
+    run(ctx, medium, TOPK_STEP)
+    c.Barrier()
+    measured = _median_time(lambda: run(ctx, medium, TOPK_STEP), reps)
+    growth = (topk_allreduce_cost(model, P=size, N=MEDIUM_N, k_local=k_medium, k=k_medium)
+              - topk_allreduce_cost(model, P=size, N=TINY_N, k_local=1, k=size))
+    factor = (measured - overhead) / growth if growth > 0 else 1.0
+    found = np.array([overhead, min(max(factor, 0.25), 8.0)], np.float64)
+    ctx.waiter.collective(c, "Allreduce", MPI.IN_PLACE, found, MPI.MAX)
+    model.overhead[TOPK_STEP], model.scale[TOPK_STEP] = float(found[0]), float(found[1])
+    return model
+
+
 def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
     """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks).
 
@@ -175,10 +207,13 @@ def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
     :data:`sparcml.costmodel.TOPK_STEP` when the calibrated model predicts
     :func:`sparcml.topk_allreduce` faster than every allreduce of the local selections, else
     that allreduce's name (:meth:`~sparcml.CostModel.choose_topk_step`). Same on every rank:
-    the model and the overlap history are. Calibrates at the first call (collectively)."""
+    the model and the overlap history are. Calibrates at the first call (collectively; ``run``
+    also runs :data:`~sparcml.costmodel.TOPK_STEP`, see :func:`calibrate_topk`)."""
     model = ctx.history.get("model")
     if model is None:
         model = ctx.history["model"] = calibrate_context(ctx, run)
+    if TOPK_STEP not in model.overhead and ctx.size > 1:
+        calibrate_topk(ctx, model, run)
     q = ctx.history.get(("overlap", vec.dim), 1.0)
     key = ("topk step", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize)

@@ -196,6 +196,12 @@ def run_sweep(args) -> int:
         return run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms)
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
+    if model is not None and args.topk is not None:  # topk_allreduce's own fixed cost, growth
+        from sparcml.auto import calibrate_topk
+        from sparcml.context import context_for
+        from sparcml.global_topk import calibration_run
+
+        calibrate_topk(context_for(comm), model, calibration_run)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
               "warmup": warmup, "algorithms": algorithms,
               "cost_model": None if model is None else model.to_dict()}
