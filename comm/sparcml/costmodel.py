@@ -37,7 +37,8 @@ from .registry import algorithm_names, get_algorithm
 from .select_kernels import digit_bits
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
-           "split_phase_one", "topk_allreduce_cost", "topk_sync_steps", "TOPK_STEP", "TINY_N", "MEDIUM_N"]
+           "split_phase_one", "topk_allreduce_cost", "topk_sync_steps", "TOPK_STEP", "TINY_N",
+           "MEDIUM_N"]
 
 TINY_N = 1024  # the input of the overhead calibration: dim 1024, one nonzero per rank
 MEDIUM_N = 1 << 20  # the input of the growth calibration: 2% random nonzeros per rank

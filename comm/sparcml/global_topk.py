@@ -19,9 +19,11 @@ largest ``|sum|``, with bytes per rank bounded independently of P:
 
 So 3 synchronizing steps on a call that remembers (4 otherwise), as many as recursive
 doubling's agreement and 2 exchanges at P = 4.
+
 Volume per rank: about ``(P-1)/P (k_local + k)`` entries, ``k_local`` the input's nnz, plus
-the histograms and the guess's margin or the candidates (at most k / 4 entries more). The partition boundaries come from :func:`partition_bounds` (one place, so
-that balanced boundaries can replace the equal blocks).
+the histograms and the guess's margin or the candidates (about k / 8 entries more). The
+partition boundaries come from :func:`partition_bounds` (one place, so that balanced
+boundaries can replace the equal blocks).
 
 Why not a record of :mod:`sparcml.registry`: an allreduce algorithm returns the exact sum and
 ``auto`` may pick any of them for a call of :func:`sparcml.allreduce`; this collective returns

@@ -16,8 +16,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["digit_bits", "round_shift", "first_interval", "magnitude_keys", "magnitude_keys_into", "max_key", "min_key", "count_above",
-           "range_histogram", "kth_largest_below", "take_top", "count_at_threshold", "select_at_threshold", "drop_indices",
+__all__ = ["digit_bits", "round_shift", "first_interval", "magnitude_keys", "magnitude_keys_into",
+           "max_key", "min_key", "count_above", "range_histogram", "kth_largest_below",
+           "take_top", "count_at_threshold", "select_at_threshold", "drop_indices",
            "zero_indices", "BELOW", "ABOVE", "NAN", "EXTRA_SLOTS", "FIRST_OCTAVES"]
 
 _jit = njit(cache=True, nogil=True)
