@@ -24,6 +24,7 @@ from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_resu
     topk_allreduce_cost
 from .registry import AUTO, algorithm_names, get_algorithm
 from .vector import SparseVector
+from .wire import Codec, Part, decode
 
 __all__ = ["calibrate_context", "calibrate_topk", "choose", "choose_topk_step", "learn_overlap",
            "calibrate_node_aware", "choose_node_aware"]
@@ -60,6 +61,13 @@ def _local_rates(model: CostModel, rank: int, reps: int) -> None:
     x = np.ones(1 << 20, np.float32)
     y = np.ones(1 << 20, np.float32)
     model.gamma_dense = _median_time(lambda: np.add(x, y), reps) / x.size
+    part = Part(0, 50 * n, a, v)  # density 2%: Elias-Fano
+    seconds = []
+    for coded in (True, False):  # what coding adds to a message's encode and decode
+        codec = Codec(np.int32, np.float32, code_indices=coded)
+        decode(codec.encode(part)[0])
+        seconds.append(_median_time(lambda: decode(codec.encode(part)[0]), reps))
+    model.gamma_code = max(seconds[0] - seconds[1], 1e-10 * n) / n
 
 
 def _exchange_times(c, rank, partner, waiter, sizes, reps) -> list[float]:

@@ -7,7 +7,8 @@ Each algorithm's time is predicted from its structure (messages, bytes, merged i
 - ``alpha``, ``beta``: point-to-point latency (s) and time per byte (s/B), from concurrent
   pairwise exchanges through the same send/probe/receive path the algorithms use;
 - ``gamma_merge``: seconds per input item of a sparse merge; ``gamma_dense``: seconds per
-  element of dense work (add, scatter, copy);
+  element of dense work (add, scatter, copy); ``gamma_code``: seconds to encode and decode
+  one index (what :mod:`sparcml.link_costs` weighs against the bytes a code saves);
 - ``allreduce_alpha/beta`` and ``allgather_alpha/beta``: the MPI collectives the baselines and
   the second phases use, fitted as latency + time per byte (their internal algorithm is MPI's);
 - ``alpha_node``, ``beta_node``: the same inside a node (shared memory), for the node phases of
@@ -142,6 +143,7 @@ class CostModel:
     beta: float = 1e-10
     gamma_merge: float = 3e-9
     gamma_dense: float = 1e-9
+    gamma_code: float = 6e-9  # seconds to encode and decode one index (Elias-Fano)
     allreduce_alpha: float = 2e-5
     allreduce_beta: float = 2e-10
     allgather_alpha: float = 2e-5

@@ -50,6 +50,7 @@ from .context import TrafficStats, context_for
 from .entry import _calibration_run, fail_stop
 from .errors import CompressionError, InvalidArgumentError
 from .exchange import allgather_bytes, block_bounds, recv_bytes, split_reduce
+from .link_costs import index_coding_costs
 from .validation import check_stats, coerce_vector
 from .vector import SparseVector
 from .topk_rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, count_nan,
@@ -176,7 +177,7 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
     stats.calls += 1
     stats.algorithm = NAME
     ctx.history[STEPS_KEY] = 1  # the agreement
-    codec = Codec(vec.index_dtype, vec.dtype)
+    codec = Codec(vec.index_dtype, vec.dtype, link_costs=index_coding_costs(ctx))
     if k == 0 or top == 0:  # nothing to select (k = 0, or every input value is zero)
         nothing = SparseVector._trusted(vec.dim, np.empty(0, vec.index_dtype),
                                         np.empty(0, vec.dtype))
