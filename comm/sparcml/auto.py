@@ -163,30 +163,59 @@ def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5) -> CostModel:
     :func:`calibrate_context` measures the allreduce algorithms: its fixed cost on the tiny
     input (``overhead[TOPK_STEP]``: every synchronizing step at this node's scheduling) and
     measured / analytic growth on the medium one (``scale[TOPK_STEP]``), each keeping its
-    input's nnz, after a first call of the shape (later calls remember its threshold).
-    ``run(ctx, vec, TOPK_STEP)`` runs one call (``sparcml.global_topk.calibration_run``).
-    Every rank ends with the same values (the maximum over ranks)."""
+    input's nnz, after a first call of the shape (later calls remember its threshold). The
+    allreduce algorithms that ``auto`` may pick are measured again, interleaved with it call by
+    call, and their ``overhead`` / ``scale`` replaced: the top-k step's choice compares the two
+    kinds, and on a shared node the load changes between separate measurements.
+    ``run(ctx, vec, name)`` runs one call (``sparcml.global_topk.calibration_run``). Every
+    rank ends with the same values (the maximum over ranks)."""
     if ctx.size == 1:
         return model
     rank, size, c = ctx.rank, ctx.size, ctx.comm
+    names = [TOPK_STEP, *algorithm_names(in_auto_only=True)]
     tiny = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))
-    run(ctx, tiny, TOPK_STEP)
-    c.Barrier()
-    overhead = _median_time(lambda: run(ctx, tiny, TOPK_STEP), 2 * reps + 1)
     rng_medium = np.random.default_rng([7, rank])
     k_medium = MEDIUM_N // 50
     medium = SparseVector(MEDIUM_N, np.sort(rng_medium.choice(MEDIUM_N, k_medium, replace=False)),
                           rng_medium.standard_normal(k_medium).astype(np.float32))
-    run(ctx, medium, TOPK_STEP)
-    c.Barrier()
-    measured = _median_time(lambda: run(ctx, medium, TOPK_STEP), reps)
-    growth = (topk_allreduce_cost(model, P=size, N=MEDIUM_N, k_local=k_medium, k=k_medium)
-              - topk_allreduce_cost(model, P=size, N=TINY_N, k_local=1, k=size))
-    factor = (measured - overhead) / growth if growth > 0 else 1.0
-    found = np.array([overhead, min(max(factor, 0.25), 8.0)], np.float64)
+    overhead = _interleaved(ctx, run, tiny, names, 2 * reps + 1)
+    sizes = {}
+    for name in names:
+        result = run(ctx, medium, name)
+        sizes[name] = result.count_nonzero() if result.is_dense else result.nnz
+    measured = _interleaved(ctx, run, medium, names, reps)
+    found = []
+    for name in names:
+        if name == TOPK_STEP:
+            growth = (topk_allreduce_cost(model, P=size, N=MEDIUM_N, k_local=k_medium,
+                                          k=k_medium)
+                      - topk_allreduce_cost(model, P=size, N=TINY_N, k_local=1, k=size))
+        else:
+            growth = model.growth(name, model.analytic(name, P=size, N=MEDIUM_N, k=k_medium,
+                                                       K=sizes[name]),
+                                  P=size, s_idx=4, s_val=4, check=True)
+        factor = (measured[name] - overhead[name]) / growth if growth > 0 else 1.0
+        found += [overhead[name], min(max(factor, 0.25), 8.0)]
+    found = np.array(found, np.float64)
     ctx.waiter.collective(c, "Allreduce", MPI.IN_PLACE, found, MPI.MAX)
-    model.overhead[TOPK_STEP], model.scale[TOPK_STEP] = float(found[0]), float(found[1])
+    for i, name in enumerate(names):
+        model.overhead[name], model.scale[name] = float(found[2 * i]), float(found[2 * i + 1])
     return model
+
+
+def _interleaved(ctx, run, vec, names, reps) -> dict:
+    """Median seconds of ``run(ctx, vec, name)`` per name, the names taking turns call by call
+    (each after a barrier), after one call of each."""
+    for name in names:
+        run(ctx, vec, name)
+    times = {name: [] for name in names}
+    for _ in range(reps):
+        for name in names:
+            ctx.comm.Barrier()
+            t0 = time.perf_counter()
+            run(ctx, vec, name)
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(t)) for name, t in times.items()}
 
 
 def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
