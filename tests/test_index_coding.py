@@ -49,3 +49,62 @@ def test_cost_model_predicts_the_index_bytes(density):
     _, actual = index_layout(k, dim, 4)
     predicted = costmodel.index_bytes(k, dim, 4)
     assert predicted == pytest.approx(actual / k, rel=0.03)
+
+
+def test_codes_only_where_the_link_time_saved_exceeds_the_coding_time():
+    count, dim = 16777, 1 << 24  # 0.1%: Elias-Fano saves about 2.5 bytes an index
+    coding = 6e-9  # seconds to encode and decode an index
+    assert index_layout(count, dim, 4, byte_seconds=8e-9, index_seconds=coding)[0] == ELIAS_FANO
+    assert index_layout(count, dim, 4, byte_seconds=1e-10, index_seconds=coding) == \
+        (RAW, 4 * count)  # shared memory: the bytes saved are worth less than the CPU
+    assert index_layout(400, 1000, 4, byte_seconds=1e-9, index_seconds=1e-9)[0] == BITMAP
+    rng = np.random.default_rng(3)
+    idx = np.sort(rng.choice(dim, count, replace=False)).astype(np.int32)
+    val = rng.standard_normal(count).astype(np.float32)
+    for costs, smaller in (((1e-10, coding), False), ((8e-9, coding), True), (None, True)):
+        buf, _ = Codec(np.int32, np.float32, link_costs=costs).encode(Part(0, dim, idx, val))
+        assert (buf.nbytes < 8 * count) == smaller, costs
+        part = decode(buf)  # the header names the code: any receiver decodes it
+        assert np.array_equal(part.indices, idx) and np.array_equal(part.values, val)
+
+
+class _Node:
+    def __init__(self, size):
+        self.size, self.freed = size, False
+
+    def Get_size(self):
+        return self.size
+
+    def Free(self):
+        self.freed = True
+
+
+class _Comm:
+    def __init__(self, node_size):
+        self.node = _Node(node_size)
+
+    def Split_type(self, kind):
+        return self.node
+
+
+class _Ctx:
+    def __init__(self, size, node_size):
+        self.size, self.comm, self.history = size, _Comm(node_size), {}
+
+
+def test_link_costs_from_the_model_or_from_where_the_ranks_are(monkeypatch):
+    from sparcml import CostModel
+    from sparcml.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS, \
+        index_coding_costs
+
+    monkeypatch.setenv("SPARCML_INDEX_CODING", "auto")
+    one_node = _Ctx(4, 4)
+    assert index_coding_costs(one_node) == (SHARED_MEMORY_BYTE_SECONDS, CostModel.gamma_code)
+    assert one_node.comm.node.freed
+    assert index_coding_costs(_Ctx(4, 2))[0] == NETWORK_BYTE_SECONDS
+    assert index_coding_costs(_Ctx(1, 1)) is None
+    calibrated = _Ctx(4, 4)
+    calibrated.history["model"] = CostModel(beta=3e-9, gamma_code=2e-9)
+    assert index_coding_costs(calibrated) == (3e-9, 2e-9)
+    monkeypatch.setenv("SPARCML_INDEX_CODING", "coded")  # the smallest code, whatever it costs
+    assert index_coding_costs(_Ctx(4, 4)) is None

@@ -20,11 +20,13 @@ import numpy as np
 from mpi4py import MPI
 
 from . import kernels
-from .costmodel import MEDIUM_N, TINY_N, CostModel, overlap_from_result
+from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_result, \
+    topk_allreduce_cost
 from .registry import AUTO, algorithm_names, get_algorithm
 from .vector import SparseVector
+from .wire import Codec, Part, decode
 
-__all__ = ["calibrate_context", "choose", "choose_topk_step", "learn_overlap",
+__all__ = ["calibrate_context", "calibrate_topk", "choose", "choose_topk_step", "learn_overlap",
            "calibrate_node_aware", "choose_node_aware"]
 
 _HISTORY_LIMIT = 10_000
@@ -59,6 +61,16 @@ def _local_rates(model: CostModel, rank: int, reps: int) -> None:
     x = np.ones(1 << 20, np.float32)
     y = np.ones(1 << 20, np.float32)
     model.gamma_dense = _median_time(lambda: np.add(x, y), reps) / x.size
+    part = Part(0, 50 * n, a, v)  # density 2%: Elias-Fano
+    seconds = []
+    for coded in (True, False):  # what coding adds to a message's encode and decode
+        codec = Codec(np.int32, np.float32, code_indices=coded)
+        decode(codec.encode(part)[0])
+        # the fastest of 2 reps + 1: its own cost, not the other processes' time slices (on
+        # a busy node those slow the transfers the codes shorten too)
+        seconds.append(min(_median_time(lambda: decode(codec.encode(part)[0]), 1)
+                           for _ in range(2 * reps + 1)))
+    model.gamma_code = max(seconds[0] - seconds[1], 1e-10 * n) / n
 
 
 def _exchange_times(c, rank, partner, waiter, sizes, reps) -> list[float]:
@@ -146,6 +158,66 @@ def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
     return _unpack(params.tolist(), names)
 
 
+def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5) -> CostModel:
+    """Measure :func:`sparcml.topk_allreduce` into ``model`` (collective), as
+    :func:`calibrate_context` measures the allreduce algorithms: its fixed cost on the tiny
+    input (``overhead[TOPK_STEP]``: every synchronizing step at this node's scheduling) and
+    measured / analytic growth on the medium one (``scale[TOPK_STEP]``), each keeping its
+    input's nnz, after a first call of the shape (later calls remember its threshold). The
+    allreduce algorithms that ``auto`` may pick are measured again, interleaved with it call by
+    call, and their ``overhead`` / ``scale`` replaced: the top-k step's choice compares the two
+    kinds, and on a shared node the load changes between separate measurements.
+    ``run(ctx, vec, name)`` runs one call (``sparcml.global_topk.calibration_run``). Every
+    rank ends with the same values (the maximum over ranks)."""
+    if ctx.size == 1:
+        return model
+    rank, size, c = ctx.rank, ctx.size, ctx.comm
+    names = [TOPK_STEP, *algorithm_names(in_auto_only=True)]
+    tiny = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))
+    rng_medium = np.random.default_rng([7, rank])
+    k_medium = MEDIUM_N // 50
+    medium = SparseVector(MEDIUM_N, np.sort(rng_medium.choice(MEDIUM_N, k_medium, replace=False)),
+                          rng_medium.standard_normal(k_medium).astype(np.float32))
+    overhead = _interleaved(ctx, run, tiny, names, 2 * reps + 1)
+    sizes = {}
+    for name in names:
+        result = run(ctx, medium, name)
+        sizes[name] = result.count_nonzero() if result.is_dense else result.nnz
+    measured = _interleaved(ctx, run, medium, names, reps)
+    found = []
+    for name in names:
+        if name == TOPK_STEP:
+            growth = (topk_allreduce_cost(model, P=size, N=MEDIUM_N, k_local=k_medium,
+                                          k=k_medium)
+                      - topk_allreduce_cost(model, P=size, N=TINY_N, k_local=1, k=size))
+        else:
+            growth = model.growth(name, model.analytic(name, P=size, N=MEDIUM_N, k=k_medium,
+                                                       K=sizes[name]),
+                                  P=size, s_idx=4, s_val=4, check=True)
+        factor = (measured[name] - overhead[name]) / growth if growth > 0 else 1.0
+        found += [overhead[name], min(max(factor, 0.25), 8.0)]
+    found = np.array(found, np.float64)
+    ctx.waiter.collective(c, "Allreduce", MPI.IN_PLACE, found, MPI.MAX)
+    for i, name in enumerate(names):
+        model.overhead[name], model.scale[name] = float(found[2 * i]), float(found[2 * i + 1])
+    return model
+
+
+def _interleaved(ctx, run, vec, names, reps) -> dict:
+    """Median seconds of ``run(ctx, vec, name)`` per name, the names taking turns call by call
+    (each after a barrier), after one call of each."""
+    for name in names:
+        run(ctx, vec, name)
+    times = {name: [] for name in names}
+    for _ in range(reps):
+        for name in names:
+            ctx.comm.Barrier()
+            t0 = time.perf_counter()
+            run(ctx, vec, name)
+            times[name].append(time.perf_counter() - t0)
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
 def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
     """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks).
 
@@ -175,10 +247,13 @@ def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
     :data:`sparcml.costmodel.TOPK_STEP` when the calibrated model predicts
     :func:`sparcml.topk_allreduce` faster than every allreduce of the local selections, else
     that allreduce's name (:meth:`~sparcml.CostModel.choose_topk_step`). Same on every rank:
-    the model and the overlap history are. Calibrates at the first call (collectively)."""
+    the model and the overlap history are. Calibrates at the first call (collectively; ``run``
+    also runs :data:`~sparcml.costmodel.TOPK_STEP`, see :func:`calibrate_topk`)."""
     model = ctx.history.get("model")
     if model is None:
         model = ctx.history["model"] = calibrate_context(ctx, run)
+    if TOPK_STEP not in model.overhead and ctx.size > 1:
+        calibrate_topk(ctx, model, run)
     q = ctx.history.get(("overlap", vec.dim), 1.0)
     key = ("topk step", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize)

@@ -63,8 +63,8 @@ from . import auto, select_kernels
 from .algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .context import TrafficStats, context_for
 from .costmodel import TOPK_STEP
-from .entry import _calibration_run, allreduce_in
-from .global_topk import topk_allreduce_in
+from .entry import allreduce_in
+from .global_topk import calibration_run, topk_allreduce_in
 from .errors import CompressionError, IncompatibleOptionsError, UnsupportedDtypeError
 from .qsgd import QSGD
 from .registry import AUTO, check_algorithm_options
@@ -439,7 +439,7 @@ class Compression:
         k_global = self.compressor.global_k(vec.dim)
         algorithm, use_global = self.algorithm, k_global is not None
         if use_global and algorithm == AUTO:  # every rank's vec has num_sent(n) items
-            algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, _calibration_run)
+            algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
             use_global = algorithm == TOPK_STEP
         if use_global:
             reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check)

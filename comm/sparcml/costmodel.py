@@ -7,7 +7,8 @@ Each algorithm's time is predicted from its structure (messages, bytes, merged i
 - ``alpha``, ``beta``: point-to-point latency (s) and time per byte (s/B), from concurrent
   pairwise exchanges through the same send/probe/receive path the algorithms use;
 - ``gamma_merge``: seconds per input item of a sparse merge; ``gamma_dense``: seconds per
-  element of dense work (add, scatter, copy);
+  element of dense work (add, scatter, copy); ``gamma_code``: seconds to encode and decode
+  one index (what :mod:`sparcml.link_costs` weighs against the bytes a code saves);
 - ``allreduce_alpha/beta`` and ``allgather_alpha/beta``: the MPI collectives the baselines and
   the second phases use, fitted as latency + time per byte (their internal algorithm is MPI's);
 - ``alpha_node``, ``beta_node``: the same inside a node (shared memory), for the node phases of
@@ -34,10 +35,11 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 
 from .registry import algorithm_names, get_algorithm
-from .select_kernels import digit_bits, digit_shifts
+from .select_kernels import digit_bits
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
-           "split_phase_one", "topk_allreduce_cost", "TOPK_STEP", "TINY_N", "MEDIUM_N"]
+           "split_phase_one", "topk_allreduce_cost", "topk_sync_steps", "TOPK_STEP", "TINY_N",
+           "MEDIUM_N"]
 
 TINY_N = 1024  # the input of the overhead calibration: dim 1024, one nonzero per rank
 MEDIUM_N = 1 << 20  # the input of the growth calibration: 2% random nonzeros per rank
@@ -98,22 +100,39 @@ def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
             + model.gamma_dense * k * c / 4)
 
 
+def topk_sync_steps(remembered: bool = True) -> int:
+    """Synchronizing steps of one :func:`sparcml.topk_allreduce` call on typical data (steps
+    where a rank waits for the others): the agreement, the reduce-scatter, one histogram
+    round unless the threshold of an earlier call of the same shape is remembered, the
+    allgather of the selection (the call records its own count, ``sparcml.global_topk``'s
+    ``STEPS_KEY`` in the context's history; a test holds the two together)."""
+    return 3 if remembered else 4
+
+
+GUESS_EXTRA = 0.1  # entries a remembered threshold's guess gathers beyond k (its margin)
+
+
 def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k: float,
-                        q: float = 1.0, s_idx: int = 4, s_val: int = 4) -> float:
-    """Predicted seconds of :func:`sparcml.topk_allreduce` (P >= 2): the reduce-scatter of
-    inputs of ``k_local`` items, the merge of the P parts, the histogram rounds of the exact
-    selection over the owned partial sums (each an allreduce of a histogram and a scan), and
-    the allgather of the k selected items."""
+                        q: float = 1.0, s_idx: int = 4, s_val: int = 4,
+                        remembered: bool = True) -> float:
+    """Predicted seconds of :func:`sparcml.topk_allreduce` (P >= 2): each synchronizing step
+    (:func:`topk_sync_steps`) at the latency of a small collective (``allreduce_alpha``: on
+    a node with more ranks than cores it holds the scheduling round every step pays), the
+    reduce-scatter of inputs of ``k_local`` items, the merge of the P parts and their keys,
+    the histogram round (unless ``remembered``), the point-to-point allgather of the k
+    selected items (plus the guess's margin, or the candidates), the pick and ``dropped``."""
     c = s_idx + s_val
     owned = union_size(k_local, P, N, q) / P
-    bits = digit_bits(int(k), c)
-    rounds = len(digit_shifts(8 * s_val - 1, bits))  # the sign bit is not a digit
-    select = rounds * (model.allreduce(((1 << bits) + 1) * 8) + model.gamma_dense * owned) \
-        + model.allreduce_alpha  # the tie split (Exscan), when needed
-    gathered = stream_bytes(min(k, P * owned), N, s_idx, s_val)
-    return (split_phase_one(model, P=P, N=N, k=k_local, s_idx=s_idx, s_val=s_val)
-            + model.gamma_merge * k_local * max(1.0, math.log2(P)) + select
-            + 2 * model.allgather_alpha + model.allgather(gathered) + model.gamma_dense * k * c / 4)
+    gathered = min(k * (1 + GUESS_EXTRA), P * owned)
+    t = topk_sync_steps(remembered) * model.allreduce_alpha
+    t += split_phase_one(model, P=P, N=N, k=k_local, s_idx=s_idx, s_val=s_val)
+    t += model.gamma_merge * k_local * max(1.0, math.log2(P)) + model.gamma_dense * owned
+    if not remembered:
+        bits = digit_bits(int(k), c)
+        t += model.allreduce_beta * ((1 << bits) + 3) * 8 + model.gamma_dense * owned
+    t += (P - 1) * model.alpha + model.beta * (P - 1) / P * stream_bytes(gathered, N, s_idx,
+                                                                          s_val)
+    return t + 3 * model.gamma_dense * gathered * c / 4 + model.gamma_merge * k_local
 
 
 @dataclass
@@ -124,6 +143,7 @@ class CostModel:
     beta: float = 1e-10
     gamma_merge: float = 3e-9
     gamma_dense: float = 1e-9
+    gamma_code: float = 6e-9  # seconds to encode and decode one index (Elias-Fano)
     allreduce_alpha: float = 2e-5
     allreduce_beta: float = 2e-10
     allgather_alpha: float = 2e-5
@@ -240,14 +260,22 @@ class CostModel:
                                                           s_val=s_val))
 
     def predict_topk(self, *, P: int, N: int, k_local: float, k: float, q: float = 1.0,
-                     s_idx: int = 4, s_val: int = 4) -> float:
+                     s_idx: int = 4, s_val: int = 4, remembered: bool = True) -> float:
         """Predicted seconds of :func:`sparcml.topk_allreduce` of inputs of ``k_local`` items
-        keeping ``k`` (analytic, with the agreement check; no calibrated overhead)."""
-        t = self.allreduce_alpha if P > 1 else 0.0
+        keeping ``k`` (:func:`topk_allreduce_cost`; ``remembered``: a call after the first of
+        its shape). Once calibrated (``overhead[TOPK_STEP]``, ``scale[TOPK_STEP]``, measured
+        by :func:`sparcml.auto.calibrate_topk` through the real code, as for the allreduce
+        algorithms), the measured fixed cost plus the measured factor times the growth."""
         if P == 1:
-            return t + self.gamma_dense * k_local
-        return t + topk_allreduce_cost(self, P=P, N=N, k_local=k_local, k=k, q=q, s_idx=s_idx,
-                                       s_val=s_val)
+            return self.gamma_dense * k_local
+        t = topk_allreduce_cost(self, P=P, N=N, k_local=k_local, k=k, q=q, s_idx=s_idx,
+                                s_val=s_val, remembered=remembered)
+        overhead = self.overhead.get(TOPK_STEP, 0.0)
+        if overhead > 0:
+            tiny = topk_allreduce_cost(self, P=P, N=TINY_N, k_local=1, k=P, q=1.0, s_idx=s_idx,
+                                       s_val=s_val, remembered=True)
+            t = overhead + self.scale.get(TOPK_STEP, 1.0) * max(0.0, t - tiny)
+        return t
 
     def choose_topk_step(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
                          s_val: int = 4, candidates=None) -> str:

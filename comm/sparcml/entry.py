@@ -27,6 +27,7 @@ from . import arith, auto, hierarchical as node_aware
 from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .errors import CollectiveFailure
+from .link_costs import index_coding_costs
 from .partition import PARTITIONS_ENV, POLICIES, partition_policy
 from .registry import (AUTO, algorithm_code, algorithm_names, check_algorithm_options,
                        get_algorithm)
@@ -150,7 +151,8 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     nnz_max, seed = maxima["nnz"], maxima["seed"]
     stats.calls += 1
     ctx.partitions = POLICIES[fields["partitions"]]
-    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed)
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed,
+                  link_costs=index_coding_costs(ctx))
     layout = None
     if option is not False and ctx.size > 1:
         layout = node_aware.layout_for(ctx, forced)

@@ -4,21 +4,26 @@ SparCML's sparse allreduce moves the union of the inputs' supports: at P ranks w
 inputs the result holds up to P k entries. :func:`topk_allreduce` returns only the k entries of
 largest ``|sum|``, with bytes per rank bounded independently of P:
 
-1. **reduce-scatter** of the inputs over index partitions (phase 1 of the split algorithms,
+1. **agreement** of the arguments (one small ``Allreduce``), which also carries the largest
+   ``|input|`` over ranks: a bound on ``|sum|`` for step 3;
+2. **reduce-scatter** of the inputs over index partitions (phase 1 of the split algorithms,
    :func:`sparcml.exchange.split_reduce`): rank j owns the exact sum of partition j;
-2. **exact selection** of the global k-th magnitude: digit by digit on the bits of ``|value|``
-   (up to 11-bit digits of the 31 / 63 magnitude bits: 3 rounds for float32, 6 for float64; narrower for small k, so that a
-   round's histogram stays under an eighth of the selection's bytes:
-   :func:`sparcml.select_kernels.digit_bits`), each rank histograms the keys of its owned
-   partial sums and the ranks add the histograms (an ``Allreduce`` of at most 16 KiB a round);
-   ties at the threshold go to the lower index (an ``Exscan`` of one integer, only when the
-   ties must be split);
-3. **allgather of only the selected entries** (point to point up to 16 ranks, see
-   :func:`_allgather`; MPI's ``Allgatherv`` beyond).
+3. **the selection rule** (:mod:`sparcml.topk_rule`): from the k-th largest ``|sum|`` of the
+   last call of the same shape when there was one (no step: the ranks send the sums above a
+   guess a margin below it), else exactly from histogram rounds of the owned sums' magnitude
+   bits (an ``Allreduce`` of at most 16 KiB each; one round on most data);
+4. **allgather of only the selected entries** (point to point up to 16 ranks, see
+   :func:`_allgather`; MPI's ``Allgatherv`` beyond), plus a few candidates near the
+   threshold; every rank keeps the same k of them (by ``|sum|``, ties to the lower index).
+   When a guess brought fewer than k, steps 3-4 run again on the exact path.
+
+So 3 synchronizing steps on a call that remembers (4 otherwise), as many as recursive
+doubling's agreement and 2 exchanges at P = 4.
 
 Volume per rank: about ``(P-1)/P (k_local + k)`` entries, ``k_local`` the input's nnz, plus
-the histograms. The partition boundaries come from :func:`partition_bounds` (one place, so
-that balanced boundaries can replace the equal blocks).
+the histograms and the guess's margin or the candidates (about k / 8 entries more). The
+partition boundaries come from :func:`partition_bounds` (one place, so that balanced
+boundaries can replace the equal blocks).
 
 Why not a record of :mod:`sparcml.registry`: an allreduce algorithm returns the exact sum and
 ``auto`` may pick any of them for a call of :func:`sparcml.allreduce`; this collective returns
@@ -42,24 +47,21 @@ from mpi4py import MPI
 from . import arith, kernels, quant_kernels, select_kernels
 from .agreement import agree, capture
 from .context import TrafficStats, context_for
-from .entry import fail_stop
+from .entry import _calibration_run, fail_stop
 from .errors import CompressionError, InvalidArgumentError
 from .exchange import allgather_bytes, block_bounds, recv_bytes, split_reduce
+from .link_costs import index_coding_costs
 from .validation import check_stats, coerce_vector
 from .vector import SparseVector
+from .topk_rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, count_nan,
+                        guess, remember, split_ties, step, threshold_rule)
 from .wire import Codec, Part, decode
 
 __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_allreduce_in",
-           "partition_bounds"]
+           "partition_bounds", "calibration_run", "STEPS_KEY"]
 
 NAME = "topk_allreduce"  # the label in TrafficStats.algorithm and the benchmarks
 
-_KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits: the sign bit is masked)
-    np.dtype(np.float32): (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000), 31),
-    np.dtype(np.float64): (np.uint64, np.uint64(0x7FFFFFFFFFFFFFFF),
-                           np.uint64(0x7FF0000000000000), 63),
-}
-_NOTHING = np.uint64(np.iinfo(np.uint64).max)  # a threshold no key exceeds
 TAG_DIRECT = 23  # the point-to-point allgather of the selection
 DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
 
@@ -131,6 +133,15 @@ def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
     return topk_allreduce_in(ctx, vec, k, stats=stats, check=check)
 
 
+def calibration_run(ctx, vec, name):
+    """The cost model's calibration runner (:func:`sparcml.auto.calibrate_topk`): ``name``
+    :data:`NAME` runs :func:`topk_allreduce_in` keeping ``vec``'s nnz (the same on every rank
+    in the calibration inputs); any other name, that allreduce algorithm."""
+    if name == NAME:
+        return topk_allreduce_in(ctx, vec, vec.nnz).result
+    return _calibration_run(ctx, vec, name)
+
+
 def _submitted(ctx, vec, k, kwargs):
     return topk_allreduce_in(ctx, vec, k, **kwargs)
 
@@ -151,6 +162,7 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
                       check: bool = True) -> TopKReduced:
     """:func:`topk_allreduce` on a context (the blocking path's or a communication thread's)."""
     fields = {"dim": -1, "value dtype": -1, "k": -1}
+    top = 0
     with capture() as failed:
         stats = check_stats(stats)
         k = _check_k(k)
@@ -158,88 +170,102 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
-        _check_finite(vec)
-    agree(ctx.comm, fields, failed.error, {"value dtype": {4: "float32", 8: "float64"}},
-          waiter=ctx.waiter)
+        top = _max_key(vec)
+    # the largest |input| over ranks rides on the agreement: it bounds |sum| for the selection
+    top = agree(ctx.comm, fields, failed.error, {"value dtype": {4: "float32", 8: "float64"}},
+                waiter=ctx.waiter, maxima={"max key": top})["max key"]
     stats.calls += 1
     stats.algorithm = NAME
-    codec = Codec(vec.index_dtype, vec.dtype)
+    ctx.history[STEPS_KEY] = 1  # the agreement
+    codec = Codec(vec.index_dtype, vec.dtype, link_costs=index_coding_costs(ctx))
+    if k == 0 or top == 0:  # nothing to select (k = 0, or every input value is zero)
+        nothing = SparseVector._trusted(vec.dim, np.empty(0, vec.index_dtype),
+                                        np.empty(0, vec.dtype))
+        return TopKReduced(nothing, _dropped(vec, nothing.indices))
     with fail_stop(ctx.comm, NAME):
-        sel_idx, sel_val, overflow = _select(ctx, arith.normalize(vec, codec), k, stats, codec)
-        if not overflow:
-            result = _allgather_selected(ctx, vec, sel_idx, sel_val, stats, codec)
-    if overflow:  # the histograms are global: every rank knows, and raises the same error
+        owned, lo = _reduce_scatter(ctx, arith.normalize(vec, codec), stats, codec)
+        result, nan = _selection(ctx, vec, owned, lo, k, top, stats, codec)
+    if nan:  # every rank saw the same NaN sums (histogram or gathered), and raises the same
         raise CompressionError(
-            f"the sum of the inputs overflowed to NaN in {overflow} entries (Inf - Inf); scale "
-            f"the inputs down")
+            f"the sum of the inputs overflowed to NaN in {nan} entries (Inf - Inf); "
+            f"scale the inputs down")
     return TopKReduced(result, _dropped(vec, result.indices))
 
 
-def _select(ctx, vec, k, stats, codec):
-    """Steps 1-2: this rank's selected entries of its partition, ``(indices, values, 0)``, or
-    ``(None, None, n)`` when the owned sums hold n NaN (overflow) somewhere."""
+def _max_key(vec: SparseVector) -> int:
+    """The largest magnitude key of ``vec``'s values; raises :class:`CompressionError` (naming
+    the first one) when any value is NaN or Inf."""
+    if vec.dtype not in KEYS:
+        _check_finite(vec)  # coerce_vector admits float32 / float64 only
+    bits_dtype, absmask, inf_key, _ = KEYS[vec.dtype]
+    top = select_kernels.max_key(np.ascontiguousarray(vec.values).view(bits_dtype), absmask)
+    if top >= inf_key:
+        _check_finite(vec)
+    return int(top)
+
+
+def _reduce_scatter(ctx, vec, stats, codec):
+    """Step 1: ``((owned sums, their keys), first owned index)``."""
     bounds = partition_bounds(ctx, vec.dim)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
     parts = split_reduce(ctx, vec, stats, bounds, codec)
+    step(ctx)
     block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
                              intermediate=True)  # read here, copied out, then dropped
-    bits_dtype, absmask, inf_key, key_bits = _KEYS[codec.value_dtype]
-    keys = select_kernels.magnitude_keys(block.values.view(bits_dtype), absmask)
-    bits = select_kernels.digit_bits(k, codec.index_dtype.itemsize + codec.value_dtype.itemsize)
-    threshold, shift, tie_rule, nan_count = _threshold(ctx, keys, k, key_bits, bits, inf_key,
-                                                       stats)
-    if nan_count:
-        return None, None, nan_count
-    if tie_rule < 0:  # every key at the threshold is taken
-        take = select_kernels.count_at_threshold(keys, threshold, shift)
-    else:  # the ranks own increasing index ranges: ties before mine are on lower ranks
-        mine = np.array([select_kernels.count_at_threshold(keys, threshold, shift)], np.int64)
-        before = np.zeros(1, np.int64)
-        ctx.waiter.collective(ctx.comm, "Exscan", mine, before, MPI.SUM)
-        if ctx.rank == 0:
-            before[0] = 0  # MPI leaves rank 0's Exscan result undefined
-        stats.bytes_sent += 8
-        stats.messages += 1
-        take = int(min(max(tie_rule - before[0], 0), mine[0]))
-    pos = select_kernels.select_at_threshold(keys, threshold, shift, take)
-    if block.is_dense:
-        idx = (pos + lo).astype(codec.index_dtype)
+    bits_dtype, absmask = KEYS[codec.value_dtype][:2]
+    keys = _scratch(ctx, "topk.keys", block.values.size, np.uint64)
+    select_kernels.magnitude_keys_into(block.values.view(bits_dtype), absmask, keys)
+    return (block, keys), lo
+
+
+def _scratch(ctx, role, n, dtype):
+    """A scratch array of the context's workspace (fresh memory without one)."""
+    return np.empty(n, dtype) if ctx.workspace is None else ctx.workspace.get(role, n, dtype)
+
+
+def _selection(ctx, vec, owned, lo, k, top, stats, codec):
+    """Steps 2-3: ``(result, NaN sums seen)``. With a threshold remembered from an earlier
+    call of the same shape (see :func:`remember`), one allgather of the keys above a guess
+    just below it, which every rank checks holds k keys (else the exact path below runs); the
+    exact path: histogram rounds (:func:`~sparcml.topk_rule.threshold_rule`), then the
+    allgather."""
+    value_dtype = codec.value_dtype
+    inf_key = int(KEYS[value_dtype][2])
+    bound = min(bound_key(top, ctx.size, value_dtype), inf_key) if top else 0
+    memo_key = ("topk threshold", vec.dim, k, value_dtype.str)
+    guessed = guess(ctx, memo_key, bound)
+    if guessed is not None:
+        below, margin = guessed
+        idx, val = _gather(ctx, vec, Rule(below - 1, NOTHING, k, -1, 0), owned, lo, stats,
+                           codec)
+        nan = count_nan(val)
+        if nan:
+            return None, nan
+        if idx.size >= k:  # the k largest sums are all here
+            result = _result(vec.dim, idx, val, value_dtype, NOTHING, k)
+            wide = idx.size > k + k // 4
+            remember(ctx, memo_key, bound, result.values, k, value_dtype,
+                     max(margin - 1, MANTISSA_BITS[value_dtype] - 8) if wide else margin)
+            return result, 0
+        margin = min(margin + 1, MANTISSA_BITS[value_dtype] + 2)  # missed: a wider margin
     else:
-        idx = block.indices[pos]
-    return idx, block.values[pos], 0
-
-
-def _threshold(ctx, keys, k, key_bits, bits, inf_key, stats):
-    """The global selection rule, the same on every rank: keys with ``key >> shift`` above
-    ``threshold`` are selected, and of those equal to it all (``tie_rule == -1``) or the
-    ``tie_rule`` of lowest index globally. Also the global count of NaN keys."""
-    hist = np.zeros((1 << bits) + 1, np.int64)
-    shifts = select_kernels.digit_shifts(key_bits, bits)
-    prefix, prev, want = np.uint64(0), key_bits, k
-    for r, shift in enumerate(shifts):
-        hist[:] = 0
-        select_kernels.digit_histogram(keys, prefix, prev, shift, r == 0, inf_key, hist)
-        _sum_histograms(ctx, hist, stats)
-        bins = hist[:1 << (prev - shift)]
-        if r == 0:
-            if hist[-1]:
-                return _NOTHING, 0, -1, int(hist[-1])
-            total = int(bins.sum())
-            want = min(k, total)
-            if want == 0:
-                return _NOTHING, 0, -1, 0
-            if want == total:
-                return np.uint64(0), 0, -1, 0  # every nonzero key
-        from_top = np.cumsum(bins[::-1])  # keys with digit >= (nbins - 1 - i)
-        i = int(np.searchsorted(from_top, want))  # first i with from_top[i] >= want
-        digit = bins.size - 1 - i
-        if i > 0:
-            want -= int(from_top[i - 1])
-        prefix = (prefix << np.uint64(prev - shift)) | np.uint64(digit)
-        prev = shift
-        if bins[digit] == want:
-            return prefix, shift, -1, 0
-    return prefix, 0, want, 0
+        margin = MANTISSA_BITS[value_dtype] - 4  # a sixteenth of an octave
+    block, keys = owned
+    bits = select_kernels.digit_bits(k, codec.index_dtype.itemsize + value_dtype.itemsize)
+    rule = threshold_rule(ctx, keys, k, bound, bits, value_dtype, stats)
+    if rule.nan:
+        return None, rule.nan
+    if rule.threshold == NOTHING:  # every sum is zero (known to all): nothing to gather
+        remember(ctx, memo_key, bound, np.empty(0, value_dtype), k, value_dtype, margin)
+        return SparseVector._trusted(vec.dim, np.empty(0, codec.index_dtype),
+                                     np.empty(0, value_dtype)), 0
+    if rule.ties >= 0:
+        rule = split_ties(ctx, keys, rule, stats)
+    idx, val = _gather(ctx, vec, rule, owned, lo, stats, codec)
+    result = _result(vec.dim, idx, val, value_dtype, rule.high,
+                     rule.want if rule.want > 0 else None)
+    remember(ctx, memo_key, bound, result.values, k, value_dtype, margin)
+    return result, 0
 
 
 def _allgather(ctx, buf: np.ndarray, stats) -> list[np.ndarray]:
@@ -256,44 +282,69 @@ def _allgather(ctx, buf: np.ndarray, stats) -> list[np.ndarray]:
     out[rank] = buf
     requests = []
     try:
-        for step in range(1, size):  # staggered, as in split_reduce
-            requests.append(ctx.comm.Isend([buf, MPI.BYTE], (rank + step) % size, TAG_DIRECT))
+        for hop in range(1, size):  # staggered, as in split_reduce
+            requests.append(ctx.comm.Isend([buf, MPI.BYTE], (rank + hop) % size, TAG_DIRECT))
             stats.add_message(buf.nbytes, False)
         # from named sources, in a fixed order: consecutive calls share the tag, and MPI keeps
         # the order of the messages of one source only
-        for step in range(1, size):
-            source = (rank - step) % size
+        for hop in range(1, size):
+            source = (rank - hop) % size
             out[source], _ = recv_bytes(ctx, source, TAG_DIRECT)
     finally:
         ctx.waiter.waitall(requests)
     return out
 
 
-def _sum_histograms(ctx, hist: np.ndarray, stats) -> None:
-    """``hist`` becomes the sum over ranks of every rank's ``hist`` (int64, exact): an MPI
-    ``Allreduce`` (2 (P-1)/P of its bytes per rank, where a point-to-point allgather would send
-    P - 1 times them; a round took as long either way on the emulated network)."""
-    ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, hist, MPI.SUM)
-    stats.bytes_sent += int(2 * (ctx.size - 1) / ctx.size * hist.nbytes)
-    stats.messages += 1
-
-
-def _allgather_selected(ctx, vec, sel_idx, sel_val, stats, codec) -> SparseVector:
-    """Step 3: every rank's selected entries, concatenated in rank (= index) order."""
-    bounds = partition_bounds(ctx, vec.dim)
-    lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
-    buf, _ = codec.encode(Part(lo, hi - lo, sel_idx, sel_val))
+def _gather(ctx, vec, rule, owned, lo, stats, codec):
+    """Every rank's entries that ``rule`` sends, concatenated in rank (= index) order:
+    ``(indices, values)``, scratch of the context's workspace (:func:`_result` copies)."""
+    block, keys = owned
+    pos = select_kernels.select_at_threshold(keys, np.uint64(rule.threshold), 0,
+                                             max(rule.ties, 0))
+    if block.is_dense:
+        sel_idx = (pos + lo).astype(codec.index_dtype)
+    else:
+        sel_idx = block.indices[pos]
+    sel_val = block.values[pos]
+    buf, _ = codec.encode(Part(lo, block.length, sel_idx, sel_val))
     pieces = []
-    for b in _allgather(ctx, buf, stats):
+    gathered = _allgather(ctx, buf, stats)
+    step(ctx)
+    for rank, b in enumerate(gathered):
+        if rank == ctx.rank:  # lossless: what the others decode from it
+            pieces.append((sel_idx, sel_val))
+            continue
         part = decode(b)
         if part.is_dense:  # a block where most entries were selected: zeros are the others
             pieces.append(kernels.dense_to_sparse(part.values, part.offset,
                                                   np.empty(0, codec.index_dtype)))
         else:
             pieces.append((part.indices, part.values))
-    idx = np.concatenate([p[0] for p in pieces]).astype(codec.index_dtype, copy=False)
-    val = np.concatenate([p[1] for p in pieces]).astype(codec.value_dtype, copy=False)
-    return SparseVector._trusted(vec.dim, idx, val)
+    total = sum(p[0].size for p in pieces)
+    idx = _scratch(ctx, "topk.gathered", total, codec.index_dtype)
+    val = _scratch(ctx, "topk.gathered", total, codec.value_dtype)
+    at = 0
+    for p_idx, p_val in pieces:
+        idx[at:at + p_idx.size] = p_idx
+        val[at:at + p_idx.size] = p_val
+        at += p_idx.size
+    return idx, val
+
+
+def _result(dim, idx, val, value_dtype, high=NOTHING, want=None) -> SparseVector:
+    """The result from the gathered entries (index order; fresh arrays): all of them, or
+    (``want``) those with keys >= ``high`` and the ``want`` largest keys below it (equal
+    keys: the lower index first)."""
+    bits_dtype, absmask, _, key_bits = KEYS[value_dtype]
+    bits = val.view(bits_dtype)
+    if want is not None:
+        kth, ties, above = select_kernels.kth_largest_below(bits, absmask, np.uint64(high),
+                                                            want, key_bits)
+        if want < idx.size - above:
+            idx, val = select_kernels.take_top(idx, val, bits, absmask, np.uint64(high), kth,
+                                               ties, above + want)
+            return SparseVector._trusted(dim, idx, val)
+    return SparseVector._trusted(dim, idx.copy(), val.copy())
 
 
 def _dropped(vec: SparseVector, removed: np.ndarray) -> SparseVector:

@@ -1,11 +1,14 @@
 """Numba kernels of the distributed top-k selection (:mod:`sparcml.global_topk`): no MPI.
 
-The exact global k-th magnitude is found digit by digit on the raw bits of the values: for
-float32 / float64, ``bits & absmask`` orders by ``|x|`` (as in :func:`sparcml.topk.select_topk`).
-Each rank histograms the keys of the partial sums it owns; the ranks add their histograms (a
-small ``Allreduce``), every rank picks the same digit, and the next round looks only at keys
-with the chosen prefix. Zero keys (``0.0``, ``-0.0``) are never counted or selected. Every
-kernel is ``@njit(cache=True, nogil=True)``; positions are int64.
+The exact global k-th magnitude is found on the raw bits of the values: for float32 / float64,
+``bits & absmask`` orders by ``|x|`` (as in :func:`sparcml.topk.select_topk`). Each rank
+histograms the keys of the partial sums it owns over a key interval cut into equal bins
+(:func:`range_histogram`); the ranks add their histograms (a small ``Allreduce``), every rank
+picks the same bin, and the next round, if any, looks only inside it. The first interval
+spans :data:`FIRST_OCTAVES` octaves below an agreed bound on ``|sum|``, so that on most data one
+round ends the search (the bin at the threshold holds few enough keys to be sent as
+candidates). Zero keys (``0.0``, ``-0.0``) are never counted or selected. Every kernel is
+``@njit(cache=True, nogil=True)``; positions are int64.
 """
 
 from __future__ import annotations
@@ -13,18 +16,24 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["digit_bits", "digit_shifts", "magnitude_keys", "digit_histogram", "count_at_threshold", "select_at_threshold",
-           "drop_indices", "zero_indices"]
+__all__ = ["digit_bits", "round_shift", "first_interval", "magnitude_keys", "magnitude_keys_into",
+           "max_key", "min_key", "count_above", "range_histogram", "kth_largest_below",
+           "take_top", "count_at_threshold", "select_at_threshold", "drop_indices",
+           "zero_indices", "BELOW", "ABOVE", "NAN", "EXTRA_SLOTS", "FIRST_OCTAVES"]
 
 _jit = njit(cache=True, nogil=True)
 
-MAX_DIGIT_BITS = 11  # 2**11 + 1 int64 bins: 16 KiB per round
+MAX_DIGIT_BITS = 11  # 2**11 + 3 int64 slots: 16 KiB per round
 MIN_DIGIT_BITS = 4
+FIRST_OCTAVES = 16  # the first round's interval: this many octaves of |x| below the bound
+# the slots after the 2**bits bins of a first round: keys below / above the interval, NaN
+BELOW, ABOVE, NAN = 0, 1, 2
+EXTRA_SLOTS = 3
 
 
 def digit_bits(k: int, entry_bytes: int) -> int:
-    """Digit width of the selection rounds for keeping ``k`` entries of ``entry_bytes`` (index
-    plus value): wide enough for few rounds, narrow enough that a round's histogram (8 bytes a
+    """Bins per round (``2**bits``) for keeping ``k`` entries of ``entry_bytes`` (index plus
+    value): wide enough for few rounds, narrow enough that a round's histogram (8 bytes a
     bin) stays under an eighth of the selected entries' bytes. Plain Python (no Numba)."""
     room = k * entry_bytes / 64
     bits = MIN_DIGIT_BITS
@@ -33,9 +42,19 @@ def digit_bits(k: int, entry_bytes: int) -> int:
     return bits
 
 
-def digit_shifts(key_bits: int, bits: int) -> list:
-    """The shifts of the rounds, from the top digit down to 0 (the last digit may be narrower)."""
-    return list(range(key_bits - bits, 0, -bits)) + [0]
+def round_shift(span: int, bits: int) -> int:
+    """The bin width ``2**shift`` that cuts ``span`` keys into at most ``2**bits`` bins."""
+    return max(0, (int(span) - 1).bit_length() - bits)
+
+
+def first_interval(bound_key: int, mantissa_bits: int, bits: int) -> tuple[int, int, int]:
+    """``(base, span, shift)`` of the first round: the ``2**bits`` bins of width ``2**shift``
+    that end just above ``bound_key`` (an upper bound of the keys, >= 1) and cover
+    :data:`FIRST_OCTAVES` octaves below it (fewer when the keys' range ends first)."""
+    shift = round_shift(FIRST_OCTAVES << mantissa_bits, bits)
+    top = int(bound_key) + 1
+    base = max(1, top - ((1 << bits) << shift))
+    return base, top - base, shift
 
 
 @_jit
@@ -49,28 +68,70 @@ def magnitude_keys(bits, absmask):
 
 
 @_jit
-def digit_histogram(keys, prefix, prefix_shift, shift, first, inf_key, hist):
-    """Add to ``hist`` the digit ``(key >> shift) & (2**(prefix_shift - shift) - 1)`` of every
-    nonzero key whose bits above ``prefix_shift`` equal ``prefix`` (all nonzero keys when
-    ``first``). ``hist`` has ``2**(prefix_shift - shift) + 1`` or more slots; with ``first``
-    its last slot counts keys above ``inf_key`` (NaN). Returns nothing."""
-    mask = (np.uint64(1) << np.uint64(prefix_shift - shift)) - np.uint64(1)
+def magnitude_keys_into(bits, absmask, out):
+    """:func:`magnitude_keys` written into ``out`` (as long as ``bits``); returns ``out``."""
+    for i in range(bits.shape[0]):
+        out[i] = np.uint64(bits[i]) & absmask
+    return out
+
+
+@_jit
+def max_key(bits, absmask):
+    """The largest ``bits & absmask`` (0 for no values): above the key of +Inf means NaN."""
+    best = np.uint64(0)
+    for i in range(bits.shape[0]):
+        key = np.uint64(bits[i]) & absmask
+        if key > best:
+            best = key
+    return best
+
+
+@_jit
+def count_above(bits, absmask, limit):
+    """How many keys ``bits & absmask`` exceed ``limit``."""
+    n = 0
+    for i in range(bits.shape[0]):
+        if (np.uint64(bits[i]) & absmask) > limit:
+            n += 1
+    return n
+
+
+@_jit
+def min_key(bits, absmask):
+    """The smallest ``bits & absmask`` (``absmask`` itself for no values)."""
+    best = absmask
+    for i in range(bits.shape[0]):
+        key = np.uint64(bits[i]) & absmask
+        if key < best:
+            best = key
+    return best
+
+
+@_jit
+def range_histogram(keys, base, span, shift, first, inf_key, hist):
+    """Add to ``hist[(key - base) >> shift]`` one for every nonzero key in
+    ``[base, base + span)``. With ``first``, also count the other nonzero keys in the slots
+    after the ``len(hist) - EXTRA_SLOTS`` bins: below the interval, above it (up to
+    ``inf_key``), and above ``inf_key`` (NaN). Returns nothing."""
+    nb = hist.shape[0] - 3
     sh = np.uint64(shift)
-    last = hist.shape[0] - 1
-    if first:
-        for i in range(keys.shape[0]):
-            key = keys[i]
-            if key == 0:
-                continue
-            if key > inf_key:
-                hist[last] += 1
-            hist[np.int64((key >> sh) & mask)] += 1
-        return
-    psh = np.uint64(prefix_shift)
     for i in range(keys.shape[0]):
         key = keys[i]
-        if key != 0 and (key >> psh) == prefix:
-            hist[np.int64((key >> sh) & mask)] += 1
+        if key == 0:
+            continue
+        if key < base:
+            if first:
+                hist[nb] += 1
+            continue
+        d = key - base
+        if d >= span:
+            if first:
+                if key > inf_key:
+                    hist[nb + 2] += 1
+                else:
+                    hist[nb + 1] += 1
+            continue
+        hist[np.int64(d >> sh)] += 1
 
 
 @_jit
@@ -112,29 +173,73 @@ def select_at_threshold(keys, threshold, shift, take_ties):
 
 
 @_jit
-def drop_indices(idx, val, removed):
-    """The entries of the sorted stream ``(idx, val)`` whose index is not in the sorted
-    ``removed``: ``(indices, values)``, new arrays."""
-    n = idx.shape[0]
-    keep = np.ones(n, np.bool_)
-    j = 0
-    nr = removed.shape[0]
-    kept = n
-    for i in range(n):
-        while j < nr and removed[j] < idx[i]:
-            j += 1
-        if j < nr and removed[j] == idx[i]:
-            keep[i] = False
-            kept -= 1
-    out_idx = np.empty(kept, idx.dtype)
-    out_val = np.empty(kept, val.dtype)
+def kth_largest_below(bits, absmask, high, want, key_bits):
+    """``(kth, ties, above)`` over the keys ``bits & absmask`` of the values' bits: ``kth`` the
+    ``want``-th largest of the keys below ``high`` (there are at least ``want >= 1``; every
+    key < ``2**key_bits``), ``ties`` how many keys equal to it rank within the ``want``, and
+    ``above`` how many keys are ``>= high`` (a radix select, 11 bits a pass)."""
+    prefix = np.uint64(0)
+    top = key_bits
+    remaining = want
+    above = 0
+    for i in range(bits.shape[0]):
+        if (np.uint64(bits[i]) & absmask) >= high:
+            above += 1
+    while top > 0:
+        low = max(top - 11, 0)
+        width = top - low
+        hist = np.zeros(1 << width, np.int64)
+        mask = (np.uint64(1) << np.uint64(width)) - np.uint64(1)
+        for i in range(bits.shape[0]):
+            key = np.uint64(bits[i]) & absmask
+            if key < high and (key >> np.uint64(top)) == prefix:
+                hist[np.int64((key >> np.uint64(low)) & mask)] += 1
+        d = hist.shape[0] - 1
+        while hist[d] < remaining:
+            remaining -= hist[d]
+            d -= 1
+        prefix = (prefix << np.uint64(width)) | np.uint64(d)
+        top = low
+    return prefix, remaining, above
+
+
+@_jit
+def take_top(idx, val, bits, absmask, high, kth, ties, count):
+    """The ``count`` entries (new arrays, in order) whose key ``bits & absmask`` is ``>= high``
+    or ``> kth``, and the first ``ties`` whose key equals ``kth``."""
+    out_idx = np.empty(count, idx.dtype)
+    out_val = np.empty(count, val.dtype)
     m = 0
-    for i in range(n):
-        if keep[i]:
+    for i in range(idx.shape[0]):
+        key = np.uint64(bits[i]) & absmask
+        if key >= high or key > kth or (key == kth and ties > 0):
+            if key == kth and key < high:
+                ties -= 1
             out_idx[m] = idx[i]
             out_val[m] = val[i]
             m += 1
     return out_idx, out_val
+
+
+@_jit
+def drop_indices(idx, val, removed):
+    """The entries of the sorted stream ``(idx, val)`` whose index is not in the sorted
+    ``removed``: ``(indices, values)``, new arrays (one pass)."""
+    n = idx.shape[0]
+    out_idx = np.empty(n, idx.dtype)
+    out_val = np.empty(n, val.dtype)
+    j = 0
+    nr = removed.shape[0]
+    m = 0
+    for i in range(n):
+        while j < nr and removed[j] < idx[i]:
+            j += 1
+        if j < nr and removed[j] == idx[i]:
+            continue
+        out_idx[m] = idx[i]
+        out_val[m] = val[i]
+        m += 1
+    return out_idx[:m], out_val[:m]
 
 
 @_jit

@@ -59,12 +59,16 @@ def _pad8(n: int) -> int:
     return (n + 7) & ~7
 
 
-def index_layout(count: int, length: int, index_size: int, coded: bool = True
+def index_layout(count: int, length: int, index_size: int, coded: bool = True,
+                 byte_seconds: float | None = None, index_seconds: float = 0.0
                  ) -> tuple[int, int]:
     """``(index code, bytes before padding)`` of the indices of a sparse message of ``count``
     items over a range of ``length``: the smallest code (ties: raw, then the bitmap, which
-    decodes faster), ``RAW`` only when not ``coded``."""
-    best = (RAW, count * index_size)
+    decodes faster), ``RAW`` only when not ``coded``. With ``byte_seconds`` (the link's time
+    per byte), a code only when the link time of the bytes it saves exceeds its encode and
+    decode time, ``count * index_seconds``; else raw (on shared memory, raw is faster)."""
+    raw = (RAW, count * index_size)
+    best = raw
     if not coded or count == 0 or length >= _CODED_LENGTH_LIMIT:
         return best
     bitmap = index_kernels.bitmap_nbytes(length)
@@ -73,6 +77,8 @@ def index_layout(count: int, length: int, index_size: int, coded: bool = True
     low, high = index_kernels.ef_nbytes(count, length)
     if low + high < best[1]:
         best = (ELIAS_FANO, low + high)
+    if byte_seconds is not None and (raw[1] - best[1]) * byte_seconds <= count * index_seconds:
+        return raw
     return best
 
 
@@ -115,14 +121,19 @@ class Codec:
     a few values).
 
     ``code_indices``: send sparse indices in the smallest code (see the module docstring);
-    default: yes, unless the environment says ``SPARCML_INDEX_CODING=raw``.
+    default: yes, unless the environment says ``SPARCML_INDEX_CODING=raw``. ``link_costs``
+    ``(seconds per byte of the links, seconds to encode and decode an index)``: code a
+    message's indices only where the link time saved exceeds the coding time
+    (:func:`index_layout`; :func:`sparcml.link_costs.index_coding_costs` gives a call's);
+    None: whenever the code is smaller.
     """
 
     __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "seed", "_item",
-                 "_entry", "code_indices")
+                 "_entry", "code_indices", "link_costs")
 
     def __init__(self, index_dtype, value_dtype, quantizer=None, quantize_sparse: bool = False,
-                 seed: int = 0, code_indices: bool | None = None):
+                 seed: int = 0, code_indices: bool | None = None,
+                 link_costs: tuple[float, float] | None = None):
         self.index_dtype = np.dtype(index_dtype)
         self.value_dtype = np.dtype(value_dtype)
         self.quantizer = quantizer
@@ -133,11 +144,13 @@ class Codec:
         self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
         self._entry = s_q if self.quantize_sparse else s_val
         self.code_indices = _coding_enabled() if code_indices is None else bool(code_indices)
+        self.link_costs = link_costs  # (s per byte, s per coded index): see index_layout
 
     def lossless(self) -> "Codec":
         """The same codec without quantization."""
         return self if self.quantizer is None else Codec(self.index_dtype, self.value_dtype,
-                                                         code_indices=self.code_indices)
+                                                         code_indices=self.code_indices,
+                                                         link_costs=self.link_costs)
 
     @property
     def lossy(self) -> bool:
@@ -153,9 +166,13 @@ class Codec:
         (indices in their code, values as sent; headers and padding aside)."""
         if nnz <= 0:
             return float(self._item)
-        _, idx = index_layout(int(nnz), int(length), self.index_dtype.itemsize,
-                              self.code_indices)
+        _, idx = self._layout(int(nnz), int(length))
         return idx / nnz + self._item - self.index_dtype.itemsize
+
+    def _layout(self, count: int, length: int) -> tuple[int, int]:
+        byte_s, index_s = (None, 0.0) if self.link_costs is None else self.link_costs
+        return index_layout(count, length, self.index_dtype.itemsize, self.code_indices,
+                            byte_s, index_s)
 
     def _values_nbytes(self, n: int, quantized: bool) -> int:
         return self.quantizer.encoded_nbytes(n) if quantized else n * self.value_dtype.itemsize
@@ -226,7 +243,7 @@ class Codec:
             kernels.scatter_add(block, part.indices, part.values, part.offset)
             return self.encode_dense(block, part.offset, seed=seed), True
         quantized = self.quantize_sparse
-        code, used = index_layout(n, part.length, self.index_dtype.itemsize, self.code_indices)
+        code, used = self._layout(n, part.length)
         idx_bytes = _pad8(used)
         buf = np.zeros(_pad8(HEADER_SIZE + idx_bytes + self._values_nbytes(n, quantized)),
                        np.uint8)

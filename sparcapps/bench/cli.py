@@ -71,11 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: a newly allocated result each call)")
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
-    add_list_argument(p, "--index-coding", choices=["auto", "raw"], default=["auto"],
+    add_list_argument(p, "--index-coding", choices=["auto", "coded", "raw"], default=["auto"],
                       metavar="CODING",
-                      help="indices on the wire: auto (the smallest code, the default) and/or "
-                           "raw (the 'before' column, suffix +raw); each sparse algorithm once "
-                           "per value, side by side")
+                      help="indices on the wire: auto (a code where the link time it saves "
+                           "exceeds its CPU time, the default), coded (the smallest code, "
+                           "suffix +coded) and/or raw (the 'before' column, suffix +raw); each "
+                           "sparse algorithm once per value, side by side")
     add_list_argument(p, "--partitions", choices=["balanced", "equal"], default=["balanced"],
                       metavar="POLICY",
                       help="blocks of the split algorithms: balanced (the default) and/or "
@@ -226,6 +227,12 @@ def run_sweep(args) -> int:
         return run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms)
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
+    if model is not None and args.topk is not None:  # topk_allreduce's own fixed cost, growth
+        from sparcml.auto import calibrate_topk
+        from sparcml.context import context_for
+        from sparcml.global_topk import calibration_run
+
+        calibrate_topk(context_for(comm), model, calibration_run)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
               "warmup": warmup, "algorithms": algorithms,
               "cost_model": None if model is None else model.to_dict()}
@@ -294,7 +301,7 @@ def run_sweep(args) -> int:
                         name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
                     if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
                         name += "+h"
-                    name += ("+raw" if case.index_coding == "raw" else "") + (
+                    name += ("" if case.index_coding == "auto" else "+" + case.index_coding) + (
                         "+eq" if case.partitions == "equal" else "")
                     b = out["bytes"]
                     imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]

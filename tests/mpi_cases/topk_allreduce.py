@@ -112,6 +112,39 @@ hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (f
 bound = (P - 1) / P * (vec.nnz + k) * entry * 1.1 + hist_bytes + 64 * P
 assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 
+# later calls of a shape start from the threshold the last one found (one step fewer); a
+# guess that misses (the magnitudes moved down) falls back to the exact path, still exact
+from sparcml.context import context_for  # noqa: E402
+from sparcml.costmodel import topk_sync_steps  # noqa: E402
+from sparcml.global_topk import STEPS_KEY  # noqa: E402
+
+history = context_for(comm).history
+steps = []
+K_MEMO = 16384  # 2**11 bins a round: one round finds the threshold on these magnitudes
+for label, scale in (("first", 1.0), ("remembered", 1.0), ("rescaled", 2.0 ** -12),
+                     ("again", 2.0 ** -12)):
+    base = random_input(100_000, 0.2, np.float32, 31, high=1 << 20)
+    vec = SparseVector(base.dim, base.indices, base.values * np.float32(scale))
+    check(vec, K_MEMO, ("memo", label))
+    steps.append(history[STEPS_KEY])
+if P > 1:  # the model's count of synchronizing steps is the call's
+    assert steps == [topk_sync_steps(False)] + [topk_sync_steps(True)] * 3, steps
+# the same largest |x| (so the same bound), everything else 1024 times smaller: the guess
+# just below the remembered threshold finds at most P sums, fewer than k
+moved = random_input(100_000, 0.2, np.float32, 32, high=1 << 20)
+moved_vals = moved.values / np.float32(1024)
+moved_vals[0] = float(1 << 20)
+moved = SparseVector(moved.dim, moved.indices, moved_vals)
+check(moved, K_MEMO, ("memo", "missed"))
+if P > 1:  # the guess, then one histogram round and the allgather again
+    assert history[STEPS_KEY] == topk_sync_steps(True) + 2, history[STEPS_KEY]
+check(moved, K_MEMO, ("memo", "after the miss"))
+if P > 1:
+    assert history[STEPS_KEY] == topk_sync_steps(True), history[STEPS_KEY]
+for k in (1, 10, 600 // P + 3):  # ties across the partitions, remembered: lower index first
+    for _ in range(2):
+        check(SparseVector(600, np.arange(600), ones), k, ("memo ties", k))
+
 # the MPI-collective path of the selection's allgather (taken beyond 16 ranks)
 from sparcml import global_topk  # noqa: E402
 
