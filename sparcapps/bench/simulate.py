@@ -9,23 +9,57 @@ and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
 when that exceeds ``--sim-memory`` it is *modeled only* (Rabenseifner's bytes and time, no
 data; records say ``"modeled_only": true``), and the speedups refer to the modeled time.
+``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
+simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of simulator
+Python): their time is the cost model's prediction for the network
+(:func:`sparcml.sim.network_cost_model`) at the cell's exact input and result sizes (taken
+from an algorithm that was simulated), their bytes the model's volumes (:func:`_model_bytes`).
+
+Before the first cell, every algorithm runs once on 2 ranks and a small input (not timed), so
+that no cell's first algorithm is charged for loading the compiled kernels.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_simulated_sweep"]
+__all__ = ["run_simulated_sweep", "add_arguments"]
 
 
-def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model):
+def add_arguments(p) -> None:
+    """The ``--simulate`` options of ``sparc-bench``'s parser ``p``."""
+    from sparcapps.cli_args import add_list_argument, algorithm_name, positive_int
+
+    add_list_argument(p, "--simulate", item_type=positive_int, metavar="P",
+                      help="instead of timing real ranks: run the sweep on P simulated ranks "
+                           "(sparcml.sim, one process, no mpiexec) for each P given; records "
+                           "carry \"simulated\": true and the network spec")
+    p.add_argument("--network", default=None, metavar="SPEC",
+                   help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
+                        "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
+                        "(default: one node per rank on 10 Gbit/s links)")
+    add_list_argument(p, "--model-only", item_type=algorithm_name, default=[],
+                      metavar="ALGORITHM",
+                      help="with --simulate: do not run these algorithms at P >= "
+                           "--model-only-from; record the cost model's prediction for the "
+                           "simulated network instead (rows '~', \"modeled_only\": true), for "
+                           "cells too slow to simulate (the split algorithms send P^2 messages)")
+    p.add_argument("--model-only-from", type=positive_int, default=1, metavar="P",
+                   help="with --model-only: the smallest P modeled only (default 1: every P)")
+    p.add_argument("--sim-memory", type=float, default=8.0, metavar="GIB",
+                   help="with --simulate: run the dense baseline only while P x N values fit "
+                        "in this many GiB (three copies counted); beyond, it is modeled")
+
+
+def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model, replay=None):
     import sparcml
     import sparcml.sim as sim
 
     from .inputs import make_input
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    vec = make_input(dim, density, pattern, rank, size, dtype=np.dtype(dtype), seed=seed)
+    vec = make_input(dim, density, pattern, rank, size, dtype=np.dtype(dtype), seed=seed,
+                     replay=replay)
     if model is not None:
         sim.use_model(comm, model)
     out = []
@@ -59,10 +93,53 @@ def _modeled_dense(P, dim, dtype, net):
     return t, 2 * (P - 1) * nbytes // P
 
 
-def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms) -> int:
+def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
+    """Bytes sent per rank by a split algorithm by the cost model's volumes: phase 1 (a 1/P
+    block of the input to each other rank) and the allgather (all blocks but one's own)."""
+    from sparcml.costmodel import index_bytes, stream_bytes, union_size
+    from sparcml.registry import get_algorithm
+
+    phase1 = (P - 1) / P * stream_bytes(k, dim, s_idx, s_val)
+    if get_algorithm(algorithm).writes_out:  # dsar: dense blocks
+        gathered = dim * s_val
+    else:
+        block_K = K / P if K is not None else union_size(k / P, P, dim / P)
+        dense = block_K * (s_idx + s_val) >= dim / P * s_val
+        gathered = dim * s_val if dense else K * (index_bytes(block_K, dim / P, s_idx) + s_val)
+    return int(phase1 + (P - 1) / P * gathered)
+
+
+def _modeled_row(algorithm, P, dim, dtype, net, some):
+    """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell."""
+    import sparcml.sim as sim
+    from sparcapps.records import summarize
+    from sparcml import index_dtype_for
+
+    s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
+    k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
+    t = sim.network_cost_model(net, P).predict(algorithm, P=P, N=dim, k=k, K=K,
+                                               s_idx=s_idx, s_val=s_val)
+    nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val)
+    return {"timings": {"allreduce": summarize([t])},
+            "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
+            "result": dict(some["result"]), "ran": algorithm, "modeled_only": True}
+
+
+def _warm_up(algorithms, dtype) -> None:
+    """Every algorithm once on 2 ranks and a small input (loads the compiled kernels)."""
+    import sparcml.sim as sim
+
+    sim.run(2, _cell, network="2x10gbit", args=(algorithms, 1 << 16, 0.01, "random", dtype,
+                                                 1, 0, 0, None))
+
+
+def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int:
+    """The sweep of ``cells`` (:func:`.inputs.bench_cells`) for each P of ``args.simulate``."""
     import sparcml.sim as sim
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
+
+    from .inputs import REPLAY
 
     net = sim.parse_network(args.network)
     environment = capture_environment()
@@ -72,80 +149,88 @@ def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithm
           f"results exact; '~' = modeled only (no data)")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
           f"{'median ms':>10} {'sent/rank':>10} {'result':>7} {'vs dense':>8}")
+    _warm_up([a for a in algorithms if a != AUTO], args.dtype)
     for P in args.simulate:
         if P > net.nodes * net.ppn:
             raise SystemExit(f"sparc-bench: --network {net.text} has {net.nodes * net.ppn} "
                              f"ranks, fewer than --simulate {P}")
         model = None if args.no_model else sim.network_cost_model(net, P)
-        for dim in dims:
-            for density in densities:
-                for pattern in patterns:
-                    itemsize = np.dtype(args.dtype).itemsize
-                    dense_fits = P * dim * itemsize * 3 <= budget
-                    run_algs = [a for a in algorithms if a != DENSE_BASELINE or dense_fits]
-                    res = sim.run(P, _cell, network=net, args=(
-                        run_algs, dim, density, pattern, args.dtype, reps, warmup, args.seed,
-                        model))
-                    rows = {}
-                    for i, algorithm in enumerate(run_algs):
-                        per_rank = [r[i] for r in res.results]
-                        times = np.max([p["elapsed"] for p in per_rank], axis=0)
-                        sent = [p["bytes"] for p in per_rank]
-                        rows[algorithm] = {
-                            "timings": {"allreduce": summarize(times)},
-                            "bytes": {"sent_per_rank_max": int(max(sent)),
-                                      "sent_per_rank_mean": float(np.mean(sent)),
-                                      "input_nnz_max": max(p["k"] for p in per_rank),
-                                      "messages": per_rank[0]["messages"],
-                                      "dense_messages": per_rank[0]["dense_messages"]},
-                            "result": {"nnz": per_rank[0]["nnz"], "dense": per_rank[0]["dense"],
-                                       "density": per_rank[0]["nnz"] / dim if dim else 0.0},
-                            "ran": per_rank[0]["ran"], "modeled_only": False}
-                    if not dense_fits:
-                        t, nbytes = _modeled_dense(P, dim, args.dtype, net)
-                        some = next(iter(rows.values()), None)
-                        rows[DENSE_BASELINE] = {
-                            "timings": {"allreduce": summarize([t])},
-                            "bytes": {"sent_per_rank_max": nbytes,
-                                      "sent_per_rank_mean": float(nbytes)},
-                            "result": {"nnz": None if some is None else some["result"]["nnz"],
-                                       "dense": True,
-                                       "density": None if some is None
-                                       else some["result"]["density"]},
-                            "ran": DENSE_BASELINE, "modeled_only": True}
-                    dense_median = rows[DENSE_BASELINE]["timings"]["allreduce"]["median"]
-                    for algorithm in algorithms:
-                        row = rows[algorithm]
-                        t = row["timings"]["allreduce"]
-                        speedup = dense_median / t["median"] if t["median"] > 0 else float("nan")
-                        name = algorithm if algorithm != AUTO else f"auto:{row['ran']}"
-                        mark = "~" if row["modeled_only"] else " "
-                        rd = row["result"]["density"]
-                        print(f"{P:>5} {dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
-                              f"{mark}{t['median'] * 1e3:>9.3f} "
-                              f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
-                              f"{'-' if rd is None else f'{rd:.3f}':>7} {speedup:>7.2f}x",
-                              flush=True)
-                        if args.output:
-                            rec = make_record(
-                                "sparc-bench", config={**vars(args), "N": dims,
-                                                       "density": densities,
-                                                       "pattern": patterns, "reps": reps,
-                                                       "warmup": warmup,
-                                                       "algorithms": algorithms},
-                                environment=environment, algorithm=algorithm, P=P, N=dim,
-                                density=density, timings=row["timings"], bytes=row["bytes"],
-                                metrics={"speedup_over_dense": speedup, "pattern": pattern,
-                                         "dtype": args.dtype, "ran": row["ran"],
-                                         "result_density": row["result"]["density"],
-                                         "result_dense": row["result"]["dense"],
-                                         "modeled_only": row["modeled_only"],
-                                         "network_model": net.to_dict()})
-                            rec["simulated"] = True
-                            rec["network"] = net.text
-                            rec["nodes"] = -(-P // net.ppn)
-                            rec["ranks_per_node"] = min(P, net.ppn)
-                            append_record(args.output, rec)
+        for dim, density, pattern, label in cells:
+            itemsize = np.dtype(args.dtype).itemsize
+            dense_fits = P * dim * itemsize * 3 <= budget
+            modeled = set(args.model_only) if P >= args.model_only_from else set()
+            modeled.discard(DENSE_BASELINE)
+            run_algs = [a for a in algorithms
+                        if (a != DENSE_BASELINE or dense_fits) and a not in modeled]
+            replay = args.replay if pattern == REPLAY else None
+            res = sim.run(P, _cell, network=net, args=(
+                run_algs, dim, density, pattern, args.dtype, reps, warmup, args.seed,
+                model, replay))
+            rows = {}
+            for i, algorithm in enumerate(run_algs):
+                per_rank = [r[i] for r in res.results]
+                times = np.max([p["elapsed"] for p in per_rank], axis=0)
+                sent = [p["bytes"] for p in per_rank]
+                rows[algorithm] = {
+                    "timings": {"allreduce": summarize(times)},
+                    "bytes": {"sent_per_rank_max": int(max(sent)),
+                              "sent_per_rank_mean": float(np.mean(sent)),
+                              "input_nnz_max": max(p["k"] for p in per_rank),
+                              "messages": per_rank[0]["messages"],
+                              "dense_messages": per_rank[0]["dense_messages"]},
+                    "result": {"nnz": per_rank[0]["nnz"], "dense": per_rank[0]["dense"],
+                               "density": per_rank[0]["nnz"] / dim if dim else 0.0},
+                    "ran": per_rank[0]["ran"], "modeled_only": False}
+            simulated = next((r for a, r in rows.items() if a != DENSE_BASELINE), None)
+            for algorithm in [a for a in algorithms if a in modeled]:
+                if simulated is None:
+                    raise SystemExit("sparc-bench: --model-only needs one sparse algorithm "
+                                     "simulated in the cell (for its input and result sizes)")
+                rows[algorithm] = _modeled_row(algorithm, P, dim, args.dtype, net, simulated)
+            if not dense_fits:
+                t, nbytes = _modeled_dense(P, dim, args.dtype, net)
+                some = next(iter(rows.values()), None)
+                rows[DENSE_BASELINE] = {
+                    "timings": {"allreduce": summarize([t])},
+                    "bytes": {"sent_per_rank_max": nbytes,
+                              "sent_per_rank_mean": float(nbytes)},
+                    "result": {"nnz": None if some is None else some["result"]["nnz"],
+                               "dense": True,
+                               "density": None if some is None
+                               else some["result"]["density"]},
+                    "ran": DENSE_BASELINE, "modeled_only": True}
+            dense_median = rows[DENSE_BASELINE]["timings"]["allreduce"]["median"]
+            for algorithm in algorithms:
+                row = rows[algorithm]
+                t = row["timings"]["allreduce"]
+                speedup = dense_median / t["median"] if t["median"] > 0 else float("nan")
+                name = algorithm if algorithm != AUTO else f"auto:{row['ran']}"
+                mark = "~" if row["modeled_only"] else " "
+                rd = row["result"]["density"]
+                print(f"{P:>5} {dim:>10} {density:>8.2g} {label:>8} {name:>22} "
+                      f"{mark}{t['median'] * 1e3:>9.3f} "
+                      f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
+                      f"{'-' if rd is None else f'{rd:.3f}':>7} {speedup:>7.2f}x",
+                      flush=True)
+                if args.output:
+                    rec = make_record(
+                        "sparc-bench", config={**vars(args), **config, "reps": reps,
+                                               "warmup": warmup,
+                                               "algorithms": algorithms},
+                        environment=environment, algorithm=algorithm, P=P, N=dim,
+                        density=density, timings=row["timings"], bytes=row["bytes"],
+                        metrics={"speedup_over_dense": speedup, "pattern": label,
+                                 "replay": replay,
+                                 "dtype": args.dtype, "ran": row["ran"],
+                                 "result_density": row["result"]["density"],
+                                 "result_dense": row["result"]["dense"],
+                                 "modeled_only": row["modeled_only"],
+                                 "network_model": net.to_dict()})
+                    rec["simulated"] = True
+                    rec["network"] = net.text
+                    rec["nodes"] = -(-P // net.ppn)
+                    rec["ranks_per_node"] = min(P, net.ppn)
+                    append_record(args.output, rec)
     return 0
 
 

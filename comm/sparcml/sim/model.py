@@ -1,10 +1,24 @@
-"""The cost model ``auto`` uses inside a simulation: the network spec's own parameters.
+"""The cost model ``auto`` uses inside a simulation: the network spec's own parameters, plus
+sparcml's software cost per message measured in the simulator.
 
 ``sparcml.calibrate`` times ping-pongs and allreduces with the wall clock, which inside a
 simulation measures this machine, not the simulated network. A simulated ``auto`` instead gets
-a :class:`~sparcml.CostModel` whose alpha and beta are the spec's inter-node link, whose
-collective terms follow :mod:`sparcml.sim.collective_cost`, and whose merge and add rates are
-measured on this machine once (as ``calibrate`` does).
+a :class:`~sparcml.CostModel` whose collective terms follow :mod:`sparcml.sim.collective_cost`
+on the spec's inter-node link, whose merge and add rates are measured on this machine once
+(as ``calibrate`` does), and whose point-to-point ``alpha`` is the link latency **plus** the
+software overhead ``o`` of one of sparcml's messages (LogGP's o, send and receive side):
+encoding a block, the send, the probe, the receive and the decode, in Python, as the
+simulator charges them (measured compute). ``calibrate`` on real ranks measures the same
+through its tiny-input calibration (``overhead[name]``); without it the model charged the
+split algorithms' P - 1 messages 5 us each where the simulator (and sparcml on real ranks)
+spends ~0.1-0.5 ms of Python per message, and ``auto`` chose them at P >= 128 where they were
+4-14x slower than recursive doubling (BENCHMARKS.md, "Scaling studies").
+
+``o`` is measured once per process (:func:`message_overhead`): ``ssar_split_allgather`` on a
+tiny input (dimension :data:`~sparcml.costmodel.TINY_N`, one nonzero per rank) on
+:data:`OVERHEAD_P` simulated ranks of the network, 1 warm-up and 5 timed calls (the slowest
+rank's virtual time, median); ``o`` = (that time - the model's prediction with ``o = 0``) /
+(P - 1), at least 0. A few seconds of wall time.
 """
 
 from __future__ import annotations
@@ -12,10 +26,12 @@ from __future__ import annotations
 import functools
 import math
 
-from ..costmodel import CostModel
+from ..costmodel import TINY_N, CostModel
 from .network import NetworkSpec, parse_network
 
-__all__ = ["network_cost_model", "use_model"]
+__all__ = ["network_cost_model", "use_model", "message_overhead", "OVERHEAD_P"]
+
+OVERHEAD_P = 64  # simulated ranks of the measurement of o
 
 
 @functools.lru_cache(maxsize=1)
@@ -27,13 +43,56 @@ def _local_rates() -> tuple[float, float]:
     return model.gamma_merge, model.gamma_dense
 
 
-def network_cost_model(network: str | NetworkSpec, P: int) -> CostModel:
-    """A :class:`~sparcml.CostModel` for P ranks on ``network`` (see the module docstring)."""
+def _tiny_calls(comm, name: str, reps: int) -> list[float]:
+    import numpy as np
+
+    from ..entry import allreduce
+    from ..vector import SparseVector
+
+    rank = comm.Get_rank()
+    vec = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = comm.clock()
+        allreduce(vec, comm, algorithm=name)
+        times.append(comm.clock() - t0)
+    return times
+
+
+@functools.lru_cache(maxsize=4)
+def message_overhead(network: str) -> float:
+    """Seconds of sparcml software per point-to-point message on ``network`` (a spec string),
+    measured in the simulator (see the module docstring); cached per network."""
+    import numpy as np
+
+    from ..algorithms.split_sparse import ALGORITHM as SPLIT
+    from .runner import run
+
+    net = parse_network(network)
+    P = min(OVERHEAD_P, net.nodes * net.ppn)
+    if P < 2:
+        return 0.0
+    res = run(P, _tiny_calls, network=net, args=(SPLIT.name, 6))
+    measured = float(np.median(np.max([r[1:] for r in res.results], axis=0)))
+    base = network_cost_model(net, P, overhead=0.0).predict(
+        SPLIT.name, P=P, N=TINY_N, k=1, K=min(P, TINY_N))
+    return max(0.0, (measured - base) / (P - 1))
+
+
+def network_cost_model(network: str | NetworkSpec, P: int, *,
+                       overhead: float | None = None) -> CostModel:
+    """A :class:`~sparcml.CostModel` for P ranks on ``network`` (see the module docstring).
+    ``overhead``: the software seconds per message added to ``alpha`` (None: measured by
+    :func:`message_overhead`)."""
     net = parse_network(network)
     alpha, beta = net.collective_link(range(P))
+    if overhead is None:
+        overhead = message_overhead(net.text)
     logp = max(1, math.ceil(math.log2(max(P, 2))))
     gamma_merge, gamma_dense = _local_rates()
-    return CostModel(alpha=alpha, beta=beta, gamma_merge=gamma_merge, gamma_dense=gamma_dense,
+    return CostModel(alpha=alpha + overhead, beta=beta, gamma_merge=gamma_merge,
+                     gamma_dense=gamma_dense,
                      allreduce_alpha=2 * logp * alpha, allreduce_beta=2 * (P - 1) / P * beta,
                      allgather_alpha=logp * alpha, allgather_beta=(P - 1) / P * beta)
 

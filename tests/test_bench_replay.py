@@ -1,0 +1,111 @@
+"""sparc-bench --pattern replay: recorded vectors replayed per rank, real and simulated sweeps;
+--simulate --model-only; the simulator's cost model charges sparcml's per-message software."""
+
+import json
+import sys
+
+import numpy as np
+import pytest
+
+from mpirun import run_mpi
+from sparcapps.bench import cli
+from sparcapps.bench.inputs import bench_cells, make_input
+from sparcapps.bench.replay import ReplayFileError, load_replay, save_replay
+
+DIM = 5000
+
+
+def _record(path, count=2, seed=0):
+    rng = np.random.default_rng(seed)
+    vecs = [(rng.choice(DIM, 40 + 10 * j, replace=False), rng.standard_normal(40 + 10 * j))
+            for j in range(count)]
+    save_replay(path, "toy", DIM, vecs, source="test vectors")
+    return vecs
+
+
+def _union(vecs, P):
+    return np.unique(np.concatenate([vecs[r % len(vecs)][0] for r in range(P)])).size
+
+
+def test_replay_file_round_trip_and_rank_rule(tmp_path):
+    path = tmp_path / "toy.npz"
+    vecs = _record(path, count=3)
+    stream = load_replay(path)
+    assert (stream.name, stream.dim, stream.count) == ("toy", DIM, 3)
+    assert stream.density == pytest.approx((40 + 50 + 60) / 3 / DIM)
+    for rank in range(7):
+        v = make_input(DIM, 0.5, "replay", rank, 7, dtype=np.float64, replay=str(path))
+        idx, val = vecs[rank % 3]
+        order = np.argsort(idx)
+        assert np.array_equal(v.indices, idx[order])
+        assert np.allclose(v.values, val[order].astype(np.float32))
+    cells = bench_cells([100], [0.1], ["random", "replay"], str(path))
+    assert cells == [(100, 0.1, "random", "random"),
+                     (DIM, stream.density, "replay", "replay:toy")]
+
+
+def test_replay_errors_are_specific(tmp_path):
+    with pytest.raises(ReplayFileError, match="distinct"):
+        save_replay(tmp_path / "dup.npz", "x", 10, [(np.array([1, 1]), np.ones(2))])
+    np.savez(tmp_path / "other.npz", a=np.ones(3))
+    with pytest.raises(ReplayFileError, match="not a replay file"):
+        load_replay(tmp_path / "other.npz")
+    with pytest.raises(ReplayFileError, match="not found"):
+        load_replay(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="needs --replay"):
+        bench_cells([10], [0.1], ["replay"], None)
+    _record(tmp_path / "toy.npz")
+    with pytest.raises(ValueError, match="dimension"):
+        make_input(DIM + 1, 0.1, "replay", 0, 2, replay=str(tmp_path / "toy.npz"))
+
+
+def test_simulated_sweep_replays_and_models_only_where_asked(tmp_path, capsys):
+    path, out = tmp_path / "toy.npz", tmp_path / "sim.jsonl"
+    vecs = _record(path, count=2)
+    assert cli.main(["--simulate", "3", "5", "--network", "8x10gbit", "--pattern", "replay",
+                     "--replay", str(path), "--reps", "1", "--warmup", "0",
+                     "--algorithms", "ssar_recursive_double", "ssar_split_allgather",
+                     "--model-only", "ssar_split_allgather", "--model-only-from", "5",
+                     "--output", str(out)]) == 0
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 2 * 3  # P = 3, 5 x (dense, two algorithms)
+    for rec in recs:
+        assert rec["simulated"] and rec["N"] == DIM
+        assert rec["metrics"]["pattern"] == "replay:toy" and rec["metrics"]["replay"] == str(path)
+        # rank r replays vector r mod 2: the result's support is the union of both
+        assert rec["metrics"]["result_density"] == pytest.approx(_union(vecs, rec["P"]) / DIM)
+        modeled = rec["algorithm"] == "ssar_split_allgather" and rec["P"] == 5
+        assert rec["metrics"]["modeled_only"] == modeled
+        assert rec["timings"]["allreduce"]["median"] > 0 and rec["bytes"]["sent_per_rank_max"] > 0
+    assert "replay:toy" in capsys.readouterr().out
+
+
+def test_real_sweep_replays_the_same_inputs(tmp_path):
+    path, out = tmp_path / "toy.npz", tmp_path / "real.jsonl"
+    vecs = _record(path, count=2)
+    run_mpi(3, args=[sys.executable, "-m", "sparcapps.bench.cli", "--pattern", "replay",
+                     "--replay", str(path), "--reps", "1", "--warmup", "0", "--no-model",
+                     "--algorithms", "ssar_recursive_double", "--output", str(out)],
+            timeout=180)
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["algorithm"] for r in recs] == ["dense", "ssar_recursive_double"]
+    rd = recs[1]
+    assert rd["N"] == DIM and rd["metrics"]["pattern"] == "replay:toy"
+    assert rd["metrics"]["result_density"] == pytest.approx(_union(vecs, 3) / DIM)
+
+
+def test_simulated_cost_model_charges_software_per_message():
+    from sparcml.sim import network_cost_model, parse_network
+    from sparcml.sim.model import message_overhead
+
+    net = parse_network("64x10gbit,latency=5us")
+    assert network_cost_model(net, 16, overhead=2e-4).alpha == pytest.approx(5e-6 + 2e-4)
+    o = message_overhead(net.text)  # measured in the simulator: sparcml's Python per message
+    assert 0 < o < 0.1
+    assert network_cost_model(net, 16).alpha == pytest.approx(5e-6 + o)
+    # with it, the P - 1 small messages of the split algorithms cost what they cost: at
+    # P = 512, 0.1% of 16M, recursive doubling's 9 rounds beat 511 messages of ~33 items
+    model = network_cost_model(net, 64, overhead=2e-4)
+    few = dict(P=64, N=1 << 24, k=1 << 14)
+    assert model.predict("ssar_split_allgather", **few) > model.predict("ssar_recursive_double",
+                                                                        **few)
