@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ..errors import InvalidArgumentError, SparcmlError
@@ -49,6 +52,33 @@ def _cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         return os.cpu_count() or 1
+
+
+@contextmanager
+def _uncharged_gc():
+    """Take Python's cyclic garbage collections off the rank that happens to trigger them.
+
+    A collection walks the objects of all P ranks (one process); its pause (tens to hundreds
+    of ms at P >= 128) lands on whichever rank thread allocated at that moment, and the
+    slowest rank's time then shows it. A real rank has its own small heap, so the pause is
+    simulator work: a ``gc.callbacks`` hook measures the thread CPU time of each collection
+    and discounts it from that rank's compute (:func:`sharing.discount`)."""
+    from .sharing import discount
+
+    local = threading.local()
+
+    def hook(phase, info):
+        if phase == "start":
+            local.start = time.thread_time()
+        elif getattr(local, "start", None) is not None:
+            discount(time.thread_time() - local.start)
+            local.start = None
+
+    gc.callbacks.append(hook)
+    try:
+        yield
+    finally:
+        gc.callbacks.remove(hook)
 
 
 def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (),
@@ -99,7 +129,7 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
 
     threads = [threading.Thread(target=body, args=(r,), name=f"sim-rank-{r}", daemon=True)
                for r in range(P)]
-    with sharing.installed(share):
+    with sharing.installed(share), _uncharged_gc():
         for t in threads:
             t.start()
         for t in threads:
