@@ -50,3 +50,24 @@ def test_simulated_cost_model_charges_software_per_message():
         split = model.predict("ssar_split_allgather", **shape)
         rd = model.predict("ssar_recursive_double", **shape)
         assert (split > rd) == split_loses
+
+
+def test_simulated_model_adds_each_algorithms_measured_residual_and_scale():
+    from sparcml.registry import algorithm_names
+    from sparcml.sim.model import algorithm_factors
+
+    factors = algorithm_factors("4x10gbit", 4)  # measured on 4 simulated ranks
+    assert set(factors) == set(algorithm_names(in_auto_only=True))
+    for residual, scale in factors.values():
+        assert residual >= 0 and 0.25 <= scale <= 8
+    shape = dict(P=64, N=1 << 20, k=5000)
+    plain = network_cost_model("64x10gbit", 64, overhead=1e-4, factors=False)
+    fixed = {name: (2e-3, 1.0) for name in factors}
+    doubled = {name: (0.0, 2.0) for name in factors}
+    for name in factors:
+        analytic = plain.predict(name, **shape)
+        with_residual = network_cost_model("64x10gbit", 64, overhead=1e-4, factors=fixed)
+        assert with_residual.predict(name, **shape) == pytest.approx(analytic + 2e-3)
+        tiny = plain.analytic(name, P=64, N=1024, k=1, K=64)
+        with_scale = network_cost_model("64x10gbit", 64, overhead=1e-4, factors=doubled)
+        assert with_scale.predict(name, **shape) == pytest.approx(2 * analytic - tiny)
