@@ -64,18 +64,22 @@ def test_simulated_sweep_replays_and_models_only_where_asked(tmp_path, capsys):
     vecs = _record(path, count=2)
     assert cli.main(["--simulate", "3", "5", "--network", "8x10gbit", "--pattern", "replay",
                      "--replay", str(path), "--reps", "1", "--warmup", "0",
-                     "--algorithms", "ssar_recursive_double", "ssar_split_allgather",
-                     "--model-only", "ssar_split_allgather", "--model-only-from", "5",
+                     "--algorithms", "ssar_recursive_double", "ssar_split_allgather", "auto",
+                     "--model-only", "ssar_split_allgather", "auto", "--model-only-from", "5",
                      "--output", str(out)]) == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(recs) == 2 * 3  # P = 3, 5 x (dense, two algorithms)
+    assert len(recs) == 2 * 4  # P = 3, 5 x (dense, two algorithms, auto)
     for rec in recs:
         assert rec["simulated"] and rec["N"] == DIM
         assert rec["metrics"]["pattern"] == "replay:toy" and rec["metrics"]["replay"] == str(path)
         # rank r replays vector r mod 2: the result's support is the union of both
         assert rec["metrics"]["result_density"] == pytest.approx(_union(vecs, rec["P"]) / DIM)
-        modeled = rec["algorithm"] == "ssar_split_allgather" and rec["P"] == 5
+        modeled = rec["algorithm"] in ("ssar_split_allgather", "auto") and rec["P"] == 5
         assert rec["metrics"]["modeled_only"] == modeled
+        if rec["algorithm"] == "auto":  # modeled: the model's choice, with that row's time
+            chosen = next(r for r in recs if r["P"] == rec["P"]
+                          and r["algorithm"] == rec["metrics"]["ran"])
+            assert rec["timings"] == chosen["timings"] or not modeled
         assert rec["timings"]["allreduce"]["median"] > 0 and rec["bytes"]["sent_per_rank_max"] > 0
     assert "replay:toy" in capsys.readouterr().out
 

@@ -109,16 +109,26 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
     return int(phase1 + (P - 1) / P * gathered)
 
 
-def _modeled_row(algorithm, P, dim, dtype, net, some):
-    """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell."""
+def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
+    """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
+
+    ``auto``: its choice by the simulator's cost model after one call (the overlap it learns
+    from that call's result, as its warm-up teaches it), with the time and bytes of the row of
+    that choice in ``rows`` (modeled too when absent)."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
-    from sparcml import index_dtype_for
+    from sparcml import AUTO, index_dtype_for
+    from sparcml.costmodel import overlap_from_result
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
-    t = sim.network_cost_model(net, P).predict(algorithm, P=P, N=dim, k=k, K=K,
-                                               s_idx=s_idx, s_val=s_val)
+    model = sim.network_cost_model(net, P)
+    if algorithm == AUTO:
+        q = overlap_from_result(k, K, P, dim)
+        choice = model.choose(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        row = rows.get(choice) or _modeled_row(choice, P, dim, dtype, net, some, rows)
+        return {**row, "ran": choice, "modeled_only": True}
+    t = model.predict(algorithm, P=P, N=dim, k=k, K=K, s_idx=s_idx, s_val=s_val)
     nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val)
     return {"timings": {"allreduce": summarize([t])},
             "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
@@ -181,12 +191,6 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                     "result": {"nnz": per_rank[0]["nnz"], "dense": per_rank[0]["dense"],
                                "density": per_rank[0]["nnz"] / dim if dim else 0.0},
                     "ran": per_rank[0]["ran"], "modeled_only": False}
-            simulated = next((r for a, r in rows.items() if a != DENSE_BASELINE), None)
-            for algorithm in [a for a in algorithms if a in modeled]:
-                if simulated is None:
-                    raise SystemExit("sparc-bench: --model-only needs one sparse algorithm "
-                                     "simulated in the cell (for its input and result sizes)")
-                rows[algorithm] = _modeled_row(algorithm, P, dim, args.dtype, net, simulated)
             if not dense_fits:
                 t, nbytes = _modeled_dense(P, dim, args.dtype, net)
                 some = next(iter(rows.values()), None)
@@ -199,6 +203,14 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                "density": None if some is None
                                else some["result"]["density"]},
                     "ran": DENSE_BASELINE, "modeled_only": True}
+            simulated = next((r for a, r in rows.items() if a != DENSE_BASELINE), None)
+            for algorithm in [a for a in algorithms if a in modeled and a != AUTO] + (
+                    [AUTO] if AUTO in modeled and AUTO in algorithms else []):
+                if simulated is None:
+                    raise SystemExit("sparc-bench: --model-only needs one sparse algorithm "
+                                     "simulated in the cell (for its input and result sizes)")
+                rows[algorithm] = _modeled_row(algorithm, P, dim, args.dtype, net, simulated,
+                                               rows)
             dense_median = rows[DENSE_BASELINE]["timings"]["allreduce"]["median"]
             for algorithm in algorithms:
                 row = rows[algorithm]
