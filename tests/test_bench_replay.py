@@ -96,3 +96,27 @@ def test_real_sweep_replays_the_same_inputs(tmp_path):
     rd = recs[1]
     assert rd["N"] == DIM and rd["metrics"]["pattern"] == "replay:toy"
     assert rd["metrics"]["result_density"] == pytest.approx(_union(vecs, 3) / DIM)
+
+
+def test_report_marks_modeled_only_rows_apart(tmp_path):
+    """sparc-report: a row sparc-bench --simulate predicted by its model (``modeled_only``)
+    gets a source, a marker and a legend entry of its own beside the simulated rows."""
+    from sparcapps.records import append_record, make_record, summarize
+    from sparcapps.report.build import build
+
+    path = tmp_path / "r.jsonl"
+    env = {"command": ["sparc-bench", "--simulate", "2", "8"], "launcher": None}
+    for P in (2, 8):
+        for alg in ("dense", "ssar_split_allgather"):
+            modeled = alg == "ssar_split_allgather" and P == 8
+            rec = make_record("sparc-bench", config={}, environment=env, P=P, N=1000,
+                              density=0.01, algorithm=alg,
+                              timings={"allreduce": summarize([1e-3 * P])},
+                              metrics={"pattern": "random", "dtype": "float32",
+                                       "modeled_only": modeled},
+                              bytes={"sent_per_rank": 8 * P})
+            rec.update(simulated=True, network="8x10gbit")
+            append_record(path, rec)
+    _, _, figs = build([path], tmp_path / "out")
+    strong = next(f for f in figs if f.id.startswith("strong")).meta
+    assert {"simulated (8x10gbit)", "simulated (8x10gbit; modeled only)"} <= set(strong["legend"])
