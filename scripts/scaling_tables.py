@@ -57,8 +57,11 @@ def main(paths):
                             f"{_fmt_bytes(algos[a]['bytes']['sent_per_rank_max'])}")
             fixed = {a: v for a, v in t.items() if a != "auto"}
             best = min(fixed, key=fixed.get)
-            fill = next((r["metrics"]["result_density"] for a, r in algos.items()
-                         if not r["metrics"].get("modeled_only")), None)
+            # the support of the sum as the sparse algorithms hold it (a dense result counts
+            # its nonzeros: explicit zeros of the inputs, e.g. sparc-linear's, are not counted)
+            fill = next((algos[a]["metrics"]["result_density"]
+                         for a in ("ssar_recursive_double", *algos) if a in algos
+                         and not algos[a]["metrics"].get("modeled_only")), None)
             auto = algos.get("auto")
             if auto is None:
                 tail = "-", "-"

@@ -36,16 +36,18 @@ def test_a_garbage_collection_is_not_charged_to_the_rank_that_triggers_it():
 
 def test_simulated_cost_model_charges_software_per_message():
     net = parse_network("64x10gbit,latency=5us")
-    assert network_cost_model(net, 16, overhead=2e-4).alpha == pytest.approx(5e-6 + 2e-4)
+    assert network_cost_model(net, 16, overhead=2e-4, factors=False).alpha == pytest.approx(
+        5e-6 + 2e-4)
     o = message_overhead(net.text)  # measured in the simulator: sparcml's Python per message
     assert 0 < o < 0.01
-    assert network_cost_model(net, 16).alpha == pytest.approx(5e-6 + o)
+    assert network_cost_model(net, 16, factors=False).alpha == pytest.approx(5e-6 + o)
     # with it, the P - 1 small messages of the split algorithms cost what they cost: at
     # 0.1% of 16M on 1,024 ranks, 1,023 messages of ~16 items each lose to 10 rounds of
     # recursive doubling; with the link latency alone (5 us) they would not
     shape = dict(P=1024, N=1 << 24, k=1 << 14)
-    with_o = network_cost_model(net.text.replace("64x", "1024x"), 1024, overhead=1e-4)
-    without = network_cost_model(net.text.replace("64x", "1024x"), 1024, overhead=0.0)
+    big = net.text.replace("64x", "1024x")
+    with_o = network_cost_model(big, 1024, overhead=1e-4, factors=False)
+    without = network_cost_model(big, 1024, overhead=0.0, factors=False)
     for model, split_loses in ((with_o, True), (without, False)):
         split = model.predict("ssar_split_allgather", **shape)
         rd = model.predict("ssar_recursive_double", **shape)
