@@ -1,12 +1,18 @@
 """Markdown tables of a simulated scaling study (BENCHMARKS.md, "Scaling studies").
 
     python scripts/scaling_tables.py RECORDS.jsonl [...]
+    python scripts/scaling_tables.py --model RECORDS.jsonl [...]
 
 Per input (N, density, pattern): one row per P with each algorithm's median time in ms
 (``~``: modeled only) and bytes sent per rank, the fastest algorithm, what ``auto`` ran and its
 time over the fastest's; then the share of cells where ``auto`` is within 1.2x of the fastest
 (by its own time, and by the time of the algorithm it chose, which takes the noise of one
 repetition out). A later record of the same cell and algorithm replaces an earlier one.
+
+``--model``: instead, per algorithm and P, the range over the inputs of the simulator's
+calibrated cost model (``sparcml.sim.network_cost_model`` of each record's network,
+calibrated afresh in this process) over the simulated time: how far to trust the rows that
+``--model-only`` predicted.
 """
 
 import json
@@ -24,6 +30,32 @@ def _fmt_bytes(n):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
+
+
+def model_check(paths):
+    import numpy as np
+
+    import sparcml.sim as sim
+    from sparcml import index_dtype_for
+
+    ratios = defaultdict(list)
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            m = r.get("metrics") or {}
+            if (not r.get("simulated") or m.get("modeled_only")
+                    or r["algorithm"] in ("auto", "dense")):
+                continue
+            P, N = r["P"], r["N"]
+            k = r["bytes"]["input_nnz_max"]
+            K = m["result_density"] * N
+            model = sim.network_cost_model(r["network"], P)
+            t = model.predict(r["algorithm"], P=P, N=N, k=k, K=K,
+                              s_idx=index_dtype_for(N).itemsize, s_val=4)
+            ratios[(r["algorithm"], P)].append(t / r["timings"]["allreduce"]["median"])
+    print("| algorithm | P | cells | model / simulated: min - median - max |\n|---|---|---|---|")
+    for (alg, P), v in sorted(ratios.items()):
+        print(f"| {alg} | {P} | {len(v)} | {min(v):.2f} - {np.median(v):.2f} - {max(v):.2f} |")
 
 
 def main(paths):
@@ -89,4 +121,7 @@ def main(paths):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--model"]:
+        model_check(sys.argv[2:])
+    else:
+        main(sys.argv[1:])
