@@ -94,11 +94,14 @@ def _modeled_dense(P, dim, dtype, net):
 
 
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
-    """Bytes sent per rank by a split algorithm by the cost model's volumes: phase 1 (a 1/P
-    block of the input to each other rank) and the allgather (all blocks but one's own)."""
+    """Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
+    1/P block of the input to each other rank) and the allgather (all blocks but one's own);
+    for ``allgather``, every other rank's input (what its allgather counts)."""
     from sparcml.costmodel import index_bytes, stream_bytes, union_size
     from sparcml.registry import get_algorithm
 
+    if "split" not in algorithm:  # allgather of the inputs
+        return int((P - 1) * stream_bytes(k, dim, s_idx, s_val))
     phase1 = (P - 1) / P * stream_bytes(k, dim, s_idx, s_val)
     if get_algorithm(algorithm).writes_out:  # dsar: dense blocks
         gathered = dim * s_val
