@@ -17,8 +17,8 @@ spends ~0.1-0.5 ms of Python per message, and ``auto`` chose them at P >= 128 wh
 ``o`` is measured once per process (:func:`message_overhead`): ``ssar_split_allgather`` on a
 tiny input (dimension :data:`~sparcml.costmodel.TINY_N`, one nonzero per rank) on
 :data:`OVERHEAD_P` simulated ranks of the network, 1 warm-up and 5 timed calls (the slowest
-rank's virtual time, the fastest call: noise on a shared machine only slows); ``o`` = (that time - the model's prediction with ``o = 0``) /
-(P - 1), at least 0. A few seconds of wall time.
+rank's virtual time, the fastest call: noise on a shared machine only slows); ``o`` = (that
+time - the model's prediction with ``o = 0``) / (P - 1), at least 0. A few seconds of wall time.
 
 Per algorithm, as ``calibrate`` does on real ranks (:func:`sparcml.auto.calibrate_context`),
 but on the virtual clock and at :data:`CALIBRATION_P` simulated ranks (at most P) whatever P
