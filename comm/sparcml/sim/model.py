@@ -10,9 +10,9 @@ software overhead ``o`` of one of sparcml's messages (LogGP's o, send and receiv
 encoding a block, the send, the probe, the receive and the decode, in Python, as the
 simulator charges them (measured compute). ``calibrate`` on real ranks measures the same
 through its tiny-input calibration (``overhead[name]``); without it the model charged the
-split algorithms' P - 1 messages 5 us each where the simulator (and sparcml on real ranks)
-spends ~0.1-0.5 ms of Python per message, and ``auto`` chose them at P >= 128 where they were
-4-14x slower than recursive doubling (BENCHMARKS.md, "Scaling studies").
+split algorithms' P - 1 messages 5 us each where the simulator (like sparcml on real ranks)
+spends ~50-100 us of Python per message on the 2-core development machine, and ``auto`` chose
+them at P >= 8 wherever their bytes were a little smaller (BENCHMARKS.md, "Scaling studies").
 
 ``o`` is measured once per process (:func:`message_overhead`): ``ssar_split_allgather`` on a
 tiny input (dimension :data:`~sparcml.costmodel.TINY_N`, one nonzero per rank) on
