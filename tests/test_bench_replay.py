@@ -120,3 +120,23 @@ def test_report_marks_modeled_only_rows_apart(tmp_path):
     _, _, figs = build([path], tmp_path / "out")
     strong = next(f for f in figs if f.id.startswith("strong")).meta
     assert {"simulated (8x10gbit)", "simulated (8x10gbit; modeled only)"} <= set(strong["legend"])
+
+
+def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
+    """No algorithm simulated (every sparse one --model-only, dense too large): k as the
+    input would have it, K the model's expected union; bytes of the model's volumes."""
+    from sparcml.costmodel import union_size
+
+    out = tmp_path / "m.jsonl"
+    assert cli.main(["--simulate", "64", "--network", "64x10gbit", "--N", "100000",
+                     "--density", "0.01", "--pattern", "random", "--sim-memory", "0.000001",
+                     "--algorithms", "ssar_recursive_double", "allgather", "auto",
+                     "--model-only", "ssar_recursive_double", "allgather", "auto",
+                     "--output", str(out)]) == 0
+    recs = {r["algorithm"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert all(r["metrics"]["modeled_only"] for r in recs.values())
+    k = 1000
+    assert recs["allgather"]["metrics"]["result_density"] == pytest.approx(
+        round(union_size(k, 64, 100_000)) / 100_000)
+    assert recs["allgather"]["bytes"]["sent_per_rank_max"] > 63 * k * 4  # 63 inputs' values
+    assert recs["auto"]["metrics"]["ran"] in recs

@@ -96,12 +96,20 @@ def _modeled_dense(P, dim, dtype, net):
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
     """Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
-    for ``allgather``, every other rank's input (what its allgather counts)."""
+    for ``allgather``, every other rank's input (what its allgather counts); for recursive
+    doubling the expected union so far in each of its rounds (powers of two)."""
     from sparcml.costmodel import index_bytes, stream_bytes, union_size
     from sparcml.registry import get_algorithm
 
-    if "split" not in algorithm:  # allgather of the inputs
+    if get_algorithm(algorithm).baseline:  # allgather of the inputs
         return int((P - 1) * stream_bytes(k, dim, s_idx, s_val))
+    if "split" not in algorithm:  # recursive doubling: the union so far, once per round
+        from sparcml.costmodel import overlap_from_result
+
+        q = overlap_from_result(k, K, P, dim)
+        rounds = max(1, (P - 1).bit_length()) if P > 1 else 0
+        return int(sum(stream_bytes(union_size(k, 1 << r, dim, q), dim, s_idx, s_val)
+                       for r in range(rounds)))
     phase1 = (P - 1) / P * stream_bytes(k, dim, s_idx, s_val)
     if get_algorithm(algorithm).writes_out:  # dsar: dense blocks
         gathered = dim * s_val
@@ -136,6 +144,27 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
     return {"timings": {"allreduce": summarize([t])},
             "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
             "result": dict(some["result"]), "ran": algorithm, "modeled_only": True}
+
+
+def _estimated_sizes(P, dim, density, pattern) -> dict:
+    """Input and result sizes of a cell no algorithm was simulated in (every sparse one
+    ``--model-only``): k as :func:`.inputs.make_input` draws it, K the model's expected union
+    (:func:`sparcml.costmodel.union_size`) of independent supports (``random``) or of 90%
+    shared ones (``overlap``); other patterns need one simulated algorithm."""
+    from sparcml.costmodel import union_size
+
+    from .inputs import SHARED_FRACTION
+
+    share = {"random": 1.0, "overlap": 1.0 - SHARED_FRACTION}.get(pattern)
+    if share is None:
+        raise SystemExit(f"sparc-bench: --model-only of every sparse algorithm needs pattern "
+                         f"random or overlap (the {pattern} cell's sizes are not modeled); "
+                         f"simulate one algorithm")
+    k = int(round(density * dim))
+    K = int(round(union_size(k, P, dim, share)))
+    return {"bytes": {"input_nnz_max": k},
+            "result": {"nnz": K, "dense": K * 8 >= dim * 4, "density": K / dim if dim else 0.0,
+                       "estimated": True}}
 
 
 def _warm_up(algorithms, dtype) -> None:
@@ -178,7 +207,7 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
             replay = args.replay if pattern == REPLAY else None
             res = sim.run(P, _cell, network=net, args=(
                 run_algs, dim, density, pattern, args.dtype, reps, warmup, args.seed,
-                model, replay))
+                model, replay)) if run_algs else None
             rows = {}
             for i, algorithm in enumerate(run_algs):
                 per_rank = [r[i] for r in res.results]
@@ -207,11 +236,10 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                else some["result"]["density"]},
                     "ran": DENSE_BASELINE, "modeled_only": True}
             simulated = next((r for a, r in rows.items() if a != DENSE_BASELINE), None)
+            if simulated is None and modeled:
+                simulated = _estimated_sizes(P, dim, density, pattern)
             for algorithm in [a for a in algorithms if a in modeled and a != AUTO] + (
                     [AUTO] if AUTO in modeled and AUTO in algorithms else []):
-                if simulated is None:
-                    raise SystemExit("sparc-bench: --model-only needs one sparse algorithm "
-                                     "simulated in the cell (for its input and result sizes)")
                 rows[algorithm] = _modeled_row(algorithm, P, dim, args.dtype, net, simulated,
                                                rows)
             dense_median = rows[DENSE_BASELINE]["timings"]["allreduce"]["median"]
