@@ -2,6 +2,7 @@
 
     python scripts/scaling_tables.py RECORDS.jsonl [...]
     python scripts/scaling_tables.py --model RECORDS.jsonl [...]
+    python scripts/scaling_tables.py --merge OUT.jsonl RECORDS.jsonl [...]
 
 Per input (N, density, pattern): one row per P with each algorithm's median time in ms
 (``~``: modeled only) and bytes sent per rank, the fastest algorithm, what ``auto`` ran and its
@@ -16,7 +17,8 @@ time; so are all ``~`` rows, the model of the network the record names.
 ``--model``: instead, per algorithm and P, the range over the inputs of the simulator's
 calibrated cost model (``sparcml.sim.network_cost_model`` of each record's network,
 calibrated afresh in this process) over the simulated time: how far to trust the rows that
-``--model-only`` predicted.
+``--model-only`` predicted. ``--merge OUT``: write the records, one per cell and algorithm
+(the later file's), to OUT (what ``sparc-report`` should plot).
 """
 
 import json
@@ -166,8 +168,20 @@ def main(paths):
         print(f"- {m}")
 
 
+def merge(out, paths):
+    last = {}
+    for path in paths:
+        for line in open(path):
+            r = json.loads(line)
+            last[(r["P"], r["N"], r["density"], r["metrics"]["pattern"], r["algorithm"])] = line
+    with open(out, "w") as f:
+        f.writelines(last.values())
+
+
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--model"]:
+    if sys.argv[1:2] == ["--merge"]:
+        merge(sys.argv[2], sys.argv[3:])
+    elif sys.argv[1:2] == ["--model"]:
         model_check(sys.argv[2:])
     else:
         main(sys.argv[1:])
