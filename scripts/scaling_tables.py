@@ -48,7 +48,9 @@ def _sent(rec, algos):
     from sparcapps.bench.simulate import _model_bytes
     from sparcml import index_dtype_for
 
-    some = next(r for r in algos.values() if not r["metrics"].get("modeled_only"))
+    some = next((r for r in algos.values() if not r["metrics"].get("modeled_only")), None)
+    if some is None:  # nothing simulated: the record's own (model) bytes
+        return rec["bytes"]["sent_per_rank_max"]
     N = rec["N"]
     return _model_bytes(rec["algorithm"], rec["P"], N, some["bytes"]["input_nnz_max"],
                         some["metrics"]["result_density"] * N, index_dtype_for(N).itemsize, 4)
@@ -99,7 +101,9 @@ def main(paths):
                 continue
             m = r["metrics"]
             cells[(r["N"], r["density"], m["pattern"], r["P"])][r["algorithm"]] = r
-    inputs = sorted({k[:3] for k in cells}, key=lambda k: (k[2].startswith("replay"), k[1], k[2]))
+    big = max(k[0] for k in cells)
+    inputs = sorted({k[:3] for k in cells},
+                    key=lambda k: (k[2].startswith("replay"), k[0] != big, k[1], k[2], k[0]))
     tally = {True: [], False: []}
     misses = []
     for inp in inputs:
@@ -129,6 +133,9 @@ def main(paths):
             fill = next((algos[a]["metrics"]["result_density"]
                          for a in ("ssar_recursive_double", *algos) if a in algos
                          and not algos[a]["metrics"].get("modeled_only")), None)
+            fill = "-" if fill is None else f"{fill:.3f}"
+            if all(r["metrics"].get("modeled_only") for r in algos.values()):
+                fill = f"~{algos['ssar_recursive_double']['metrics']['result_density']:.3f}"
             auto = algos.get("auto")
             if auto is None:
                 tail = "-", "-"
@@ -147,7 +154,7 @@ def main(paths):
                                   f"{SHORT[best]}" + ("" if simulated else " (model rows)"))
                 tail = SHORT[ran] + ("" if simulated else "~"), f"{ratio:.2f}" + (
                     "" if ratio <= 1.2 else " **miss**")
-            print(f"| {P} | " + " | ".join(cols) + f" | {fill:.3f} | {SHORT[best]}"
+            print(f"| {P} | " + " | ".join(cols) + f" | {fill} | {SHORT[best]}"
                   + ("~" if algos[best]["metrics"].get("modeled_only") else "")
                   + f" | {tail[0]} | {tail[1]} |")
     for simulated, what in ((True, "cells where auto and every sparse algorithm ran in the "
