@@ -18,7 +18,11 @@ time; so are all ``~`` rows, the model of the network the record names.
 calibrated cost model (``sparcml.sim.network_cost_model`` of each record's network,
 calibrated afresh in this process) over the simulated time: how far to trust the rows that
 ``--model-only`` predicted. ``--merge OUT``: write the records, one per cell and algorithm
-(the later file's), to OUT (what ``sparc-report`` should plot).
+(the later file's), to OUT (what ``sparc-report`` should plot); a modeled-only ``auto`` row is
+chosen again by the current model (``sparcml.sim.network_cost_model``, the overlap ``auto``
+would learn from the cell's result, as ``sparc-bench --model-only auto`` does) and takes the
+time and bytes of its choice's row in the merged cell -- so a model fixed after a run (the
+allgather cost, commit "allgather cost: ...") and rows simulated in a later run count.
 """
 
 import json
@@ -149,7 +153,7 @@ def main(paths):
                                     for a, r in algos.items() if a != "dense")
                 tally[simulated].append((ratio <= 1.2, chose <= 1.2))
                 if ratio > 1.2 or chose > 1.2:
-                    misses.append(f"P={P} {density:.1%} {pattern}: auto ran {SHORT[ran]} "
+                    misses.append(f"P={P} N={N:,} {density:.1%} {pattern}: auto ran {SHORT[ran]} "
                                   f"{ratio:.2f}x (its choice's own row {chose:.2f}x), fastest "
                                   f"{SHORT[best]}" + ("" if simulated else " (model rows)"))
                 tail = SHORT[ran] + ("" if simulated else "~"), f"{ratio:.2f}" + (
@@ -175,14 +179,40 @@ def main(paths):
         print(f"- {m}")
 
 
+def _rechoose(auto, algos):
+    import sparcml.sim as sim
+    from sparcml import index_dtype_for
+    from sparcml.costmodel import overlap_from_result
+
+    some = next((r for r in algos.values() if not r["metrics"].get("modeled_only")
+                 and r["algorithm"] != "dense"), algos.get("ssar_recursive_double"))
+    P, N = auto["P"], auto["N"]
+    k = some["bytes"].get("input_nnz_max") or round(auto["density"] * N)
+    K = some["metrics"]["result_density"] * N
+    model = sim.network_cost_model(auto["network"], P)
+    choice = model.choose(P=P, N=N, k=k, q=overlap_from_result(k, K, P, N),
+                          s_idx=index_dtype_for(N).itemsize, s_val=4)
+    row = algos[choice]
+    auto = dict(auto, timings=row["timings"], bytes=row["bytes"])
+    auto["metrics"] = dict(auto["metrics"], ran=choice, rechosen=True)
+    return auto
+
+
 def merge(out, paths):
     last = {}
     for path in paths:
         for line in open(path):
             r = json.loads(line)
-            last[(r["P"], r["N"], r["density"], r["metrics"]["pattern"], r["algorithm"])] = line
+            last[(r["P"], r["N"], r["density"], r["metrics"]["pattern"], r["algorithm"])] = r
+    cells = defaultdict(dict)
+    for key, r in last.items():
+        cells[key[:4]][key[4]] = r
     with open(out, "w") as f:
-        f.writelines(last.values())
+        for algos in cells.values():
+            for r in algos.values():
+                if r["algorithm"] == "auto" and r["metrics"].get("modeled_only"):
+                    r = _rechoose(r, algos)
+                f.write(json.dumps(r) + "\n")
 
 
 if __name__ == "__main__":
