@@ -48,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_list_argument(p, "--pattern", choices=PATTERNS, metavar="PATTERN",
                       help=f"overlap of the ranks' supports: {', '.join(PATTERNS)} "
                            f"({preset('pattern')})")
+    p.add_argument("--replay", metavar="FILE",
+                   help="with --pattern replay: the recorded vectors to replay, rank r taking "
+                        "vector r mod count (python -m sparcapps.bench.record_gradients makes "
+                        "them); the cell's N and density are the file's")
     add_list_argument(p, "--algorithms", item_type=algorithm_name, default=list(ALGORITHMS),
                       metavar="ALGORITHM",
                       help=algorithm_help(f"{DENSE_BASELINE} is always timed as the reference "
@@ -98,24 +102,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(milliseconds; several values allowed), against each alone")
     p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
                    help="with --overlap: NumPy ufuncs or PyTorch matmuls, one thread per rank")
-    add_list_argument(p, "--simulate", item_type=positive_int, metavar="P",
-                      help="instead of timing real ranks: run the sweep on P simulated ranks "
-                           "(sparcml.sim, one process, no mpiexec) for each P given; records "
-                           "carry \"simulated\": true and the network spec")
-    p.add_argument("--network", default=None, metavar="SPEC",
-                   help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
-                        "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
-                        "(default: one node per rank on 10 Gbit/s links)")
-    p.add_argument("--compute-scale", type=float, default=1.0, metavar="FACTOR",
-                   help="with --simulate: multiply the compute measured here by FACTOR (the "
-                        "target's cores are FACTOR times slower; or ranks share cores)")
-    p.add_argument("--probe-network", action="store_true",
-                   help="instead of the sweep: measure this job's network (latency and rate "
-                        "between two nodes, and within a node) and print it as a --network "
-                        "SPEC for --simulate; run it on 2 nodes, e.g. mpiexec -n 4 -ppn 2")
-    p.add_argument("--sim-memory", type=float, default=8.0, metavar="GIB",
-                   help="with --simulate: run the dense baseline only while P x N values fit "
-                        "in this many GiB (three copies counted); beyond, it is modeled")
+    from .simulate import add_arguments as add_simulate_arguments
+
+    add_simulate_arguments(p)
     return p
 
 
@@ -200,6 +189,7 @@ def run_sweep(args) -> int:
 
     from sparcml.global_topk import NAME as TOPK_NAME
 
+    from .inputs import REPLAY, bench_cells
     from .runner import BenchCase, run_cell, time_local_selection
 
     comm = MPI.COMM_WORLD
@@ -216,6 +206,12 @@ def run_sweep(args) -> int:
     if reps < 1:
         raise SystemExit("sparc-bench: --reps must be >= 1")
     algorithms = [DENSE_BASELINE] + [a for a in args.algorithms if a != DENSE_BASELINE]
+    try:
+        cells = bench_cells(dims, densities, patterns, args.replay)
+    except ValueError as exc:  # the same on every rank
+        raise SystemExit(f"sparc-bench: {exc}") from None
+    if args.model_only and not args.simulate:
+        raise SystemExit("sparc-bench: --model-only is an option of --simulate")
     if args.simulate:
         from .simulate import run_simulated_sweep
 
@@ -224,7 +220,9 @@ def run_sweep(args) -> int:
         if args.bits or args.nonblocking or args.reuse_output:
             raise SystemExit("sparc-bench: --simulate runs blocking, full-precision calls "
                              "(no --bits, --nonblocking, --reuse-output)")
-        return run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms)
+        return run_simulated_sweep(args, cells, reps, warmup, algorithms,
+                                   config={"N": dims, "density": densities,
+                                           "pattern": patterns})
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
     if model is not None and args.topk is not None:  # topk_allreduce's own fixed cost, growth
@@ -255,99 +253,100 @@ def run_sweep(args) -> int:
               f"{'recv max':>8} {'result':>7} {'vs dense':>8}")
         print("recv max = max / mean over ranks of the bytes received (split algorithms: in "
               "the reduce-scatter phase, what each block's owner receives)")
-    for dim in dims:
-        for density in densities:
-            for pattern in patterns:
-                cases = []
-                for algorithm in algorithms:
-                    for coding, parts in _variants(algorithm, args):
-                        cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                               args.nonblocking, reuse_output=args.reuse_output,
-                                               index_coding=coding, partitions=parts))
-                        if args.bits and _takes_quantizer(algorithm):  # and quantized
-                            cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                                   args.nonblocking, args.bits,
-                                                   args.quantize_sparse, args.reuse_output,
-                                                   index_coding=coding, partitions=parts))
-                    if args.hierarchical and algorithm != DENSE_BASELINE:
-                        cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                               args.nonblocking, reuse_output=args.reuse_output,
-                                               hierarchical=True))
-                if args.topk is not None:
-                    cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
-                                           args.nonblocking, topk=args.topk))
-                outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
-                                model=model)
-                dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
-                def flat_key(c):
-                    return c.algorithm, c.bits, c.index_coding, c.partitions
+    for dim, density, pattern, label in cells:
+        replay = args.replay if pattern == REPLAY else None
+        cases = []
+        for algorithm in algorithms:
+            for coding, parts in _variants(algorithm, args):
+                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                       args.nonblocking, reuse_output=args.reuse_output,
+                                       index_coding=coding, partitions=parts,
+                                       replay=replay))
+                if args.bits and _takes_quantizer(algorithm):  # and quantized
+                    cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                           args.nonblocking, args.bits,
+                                           args.quantize_sparse, args.reuse_output,
+                                           index_coding=coding, partitions=parts,
+                                           replay=replay))
+            if args.hierarchical and algorithm != DENSE_BASELINE:
+                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                       args.nonblocking, reuse_output=args.reuse_output,
+                                       hierarchical=True, replay=replay))
+        if args.topk is not None:
+            cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
+                                   args.nonblocking, topk=args.topk, replay=replay))
+        outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
+                        model=model)
+        dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
+        def flat_key(c):
+            return c.algorithm, c.bits, c.index_coding, c.partitions
 
-                flat_median = {flat_key(c): o["timings"]["allreduce"]["median"]
-                               for c, o in zip(cases, outs) if not c.hierarchical}
-                ratios = []
-                for case, out in zip(cases, outs):
-                    t = out["timings"]["allreduce"]
-                    speedup = dense_median / t["median"]
-                    over_flat = (flat_median[flat_key(case)] / t["median"]
-                                 if case.hierarchical else None)
-                    if over_flat is not None:
-                        ratios.append(f"{case.algorithm} {over_flat:.2f}x")
-                    if rank != 0:
-                        continue
-                    name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
-                    if case.topk is not None:
-                        name += f"({case.topk})"
-                    if case.bits:
-                        name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
-                    if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
-                        name += "+h"
-                    name += ("" if case.index_coding == "auto" else "+" + case.index_coding) + (
-                        "+eq" if case.partitions == "equal" else "")
-                    b = out["bytes"]
-                    imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
-                    m = out.get("model")
-                    model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
-                                  if m else f"{'-':>9} {'-':>9}")
-                    print(f"{dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
-                          f"{t['median'] * 1e3:>10.3f} "
-                          f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
-                          f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
-                          f"{'-' if imb is None else f'{imb:.2f}':>8} "
-                          f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
-                    if args.output:
-                        append_record(args.output, make_record(
-                            "sparc-bench", config=config, environment=environment,
-                            algorithm=case.algorithm, P=size, N=dim, density=density,
-                            timings=out["timings"], bytes=out["bytes"],
-                            metrics={"speedup_over_dense": speedup, "pattern": pattern,
-                                     "dtype": args.dtype, "ran": out["ran"],
-                                     "bits": case.bits,
-                                     "quantize_sparse": case.quantize_sparse,
-                                     "nonblocking": args.nonblocking,
-                                     "reuse_output": args.reuse_output,
-                                     "hierarchical": out["hierarchical"],
-                                     "speedup_over_flat": over_flat,
-                                     "index_coding": case.index_coding,
-                                     "partitions": case.partitions,
-                                     "model": out.get("model"),
-                                     "result_density": out["result"]["density"],
-                                     "topk": case.topk,
-                                     "result_dense": out["result"]["dense"]}))
-                if args.topk is not None:
-                    k_local = int(round(density * dim))
-                    select_s = time_local_selection(comm, dim, k_local, dtype=args.dtype,
-                                                    reps=reps, seed=args.seed)
-                    choice = "" if model is None else (
-                        "; the cost model's choice for this step: " + model.choose_topk_step(
-                            P=size, N=dim, k=k_local, s_idx=sparcml.index_dtype_for(dim).itemsize,
-                            s_val=np.dtype(args.dtype).itemsize))
-                    if rank == 0:
-                        print(f"{'':>10} local top-k selection, {dim} -> {k_local} values "
-                              f"(every row's input): {select_s * 1e3:.3f} ms; a top-k step "
-                              f"is that plus the row's median{choice}", flush=True)
-                if ratios and rank == 0:
-                    print(f"{'':>10} node-aware speedup over flat (flat / +h median): "
-                          + ", ".join(ratios), flush=True)
+        flat_median = {flat_key(c): o["timings"]["allreduce"]["median"]
+                       for c, o in zip(cases, outs) if not c.hierarchical}
+        ratios = []
+        for case, out in zip(cases, outs):
+            t = out["timings"]["allreduce"]
+            speedup = dense_median / t["median"]
+            over_flat = (flat_median[flat_key(case)] / t["median"]
+                         if case.hierarchical else None)
+            if over_flat is not None:
+                ratios.append(f"{case.algorithm} {over_flat:.2f}x")
+            if rank != 0:
+                continue
+            name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
+            if case.topk is not None:
+                name += f"({case.topk})"
+            if case.bits:
+                name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
+            if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
+                name += "+h"
+            name += ("" if case.index_coding == "auto" else "+" + case.index_coding) + (
+                "+eq" if case.partitions == "equal" else "")
+            b = out["bytes"]
+            imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
+            m = out.get("model")
+            model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
+                          if m else f"{'-':>9} {'-':>9}")
+            print(f"{dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
+                  f"{t['median'] * 1e3:>10.3f} "
+                  f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
+                  f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
+                  f"{'-' if imb is None else f'{imb:.2f}':>8} "
+                  f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
+            if args.output:
+                append_record(args.output, make_record(
+                    "sparc-bench", config=config, environment=environment,
+                    algorithm=case.algorithm, P=size, N=dim, density=density,
+                    timings=out["timings"], bytes=out["bytes"],
+                    metrics={"speedup_over_dense": speedup, "pattern": label,
+                             "replay": replay, "dtype": args.dtype, "ran": out["ran"],
+                             "bits": case.bits,
+                             "quantize_sparse": case.quantize_sparse,
+                             "nonblocking": args.nonblocking,
+                             "reuse_output": args.reuse_output,
+                             "hierarchical": out["hierarchical"],
+                             "speedup_over_flat": over_flat,
+                             "index_coding": case.index_coding,
+                             "partitions": case.partitions,
+                             "model": out.get("model"),
+                             "result_density": out["result"]["density"],
+                             "topk": case.topk,
+                             "result_dense": out["result"]["dense"]}))
+        if args.topk is not None:
+            k_local = int(round(density * dim))
+            select_s = time_local_selection(comm, dim, k_local, dtype=args.dtype,
+                                            reps=reps, seed=args.seed)
+            choice = "" if model is None else (
+                "; the cost model's choice for this step: " + model.choose_topk_step(
+                    P=size, N=dim, k=k_local, s_idx=sparcml.index_dtype_for(dim).itemsize,
+                    s_val=np.dtype(args.dtype).itemsize))
+            if rank == 0:
+                print(f"{'':>10} local top-k selection, {dim} -> {k_local} values "
+                      f"(every row's input): {select_s * 1e3:.3f} ms; a top-k step "
+                      f"is that plus the row's median{choice}", flush=True)
+        if ratios and rank == 0:
+            print(f"{'':>10} node-aware speedup over flat (flat / +h median): "
+                  + ", ".join(ratios), flush=True)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Benchmark inputs: one sparse vector per rank with a chosen overlap pattern between ranks."""
+"""Benchmark inputs: one sparse vector per rank with a chosen overlap pattern between ranks,
+or recorded vectors replayed per rank (:mod:`.replay`)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import numpy as np
 
 from sparcml import SparseVector
 
-__all__ = ["PATTERNS", "make_input"]
+__all__ = ["PATTERNS", "REPLAY", "make_input", "bench_cells"]
 
-PATTERNS = ("random", "overlap", "disjoint", "powerlaw")
+REPLAY = "replay"  # the pattern of recorded vectors (``--pattern replay --replay FILE``)
+PATTERNS = ("random", "overlap", "disjoint", "powerlaw", REPLAY)
 POWERLAW_MAX_BLOCKS = 64  # the "powerlaw" pattern reads at most this many blocks of rows
 SHARED_FRACTION = 0.9  # the "overlap" pattern: share of each rank's support common to all ranks
 
@@ -46,8 +48,32 @@ def _minibatch_support(dim: int, k: int, seed: int, rank: int) -> np.ndarray:
         rows *= 4
 
 
+def bench_cells(dims, densities, patterns, replay: str | None = None) -> list[tuple]:
+    """The inputs of a sweep, in order: ``(N, density, pattern, label)`` for every N, density
+    and synthetic pattern, and one cell per recorded file for ``replay`` (its own N and mean
+    density; ``label`` = ``replay:NAME``, what the records call the pattern).
+
+    Raises ValueError when ``replay`` is among ``patterns`` without a file, or the reverse."""
+    from .replay import load_replay
+
+    cells = []
+    for pattern in patterns:
+        if pattern == REPLAY:
+            if not replay:
+                raise ValueError("--pattern replay needs --replay FILE (a recording of "
+                                 "sparcapps.bench.record_gradients)")
+            stream = load_replay(replay)
+            cells.append((stream.dim, stream.density, REPLAY, f"{REPLAY}:{stream.name}"))
+        else:
+            cells.extend((dim, density, pattern, pattern) for dim in dims
+                         for density in densities)
+    if replay and REPLAY not in patterns:
+        raise ValueError("--replay FILE is used by --pattern replay; add it to --pattern")
+    return cells
+
+
 def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
-               dtype=np.float32, seed: int = 0) -> SparseVector:
+               dtype=np.float32, seed: int = 0, replay: str | None = None) -> SparseVector:
     """Rank ``rank``'s input: ``round(density * dim)`` nonzeros of standard-normal values.
 
     ``random``: uniform random supports drawn independently on each rank.
@@ -57,7 +83,20 @@ def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
     synthetic twin with ``dim`` features, rank r reading its own rows): the features of the
     first rows until ``k`` distinct ones are met (fewer if the rows run out), so a few low
     features are in every rank's support and the frequency of the others follows a power law.
+    ``replay``: the vectors recorded in the file ``replay`` (:func:`.replay.load_replay`): rank
+    r takes recorded vector ``r mod count`` (values cast to ``dtype``); ``dim`` must be the
+    file's dimension and ``density`` is not used.
     """
+    if pattern == REPLAY:
+        from .replay import load_replay
+
+        if not replay:
+            raise ValueError("pattern 'replay' needs the file of recorded vectors (replay=)")
+        stream = load_replay(replay)
+        if dim != stream.dim:
+            raise ValueError(f"replay file {replay} holds vectors of dimension {stream.dim}, "
+                             f"not {dim}")
+        return stream.vector(rank, dtype=dtype)
     if pattern not in PATTERNS:
         raise ValueError(f"unknown pattern {pattern!r}; choose one of {', '.join(PATTERNS)}")
     if not 0.0 <= density <= 1.0:

@@ -43,6 +43,7 @@ class BenchCase:
     hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
     index_coding: str = "auto"      # SPARCML_INDEX_CODING for the call ("raw": the "before")
     partitions: str = "balanced"    # SPARCML_PARTITIONS for the call (every rank alike)
+    replay: str | None = None       # pattern "replay": the file of recorded vectors
 
 
 def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, seed: int,
@@ -56,12 +57,13 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     predicted time and the reference volumes (DESIGN 3.7).
     """
     first = cases[0]
-    if any((c.N, c.density, c.pattern, c.dtype) != (first.N, first.density, first.pattern,
-                                                    first.dtype) for c in cases):
-        raise ValueError("run_cell: the cases of a cell must share N, density, pattern, dtype")
+    if any((c.N, c.density, c.pattern, c.dtype, c.replay) != (
+            first.N, first.density, first.pattern, first.dtype, first.replay) for c in cases):
+        raise ValueError("run_cell: the cases of a cell must share N, density, pattern, dtype "
+                         "and replay file")
     rank, size = comm.Get_rank(), comm.Get_size()
     vec = make_input(first.N, first.density, first.pattern, rank, size,
-                     dtype=np.dtype(first.dtype), seed=seed)
+                     dtype=np.dtype(first.dtype), seed=seed, replay=first.replay)
     calls = []
     for case in cases:
         quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits,

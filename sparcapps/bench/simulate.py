@@ -9,23 +9,64 @@ and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
 when that exceeds ``--sim-memory`` it is *modeled only* (Rabenseifner's bytes and time, no
 data; records say ``"modeled_only": true``), and the speedups refer to the modeled time.
+``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
+simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of simulator
+Python): their time is the cost model's prediction for the network
+(:func:`sparcml.sim.network_cost_model`) at the cell's exact input and result sizes (taken
+from an algorithm that was simulated), their bytes the model's volumes (:func:`_model_bytes`).
+
+Before the first cell, every algorithm runs once on 2 ranks and a small input (not timed), so
+that no cell's first algorithm is charged for loading the compiled kernels.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["run_simulated_sweep"]
+__all__ = ["run_simulated_sweep", "add_arguments"]
 
 
-def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model):
+def add_arguments(p) -> None:
+    """The ``--simulate`` options of ``sparc-bench``'s parser ``p``."""
+    from sparcapps.cli_args import add_list_argument, algorithm_name, positive_int
+
+    add_list_argument(p, "--simulate", item_type=positive_int, metavar="P",
+                      help="instead of timing real ranks: run the sweep on P simulated ranks "
+                           "(sparcml.sim, one process, no mpiexec) for each P given; records "
+                           "carry \"simulated\": true and the network spec")
+    p.add_argument("--network", default=None, metavar="SPEC",
+                   help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
+                        "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
+                        "(default: one node per rank on 10 Gbit/s links)")
+    add_list_argument(p, "--model-only", item_type=algorithm_name, default=[],
+                      metavar="ALGORITHM",
+                      help="with --simulate: do not run these algorithms at P >= "
+                           "--model-only-from; record the cost model's prediction for the "
+                           "simulated network instead (rows '~', \"modeled_only\": true), for "
+                           "cells too slow to simulate (the split algorithms send P^2 messages)")
+    p.add_argument("--model-only-from", type=positive_int, default=1, metavar="P",
+                   help="with --model-only: the smallest P modeled only (default 1: every P)")
+    p.add_argument("--sim-memory", type=float, default=8.0, metavar="GIB",
+                   help="with --simulate: run the dense baseline only while P x N values fit "
+                        "in this many GiB (three copies counted); beyond, it is modeled")
+    p.add_argument("--compute-scale", type=float, default=1.0, metavar="FACTOR",
+                   help="with --simulate: multiply the compute measured here by FACTOR (the "
+                        "target's cores are FACTOR times slower; or ranks share cores)")
+    p.add_argument("--probe-network", action="store_true",
+                   help="instead of the sweep: measure this job's network (latency and rate "
+                        "between two nodes, and within a node) and print it as a --network "
+                        "SPEC for --simulate; run it on 2 nodes, e.g. mpiexec -n 4 -ppn 2")
+
+
+def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model, replay=None):
     import sparcml
     import sparcml.sim as sim
 
     from .inputs import make_input
 
     rank, size = comm.Get_rank(), comm.Get_size()
-    vec = make_input(dim, density, pattern, rank, size, dtype=np.dtype(dtype), seed=seed)
+    vec = make_input(dim, density, pattern, rank, size, dtype=np.dtype(dtype), seed=seed,
+                     replay=replay)
     if model is not None:
         sim.use_model(comm, model)
     # the real sweep's order (sparcapps.bench.runner): one untimed first call per case, then
@@ -58,8 +99,10 @@ def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model):
 
 
 def _cells(comm, cells, dtype, reps, warmup, seed, model):
-    return [_cell(comm, run_algs, dim, density, pattern, dtype, reps, warmup, seed, model)
-            for dim, density, pattern, run_algs in cells]
+    """:func:`_cell` for each ``(dim, density, pattern, algorithms, replay)``, in order."""
+    return [_cell(comm, run_algs, dim, density, pattern, dtype, reps, warmup, seed, model,
+                  replay)
+            for dim, density, pattern, run_algs, replay in cells]
 
 
 def _dense_fits(P, dim, itemsize, budget) -> bool:
@@ -76,10 +119,95 @@ def _modeled_dense(P, dim, dtype, net):
     return t, 2 * (P - 1) * nbytes // P
 
 
-def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithms) -> int:
+def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
+    """Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
+    1/P block of the input to each other rank) and the allgather (all blocks but one's own);
+    for ``allgather``, every other rank's input (what its allgather counts); for recursive
+    doubling the expected union so far in each of its rounds (powers of two)."""
+    from sparcml.costmodel import index_bytes, stream_bytes, union_size
+    from sparcml.registry import get_algorithm
+
+    if get_algorithm(algorithm).baseline:  # allgather of the inputs
+        return int((P - 1) * stream_bytes(k, dim, s_idx, s_val))
+    if "split" not in algorithm:  # recursive doubling: the union so far, once per round
+        from sparcml.costmodel import overlap_from_result
+
+        q = overlap_from_result(k, K, P, dim)
+        rounds = max(1, (P - 1).bit_length()) if P > 1 else 0
+        return int(sum(stream_bytes(union_size(k, 1 << r, dim, q), dim, s_idx, s_val)
+                       for r in range(rounds)))
+    phase1 = (P - 1) / P * stream_bytes(k, dim, s_idx, s_val)
+    if get_algorithm(algorithm).writes_out:  # dsar: dense blocks
+        gathered = dim * s_val
+    else:
+        block_K = K / P if K is not None else union_size(k / P, P, dim / P)
+        dense = block_K * (s_idx + s_val) >= dim / P * s_val
+        gathered = dim * s_val if dense else K * (index_bytes(block_K, dim / P, s_idx) + s_val)
+    return int(phase1 + (P - 1) / P * gathered)
+
+
+def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
+    """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
+
+    ``auto``: its choice by the simulator's cost model after one call (the overlap it learns
+    from that call's result, as its warm-up teaches it), with the time and bytes of the row of
+    that choice in ``rows`` (modeled too when absent)."""
+    import sparcml.sim as sim
+    from sparcapps.records import summarize
+    from sparcml import AUTO, index_dtype_for
+    from sparcml.costmodel import overlap_from_result
+
+    s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
+    k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
+    model = sim.network_cost_model(net, P)
+    if algorithm == AUTO:
+        q = overlap_from_result(k, K, P, dim)
+        choice = model.choose(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        row = rows.get(choice) or _modeled_row(choice, P, dim, dtype, net, some, rows)
+        return {**row, "ran": choice, "modeled_only": True}
+    t = model.predict(algorithm, P=P, N=dim, k=k, K=K, s_idx=s_idx, s_val=s_val)
+    nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val)
+    return {"timings": {"allreduce": summarize([t])},
+            "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
+            "result": dict(some["result"]), "ran": algorithm, "modeled_only": True}
+
+
+def _estimated_sizes(P, dim, density, pattern) -> dict:
+    """Input and result sizes of a cell no algorithm was simulated in (every sparse one
+    ``--model-only``): k as :func:`.inputs.make_input` draws it, K the model's expected union
+    (:func:`sparcml.costmodel.union_size`) of independent supports (``random``) or of 90%
+    shared ones (``overlap``); other patterns need one simulated algorithm."""
+    from sparcml.costmodel import union_size
+
+    from .inputs import SHARED_FRACTION
+
+    share = {"random": 1.0, "overlap": 1.0 - SHARED_FRACTION}.get(pattern)
+    if share is None:
+        raise SystemExit(f"sparc-bench: --model-only of every sparse algorithm needs pattern "
+                         f"random or overlap (the {pattern} cell's sizes are not modeled); "
+                         f"simulate one algorithm")
+    k = int(round(density * dim))
+    K = int(round(union_size(k, P, dim, share)))
+    return {"bytes": {"input_nnz_max": k},
+            "result": {"nnz": K, "dense": K * 8 >= dim * 4, "density": K / dim if dim else 0.0,
+                       "estimated": True}}
+
+
+def _warm_up(algorithms, dtype) -> None:
+    """Every algorithm once on 2 ranks and a small input (loads the compiled kernels)."""
+    import sparcml.sim as sim
+
+    sim.run(2, _cell, network="2x10gbit", args=(algorithms, 1 << 16, 0.01, "random", dtype,
+                                                 1, 0, 0, None))
+
+
+def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int:
+    """The sweep of ``cells`` (:func:`.inputs.bench_cells`) for each P of ``args.simulate``."""
     import sparcml.sim as sim
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
+
+    from .inputs import REPLAY
 
     net = sim.parse_network(args.network)
     environment = capture_environment()
@@ -89,23 +217,35 @@ def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithm
           f"results exact; '~' = modeled only (no data)")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
           f"{'median ms':>10} {'sent/rank':>10} {'result':>7} {'vs dense':>8}")
+    _warm_up([a for a in algorithms if a != AUTO], args.dtype)
     for P in args.simulate:
         if P > net.nodes * net.ppn:
             raise SystemExit(f"sparc-bench: --network {net.text} has {net.nodes * net.ppn} "
                              f"ranks, fewer than --simulate {P}")
         model = None if args.no_model else sim.network_cost_model(net, P)
         itemsize = np.dtype(args.dtype).itemsize
-        cells = [(dim, density, pattern,
-                  [a for a in algorithms if a != DENSE_BASELINE or _dense_fits(P, dim, itemsize,
-                                                                              budget)])
-                 for dim in dims for density in densities for pattern in patterns]
-        # one simulation per P, the cells in the real sweep's order: sparcml keeps state on
-        # a communicator from cell to cell (the balanced partitions' estimate), as a real job does
+        modeled = set(args.model_only) if P >= args.model_only_from else set()
+        modeled.discard(DENSE_BASELINE)
+        plan = []
+        for dim, density, pattern, label in cells:
+            dense_fits = _dense_fits(P, dim, itemsize, budget)
+            run_algs = [a for a in algorithms
+                        if (a != DENSE_BASELINE or dense_fits) and a not in modeled]
+            plan.append((dim, density, pattern, label, dense_fits, run_algs,
+                         args.replay if pattern == REPLAY else None))
+        # one simulation per P, the cells in the real sweep's order: sparcml keeps state on a
+        # communicator from cell to cell (the balanced partitions' estimate), as a real job does
+        todo = [(dim, density, pattern, run_algs, replay)
+                for dim, density, pattern, _, _, run_algs, replay in plan if run_algs]
         all_results = sim.run(P, _cells, network=net, compute_scale=args.compute_scale,
-                              args=(cells, args.dtype, reps, warmup, args.seed, model)).results
-        for c, (dim, density, pattern, run_algs) in enumerate(cells):
-            dense_fits = DENSE_BASELINE in run_algs
-            cell_results = [r[c] for r in all_results]
+                              args=(todo, args.dtype, reps, warmup, args.seed, model)
+                              ).results if todo else []
+        position = 0
+        for dim, density, pattern, label, dense_fits, run_algs, replay in plan:
+            cell_results = []
+            if run_algs:
+                cell_results = [r[position] for r in all_results]
+                position += 1
             rows = {}
             for i, algorithm in enumerate(run_algs):
                 per_rank = [r[i] for r in cell_results]
@@ -133,6 +273,13 @@ def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithm
                                "density": None if some is None
                                else some["result"]["density"]},
                     "ran": DENSE_BASELINE, "modeled_only": True}
+            simulated = next((r for a, r in rows.items() if a != DENSE_BASELINE), None)
+            if simulated is None and modeled:
+                simulated = _estimated_sizes(P, dim, density, pattern)
+            for algorithm in [a for a in algorithms if a in modeled and a != AUTO] + (
+                    [AUTO] if AUTO in modeled and AUTO in algorithms else []):
+                rows[algorithm] = _modeled_row(algorithm, P, dim, args.dtype, net, simulated,
+                                               rows)
             dense_median = rows[DENSE_BASELINE]["timings"]["allreduce"]["median"]
             for algorithm in algorithms:
                 row = rows[algorithm]
@@ -141,21 +288,20 @@ def run_simulated_sweep(args, dims, densities, patterns, reps, warmup, algorithm
                 name = algorithm if algorithm != AUTO else f"auto:{row['ran']}"
                 mark = "~" if row["modeled_only"] else " "
                 rd = row["result"]["density"]
-                print(f"{P:>5} {dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
+                print(f"{P:>5} {dim:>10} {density:>8.2g} {label:>8} {name:>22} "
                       f"{mark}{t['median'] * 1e3:>9.3f} "
                       f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
                       f"{'-' if rd is None else f'{rd:.3f}':>7} {speedup:>7.2f}x",
                       flush=True)
                 if args.output:
                     rec = make_record(
-                        "sparc-bench", config={**vars(args), "N": dims,
-                                               "density": densities,
-                                               "pattern": patterns, "reps": reps,
+                        "sparc-bench", config={**vars(args), **config, "reps": reps,
                                                "warmup": warmup,
                                                "algorithms": algorithms},
                         environment=environment, algorithm=algorithm, P=P, N=dim,
                         density=density, timings=row["timings"], bytes=row["bytes"],
-                        metrics={"speedup_over_dense": speedup, "pattern": pattern,
+                        metrics={"speedup_over_dense": speedup, "pattern": label,
+                                 "replay": replay,
                                  "dtype": args.dtype, "ran": row["ran"],
                                  "result_density": row["result"]["density"],
                                  "result_dense": row["result"]["dense"],

@@ -78,10 +78,13 @@ def field(rec: dict, name: str) -> Any:
 
 
 def network_label(rec: dict) -> str | None:
-    """The network a record was measured (or simulated) on: a simulated record's ``network``,
-    else the emulated network of ``jobs/emulate.sh``; None for the machine's own."""
+    """The network a record was measured (or simulated) on: a simulated record's ``network``
+    (``"...; modeled only"`` for a row that ``sparc-bench --simulate`` predicted by its cost
+    model instead of simulating: its own marker), else the emulated network of
+    ``jobs/emulate.sh``; None for the machine's own."""
     if rec.get("simulated"):
-        return str(rec.get("network") or "model")
+        net = str(rec.get("network") or "model")
+        return f"{net}; modeled only" if (rec.get("metrics") or {}).get("modeled_only") else net
     return (rec.get("environment") or {}).get("emulated_network")
 
 

@@ -28,8 +28,11 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
     c = s_idx + s_val
     threshold = N * s_val / c
     total = P * k
-    fold = (model.gamma_dense * (N + total) if total >= threshold or k >= threshold
-            else model.gamma_merge * total * max(1.0, math.log2(P)))
+    # arith.fold_parts adds densely only when a part is dense (k past the switch rule); else
+    # it merges the P streams, however many items they hold together (then densifies)
+    fold = (model.gamma_dense * (N + total) if k >= threshold
+            else model.gamma_merge * total * max(1.0, math.log2(P))
+            + (model.gamma_dense * N if total >= threshold else 0.0))
     return (model.gamma_dense * k * c / 4 + model.allgather_alpha
             + model.allgather(P * stream_bytes(k, N, s_idx, s_val)) + fold)
 
