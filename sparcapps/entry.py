@@ -82,6 +82,8 @@ sparc_bench = _script("sparcapps.bench.cli:main", "sparc-bench")
 sparc_bench_auto = _script("sparcapps.bench.auto_report:main", "sparc-bench-auto")
 sparc_bench_overlap = _script("sparcapps.bench.overlap_report:main", "sparc-bench-overlap")
 sparc_bench_compress = _script("sparcapps.bench.compress_bench:main", "sparc-bench-compress")
+sparc_record_gradients = _script("sparcapps.bench.record_gradients:main",
+                                 "sparc-record-gradients", _APPS)
 sparc_jobs = _script("sparcapps.jobs:main", "sparc-jobs")
 sparc_report = _script("sparcapps.report:main", "sparc-report", ("matplotlib",))
 sparc_data = _script("sparcapps.data.cli:main", "sparc-data")

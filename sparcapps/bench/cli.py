@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                            f"({preset('pattern')})")
     p.add_argument("--replay", metavar="FILE",
                    help="with --pattern replay: the recorded vectors to replay, rank r taking "
-                        "vector r mod count (python -m sparcapps.bench.record_gradients makes "
+                        "vector r mod count (sparc-record-gradients makes "
                         "them); the cell's N and density are the file's")
     add_list_argument(p, "--algorithms", item_type=algorithm_name, default=list(ALGORITHMS),
                       metavar="ALGORITHM",

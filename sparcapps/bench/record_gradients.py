@@ -1,7 +1,7 @@
 """Record real gradients once, to replay them per rank (``sparc-bench --pattern replay``).
 
-    python -m sparcapps.bench.record_gradients linear --count 1024 --output url-linear.npz
-    python -m sparcapps.bench.record_gradients cnn --count 1024 --output cnn-topk.npz
+    sparc-record-gradients linear --count 1024 --output url-linear.npz
+    sparc-record-gradients cnn --count 1024 --output cnn-topk.npz
 
 Both record what the P ranks of one data-parallel step would each send: ``count`` minibatch
 gradients at the *same* weights, on ``count`` disjoint minibatches (rank r of a replay takes
@@ -22,7 +22,6 @@ gradient ``r mod count``; see :mod:`.replay` for the file format).
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 import numpy as np
@@ -104,19 +103,21 @@ def cnn_topk_gradients(count: int, *, width: int = 100, batch_size: int = 32,
 def main(argv=None) -> int:
     from .replay import save_replay
 
-    p = argparse.ArgumentParser(prog="python -m sparcapps.bench.record_gradients",
-                                description=__doc__.splitlines()[0])
+    from sparcapps.cli_args import fraction, make_parser, positive_int
+
+    p = make_parser("sparc-record-gradients", description=__doc__.splitlines()[0])
     p.add_argument("stream", choices=["linear", "cnn"])
-    p.add_argument("--count", type=int, default=1024, help="gradients to record (default 1024)")
+    p.add_argument("--count", type=positive_int, default=1024, help="gradients to record")
     p.add_argument("--output", required=True, help="the replay file (.npz) to write")
-    p.add_argument("--batch-size", type=int, help="rows per minibatch (linear 256, cnn 32)")
-    p.add_argument("--train-rows", type=int, default=50_000, help="linear: training rows")
-    p.add_argument("--topk", type=float, default=0.01, help="cnn: fraction kept (0.01)")
-    p.add_argument("--width", type=int, default=100, help="cnn: DigitsCNN width (100: 5.3M)")
-    p.add_argument("--warm-steps", type=int, default=20, help="cnn: SGD steps before")
+    p.add_argument("--batch-size", type=positive_int,
+                   help="rows per minibatch (default: linear 256, cnn 32)")
+    p.add_argument("--train-rows", type=positive_int, default=50_000,
+                   help="linear: training rows")
+    p.add_argument("--topk", type=fraction, default=0.01, help="cnn: fraction kept")
+    p.add_argument("--width", type=positive_int, default=100,
+                   help="cnn: DigitsCNN width (100: 5.3M parameters)")
+    p.add_argument("--warm-steps", type=int, default=20, help="cnn: SGD steps before recording")
     a = p.parse_args(argv)
-    if a.count < 1:
-        p.error("--count must be >= 1")
     if a.stream == "linear":
         dim, vectors, text = linear_gradients(a.count, batch_size=a.batch_size or 256,
                                               train_rows=a.train_rows)

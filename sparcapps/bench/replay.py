@@ -116,5 +116,5 @@ def load_replay(path) -> ReplayStream:
         mtime = os.stat(path).st_mtime
     except OSError as exc:
         raise ReplayFileError(f"replay file {path} not found: record one with "
-                              f"'python -m sparcapps.bench.record_gradients'") from exc
+                              f"'sparc-record-gradients'") from exc
     return _load(path, mtime)
