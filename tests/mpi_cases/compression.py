@@ -22,17 +22,11 @@ from sparcml.compression import (Compression, NoneCompressor, NoneMemory, Residu
                                  TopKCompressor)
 from sparcml.registry import get_algorithm
 
+from _mpi_checks import ok, passed
+
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 N = 203
-checks = 0
-
-
-def ok(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(f"rank {rank}: {what}")
-    checks += 1
 
 
 def same_everywhere(arr) -> bool:
@@ -97,6 +91,6 @@ full = c.allreduce_in(sparcml.context.context_for(comm), np.full(N, 1.0, np.floa
                       full=True)
 ok(np.array_equal(full.result.to_dense(), np.full(N, P, np.float32)), "full: the exact sum")
 
-total = comm.allreduce(checks)
+total = comm.allreduce(passed())
 if rank == 0:
     print(f"COMPRESSION {total // P} OK", flush=True)

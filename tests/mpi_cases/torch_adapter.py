@@ -17,18 +17,12 @@ from sparcml.compression import (Compression, NoneCompressor, NoneMemory, Residu
                                  TopKCompressor)
 from sparcml.registry import get_algorithm
 
+from _mpi_checks import ok, passed
+
 torch.set_num_threads(1)
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 B = 5  # rows per rank
-checks = 0
-
-
-def ok(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(f"rank {rank}: {what}")
-    checks += 1
 
 
 def make_model(dtype=torch.float32, seed=0, hidden=9):
@@ -317,6 +311,6 @@ for old, new in (
             ok(not caught, [str(w.message) for w in caught])
     ok(np.array_equal(runs[0], runs[1]), f"{old}: the old keywords train differently")
 
-total = comm.allreduce(checks)
+total = comm.allreduce(passed())
 if rank == 0:
     print(f"TORCH-ADAPTER {total // P} OK", flush=True)

@@ -20,18 +20,12 @@ import sparcml.torch as st
 from sparcml.compression import Compression, ResidualMemory, TopKCompressor
 from sparcml.torch.hooks import SparcmlHookState, init_process_group, sparcml_hook
 
+from _mpi_checks import ok, passed
+
 torch.set_num_threads(1)
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 B = 4  # rows per rank
-checks = 0
-
-
-def ok(cond, what):
-    global checks
-    if not cond:
-        raise AssertionError(f"rank {rank}: {what}")
-    checks += 1
 
 
 def make_model(dtype=torch.float32, seed=0):
@@ -287,6 +281,6 @@ raises(sparcml.IncompatibleOptionsError, "must be a SparcmlHookState",
        lambda: sparcml_hook(object(), None))
 dist.destroy_process_group()
 
-total = comm.allreduce(checks)
+total = comm.allreduce(passed())
 if rank == 0:
     print(f"TORCH-ECOSYSTEM {total // P} OK", flush=True)
