@@ -132,8 +132,8 @@ def run_probe(args) -> int:
     spec = sim.probe_network(comm)
     if comm.Get_rank() == 0:
         print(f"sparc-bench --probe-network: {spec.nodes} node(s) x {spec.ppn} rank(s); "
-              f"latency = half an 8-byte round trip, rate = an 8 MiB exchange per direction "
-              f"(medians)")
+              f"latency = half an 8-byte round trip (median), rate = an 8 MiB exchange per "
+              f"direction (fastest of 5)")
         print(f"--network {spec.text}")
         print(f"(predict N nodes: replace the leading '{spec.nodes}x' with 'Nx')")
     return 0
