@@ -19,7 +19,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels
+from . import kernels, tuning
 from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_result, \
     topk_allreduce_cost
 from .registry import AUTO, algorithm_names, get_algorithm
@@ -218,25 +218,34 @@ def _interleaved(ctx, run, vec, names, reps) -> dict:
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def choose(ctx, vec: SparseVector, nnz_max: int, codec, run) -> str:
-    """``auto``: the algorithm the calibrated cost model predicts fastest (same on all ranks).
+def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = False) -> str:
+    """``auto``: the algorithm to run for this call (same on all ranks).
 
     Calibrates on ``ctx`` at the first call (collectively, with ``run``); a quantized call
-    only considers algorithms that accept a quantizer."""
+    only considers algorithms that accept a quantizer. The calibrated cost model chooses;
+    with ``tune`` (and P > 1), calls of a shape after its first try the candidates the model
+    cannot separate and keep the fastest measured (:mod:`sparcml.tuning`)."""
     model = ctx.history.get("model")
     if model is None:
         model = ctx.history["model"] = calibrate_context(ctx, run)
     q = ctx.history.get(("overlap", vec.dim), 1.0)
+    candidates = [a for a in algorithm_names(in_auto_only=True)
+                  if not codec.lossy or get_algorithm(a).accepts_quantizer]
+    shape = {"P": ctx.size, "N": vec.dim, "k": nnz_max, "s_idx": vec.index_dtype.itemsize,
+             "s_val": vec.dtype.itemsize}
+    if tune and ctx.size > 1:
+        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, tuple(candidates))
+        q_now = ctx.history.get(("overlap", vec.dim), 1.0)
+        found = tuning.choose(ctx.history, key, lambda: [
+            (model.predict(a, q=q_now, **shape), a) for a in candidates])
+        if found is not None:
+            return found
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize, codec.lossy)
     choice = ctx.history.get(key)
     if choice is None:
-        candidates = [a for a in algorithm_names(in_auto_only=True)
-                      if not codec.lossy or get_algorithm(a).accepts_quantizer]
-        choice = model.choose(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
-                              s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize,
-                              candidates=candidates)
+        choice = model.choose(q=q, candidates=candidates, **shape)
         if len(ctx.history) < _HISTORY_LIMIT:
             ctx.history[key] = choice
     return choice
@@ -311,25 +320,30 @@ def calibrate_node_aware(ctx, layout, run, *, reps: int = 5) -> CostModel:
 
 
 def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, algorithm: str,
-                      option) -> tuple[str, bool]:
+                      option, *, tune: bool = False) -> tuple[str, bool]:
     """``(algorithm, hierarchical)`` for a call with ``hierarchical`` ``option`` (True, False
     or ``"auto"``) and ``algorithm`` (a name or ``"auto"``); the same on every rank.
 
     The node-aware scheme is considered only where it differs from the flat one (more than one
     node, some node with more than one rank); it is predicted with the model calibrated by
     :func:`calibrate_node_aware` (at the first such call, collectively), the flat algorithms
-    with the communicator's own (:func:`choose`)."""
+    with the communicator's own (:func:`choose`). With ``tune``, calls of a shape after its
+    first measure the options the models cannot separate (:mod:`sparcml.tuning`)."""
     fixed = algorithm != AUTO
     useful = layout is not None and layout.nodes > 1 and not layout.trivial
     if option is False or not useful or (fixed and option is True):
-        name = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run)
+        name = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run, tune=tune)
         return name, option is True and layout is not None and not layout.trivial
     q = ctx.history.get(("overlap", vec.dim), 1.0)
     key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
            vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)
-    found = ctx.history.get(key)
+    tune_key = tuning.shape_key("node-aware", vec, nnz_max, codec.lossy, id(layout),
+                                algorithm, option)
+    found = None if tune else ctx.history.get(key)
     if found is not None:
         return found
+    if tune and tuning.settled(ctx.history, tune_key) is not None:
+        return tuning.settled(ctx.history, tune_key)
     node_key = ("node model", id(layout))
     node_model = ctx.history.get(node_key)
     if node_model is None:
@@ -337,21 +351,37 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     candidates = [algorithm] if fixed else [
         a for a in algorithm_names(in_auto_only=True)
         if not codec.lossy or get_algorithm(a).accepts_quantizer]
-    shape = {"N": vec.dim, "k": nnz_max, "q": q, "s_idx": vec.index_dtype.itemsize,
-             "s_val": vec.dtype.itemsize}
-    options = [(node_model.predict_hierarchical(a, P=ctx.size, nodes=layout.nodes,
-                                                ranks_per_node=layout.largest, **shape), a, True)
-               for a in candidates]
-    if option == AUTO:
-        flat = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run)
-        model = ctx.history.get("model")
-        if model is None:
-            model = ctx.history["model"] = calibrate_context(ctx, run)
-        options.append((model.predict(flat, P=ctx.size, **shape), flat, False))
-    _, name, hierarchical = min(options, key=lambda o: o[0])
+    model = ctx.history.get("model")
+    if model is None and option == AUTO:
+        model = ctx.history["model"] = calibrate_context(ctx, run)
+
+    def ranked():
+        q_now = ctx.history.get(("overlap", vec.dim), 1.0)
+        shape = {"N": vec.dim, "k": nnz_max, "q": q_now, "s_idx": vec.index_dtype.itemsize,
+                 "s_val": vec.dtype.itemsize}
+        options = [(node_model.predict_hierarchical(a, P=ctx.size, nodes=layout.nodes,
+                                                    ranks_per_node=layout.largest, **shape),
+                    (a, True)) for a in candidates]
+        if option == AUTO:
+            options += [(model.predict(a, P=ctx.size, **shape), (a, False))
+                        for a in candidates]
+        return options
+
+    if tune:
+        found = tuning.choose(ctx.history, tune_key, ranked)
+        if found is not None:
+            return found
+    options = ranked()
+    if option == AUTO and not fixed:   # the flat side as the flat auto would run it
+        flat = choose(ctx, vec, nnz_max, codec, run)
+        options = [o for o in options if o[1][1]] + [
+            (model.predict(flat, P=ctx.size, N=vec.dim, k=nnz_max, q=q,
+                           s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize),
+             (flat, False))]
+    _, found = min(options, key=lambda o: o[0])
     if len(ctx.history) < _HISTORY_LIMIT:
-        ctx.history[key] = (name, hierarchical)
-    return name, hierarchical
+        ctx.history[key] = found
+    return found
 
 
 def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:

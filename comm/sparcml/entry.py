@@ -8,7 +8,9 @@ on a context (the blocking path's, or the non-blocking engine's thread's). Every
    equal dim, value dtype, algorithm, quantizer, partition policy (the environment's
    ``SPARCML_PARTITIONS``: :mod:`sparcml.partition`), and no rank failed; otherwise every rank
    raises the same error and the communicator stays usable;
-3. picks the algorithm (``auto``: :mod:`sparcml.auto`) and runs its registry record.
+3. picks the algorithm (``auto``: :mod:`sparcml.auto`, refined by measuring near-ties:
+   :mod:`sparcml.tuning`, whose trial times ride on step 2's reduction) and runs its
+   registry record.
 
 A rank that fails *during* step 3 (out of memory, a signal) cannot complete the exchange the
 others are in; it aborts the job with its message (:class:`~sparcml.CollectiveFailure`), as
@@ -18,12 +20,13 @@ MPI's default error handler does, rather than leaving them waiting.
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
 
 import numpy as np
 from mpi4py import MPI
 
-from . import arith, auto, hierarchical as node_aware
+from . import arith, auto, hierarchical as node_aware, tuning
 from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .errors import CollectiveFailure
@@ -48,7 +51,8 @@ def _describe() -> dict:
     return {"algorithm": names, "value dtype": _VALUE_SIZES,
             "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"},
             "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"},
-            "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}}
+            "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)},
+            "auto tuning": {0: f"{tuning.TUNING_ENV}=0", 1: f"{tuning.TUNING_ENV}=1"}}
 
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
@@ -120,7 +124,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     """
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
               "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1,
-              "node shm": -1, "partitions": -1}
+              "node shm": -1, "partitions": -1, "auto tuning": -1}
     nnz = seed = 0
     record = None
     option = False
@@ -135,6 +139,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         fields["quantizer"] = quantizer_code(quantizer)
         fields["quantize_sparse"] = int(bool(quantize_sparse))
         fields["partitions"] = partition_policy()
+        fields["auto tuning"] = tuning.enabled()
         stats = check_stats(stats)
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
@@ -147,8 +152,11 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             # one random seed common to all ranks (the maximum of their draws)
             seed = int(quantizer._rng.integers(0, 2**62))
     maxima = agree(ctx.comm, fields, failed.error, _describe(), waiter=ctx.waiter,
-                   maxima={"nnz": nnz, "seed": seed})
+                   maxima={"nnz": nnz, "seed": seed,
+                           "auto trial ns": tuning.pending_ns(ctx.history)})
     nnz_max, seed = maxima["nnz"], maxima["seed"]
+    tuning.resolve(ctx.history, maxima["auto trial ns"])
+    tune = bool(fields["auto tuning"])
     stats.calls += 1
     ctx.partitions = POLICIES[fields["partitions"]]
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed,
@@ -157,10 +165,11 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     if option is not False and ctx.size > 1:
         layout = node_aware.layout_for(ctx, forced)
         chosen, node_phases = auto.choose_node_aware(ctx, layout, vec, nnz_max, codec,
-                                                     _calibration_run, algorithm, option)
+                                                     _calibration_run, algorithm, option,
+                                                     tune=tune)
     else:
-        chosen = auto.choose(ctx, vec, nnz_max, codec, _calibration_run) if record is None \
-            else algorithm
+        chosen = auto.choose(ctx, vec, nnz_max, codec, _calibration_run, tune=tune) \
+            if record is None else algorithm
         node_phases = False
     record = get_algorithm(chosen)
     stats.algorithm = chosen
@@ -174,6 +183,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
+    tuning.begin(ctx.history, getattr(ctx.comm, "clock", time.perf_counter))
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
         if node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
@@ -185,6 +195,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         else:
             result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
                                 out=None, sent=sent)
+    tuning.end(ctx.history)
     if algorithm == AUTO or option == AUTO:
         auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:

@@ -105,6 +105,21 @@ for density in (0.0, 1e-3, 0.05, 0.7):
         assert np.array_equal(got.to_dense(), want), ("auto", density)
         cases += 1
 
+# auto's measured refinement (sparcml.tuning): the calls of a shape after its first try the
+# near-ties one by one, then keep one; every call agrees across ranks and sums right
+for density in (1e-3, 0.05):
+    vec = inputs(50_000, density, np.float32, 7)
+    want = np.sum(comm.allgather(vec.to_dense()), axis=0)
+    ran = []
+    for _ in range(sparcml.tuning.EXPLORING_CALLS + 3):
+        stats = sparcml.TrafficStats()
+        got = sparcml.allreduce(vec, algorithm="auto", stats=stats)
+        assert len(set(comm.allgather(stats.algorithm))) == 1, "auto chose differently"
+        assert np.array_equal(got.to_dense(), want), ("auto tuning", density)
+        ran.append(stats.algorithm)
+        cases += 1
+    assert len(set(ran[-3:])) == 1, f"auto did not settle: {ran}"
+
 # quantized messages: the same result on every rank, within the quantization error of the
 # exact sum, and fewer bytes whenever dense messages are quantized
 for algorithm in ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",

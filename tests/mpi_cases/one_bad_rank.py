@@ -5,6 +5,7 @@ every case must raise the same error class on every rank, name the bad rank, and
 communicator usable (the next call gives the right sum). Rank 0 prints ``ONE-BAD-RANK <n> OK``.
 """
 
+import os
 import sys
 
 import numpy as np
@@ -73,6 +74,19 @@ for label, call, cls, needle in cases:
             assert f"rank {BAD}" in msg, f"{label}: rank {r} not told which rank: {msg!r}"
     sane_afterwards(label)
     n += 1
+
+# auto's measured refinement switched off on one rank only: its choices would diverge, so
+# the call is refused on every rank, naming the variable
+if rank == BAD:
+    os.environ[sparcml.tuning.TUNING_ENV] = "0"
+every = comm.allgather(outcome(lambda: sparcml.allreduce(good, algorithm="auto")))
+os.environ.pop(sparcml.tuning.TUNING_ENV, None)
+if P > 1:
+    for r, (got, msg) in enumerate(every):
+        assert got == "RankMismatchError", f"tuning env: rank {r} raised {got}: {msg}"
+        assert f"rank {BAD}: SPARCML_AUTO_TUNING=0" in msg, msg
+sane_afterwards("tuning env")
+n += 1
 
 # 2. big-endian indices and values on one rank: accepted, converted, the same sum everywhere
 be = (100, np.array([1, 5], ">i4"), np.ones(2, ">f4"))

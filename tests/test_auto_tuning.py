@@ -1,0 +1,125 @@
+"""auto's measured refinement (sparcml.tuning): the pure bookkeeping, and on the simulator a
+cost model that ranks the algorithms wrongly is overruled by measurement (torch-free, one
+process)."""
+
+
+import numpy as np
+import pytest
+
+import sparcml
+from sparcml import sim, tuning
+from sparcml.costmodel import CostModel
+
+KEY = ("tuning", "flat", 100, 10, 4, 4, False)
+
+
+def _explore(times: dict, ranked: list, calls: int = 20) -> list:
+    """Drive tuning.choose/begin/end/resolve as the entry point does, with measured seconds
+    from ``times``; returns what each call ran."""
+    history, ran, clock = {}, [], [0.0]
+    for _ in range(calls):
+        tuning.resolve(history, tuning.pending_ns(history))
+        option = tuning.choose(history, KEY, lambda: ranked) or "model's choice"
+        tuning.begin(history, clock=lambda: clock[0])
+        clock[0] += times.get(option, 0.0)
+        tuning.end(history)
+        ran.append(option)
+    return ran
+
+
+def test_first_call_is_the_models_then_contenders_within_the_margin_then_the_fastest():
+    ranked = [(1.0, "a"), (3.9, "b"), (2.0, "c"), (4.1, "far")]   # "far": outside MARGIN
+    ran = _explore({"a": 5.0, "b": 1.0, "c": 1.4}, ranked)
+    # call 1: the model's; round 1 in predicted order; round 2: b and c (1.4 <= 1.5 x 1.0)
+    assert ran[:6] == ["model's choice", "a", "c", "b", "c", "b"]
+    assert set(ran[6:]) == {"b"}
+    assert "far" not in ran
+
+
+def test_a_clear_winner_is_kept_after_one_round_and_one_contender_at_once():
+    ran = _explore({"a": 1.0, "b": 3.0}, [(1.0, "a"), (1.1, "b")])
+    assert ran[:3] == ["model's choice", "a", "b"] and set(ran[3:]) == {"a"}
+    ran = _explore({"a": 1.0}, [(1.0, "a"), (10.0, "b")])
+    assert ran[0] == "model's choice" and set(ran[1:]) == {"a"}
+
+
+def test_at_most_max_contenders_and_the_bound_on_exploring_calls():
+    ranked = [(1.0 + i / 100, f"alg{i}") for i in range(10)]
+    ran = _explore({f"alg{i}": 1.0 for i in range(10)}, ranked, calls=30)
+    tried = set(ran[1:]) - {"model's choice"}
+    assert len(tried) == tuning.MAX_CONTENDERS
+    settle = ran.index(ran[-1], 1 + tuning.MAX_CONTENDERS)
+    assert len(set(ran[tuning.EXPLORING_CALLS:])) == 1
+    assert settle <= tuning.EXPLORING_CALLS
+
+
+def test_a_time_for_another_option_or_no_time_changes_nothing():
+    history = {}
+    assert tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.2, "b")]) is None
+    assert tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.2, "b")]) == "a"
+    history["tuning: measured"] = (KEY, "b", 5)          # not the call in flight
+    tuning.resolve(history, 5)
+    assert history[KEY]["times"] == {} and history[KEY]["plan"] == ["a", "b"]
+    tuning.resolve(history, 0)
+    assert history[KEY]["plan"] == ["a", "b"]
+
+
+def test_shape_key_buckets_nnz_by_sqrt2():
+    vec = sparcml.SparseVector(1000, np.arange(10, dtype=np.int32), np.ones(10, np.float32))
+    keys = {tuning.shape_key("flat", vec, n, False) for n in (1000, 1100, 1200)}
+    assert len(keys) == 1
+    assert tuning.shape_key("flat", vec, 1000, False) != tuning.shape_key("flat", vec, 2000,
+                                                                         False)
+
+
+class _Misleading(CostModel):
+    """Ranks dense first (it is ~10x slower here), then recursive doubling, then allgather."""
+    RANKS = {"dense": 1.0, "ssar_recursive_double": 2.0, "allgather": 3.0}
+
+    def predict(self, algorithm, **_):
+        return self.RANKS.get(algorithm, 100.0)
+
+
+def _workload(comm, calls):
+    rng = np.random.default_rng(comm.Get_rank())
+    N, k = 1 << 20, 1 << 10                                  # 0.1%, random supports
+    vec = sparcml.SparseVector(N, np.sort(rng.choice(N, k, replace=False)).astype(np.int32),
+                               rng.standard_normal(k).astype(np.float32))
+    sim.use_model(comm, _Misleading())
+    want = np.sum(comm.allgather(vec.to_dense()), axis=0, dtype=np.float64)
+    ran = []
+    for _ in range(calls):
+        stats = sparcml.TrafficStats()
+        got = sparcml.allreduce(vec, comm, algorithm="auto", stats=stats)
+        assert np.allclose(got.to_dense(), want, atol=1e-4)
+        ran.append(stats.algorithm)
+    fixed = {}
+    for name in _Misleading.RANKS:                           # each contender on its own
+        times = []
+        for _ in range(3):
+            comm.Barrier()
+            t0 = comm.clock()
+            sparcml.allreduce(vec, comm, algorithm=name)
+            times.append(comm.clock() - t0)
+        fixed[name] = min(times)
+    return ran, fixed
+
+
+@pytest.mark.parametrize("P", [5, 16])
+def test_simulated_auto_overrules_a_wrong_model_by_measurement(P):
+    calls = tuning.EXPLORING_CALLS + 3
+    res = sim.run(P, _workload, args=(calls,), network=f"{P}x10gbit")
+    ran, fixed = res.results[0]
+    assert all(r[0] == ran for r in res.results), "ranks ran different algorithms"
+    assert ran[0] == "dense"                                 # the model's choice, untimed
+    assert set(ran[1:1 + 3]) == set(_Misleading.RANKS)      # round 1: every contender
+    kept = ran[-1]
+    assert set(ran[-3:]) == {kept}
+    assert fixed[kept] <= 1.2 * min(fixed.values()), (kept, fixed)
+    assert kept != "dense", fixed
+
+
+def test_simulated_auto_keeps_the_models_choice_with_tuning_off(monkeypatch):
+    monkeypatch.setenv(tuning.TUNING_ENV, "0")
+    res = sim.run(4, _workload, args=(6,), network="4x10gbit")
+    assert all(r[0] == ["dense"] * 6 for r in res.results)
