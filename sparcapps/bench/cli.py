@@ -108,6 +108,16 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def auto_note(algorithms) -> str:
+    """The header's note on auto's untimed exploring calls, if auto is in the sweep."""
+    from sparcml import AUTO, tuning
+
+    if AUTO not in algorithms:
+        return ""
+    return (f"; auto: +{tuning.EXPLORING_CALLS} untimed calls that settle its measured "
+            f"choice, sparcml.tuning")
+
+
 def _fmt_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
@@ -245,7 +255,8 @@ def run_sweep(args) -> int:
             mode += f", +q{args.bits}: QSGD {args.bits}-bit" + (" (sparse values too)"
                                                                if args.quantize_sparse else "")
         print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
-              f"(+{warmup} warm-up); time = median over reps of the slowest rank [q25-q75]; "
+              f"(+{warmup} warm-up{auto_note(algorithms)}); time = median over reps of the "
+              f"slowest rank [q25-q75]; "
               f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
               f"bandwidth")
         print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "

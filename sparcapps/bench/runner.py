@@ -89,6 +89,7 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
 
         call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
         calls.append(call)
+    settle_auto(cases, calls)
     times = [[] for _ in cases]
     stats = [sparcml.TrafficStats() for _ in cases]
     results = [None] * len(cases)
@@ -108,6 +109,20 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     k_max = max(comm.allgather(vec.nnz))
     return [_describe(case, comm, times[i], stats[i], results[i], k_max, model, phase1[i])
             for i, case in enumerate(cases)]
+
+
+def settle_auto(cases, calls) -> None:
+    """``auto``'s exploring calls (:data:`sparcml.tuning.EXPLORING_CALLS`), untimed like its
+    first: the timed repetitions see the algorithm it settles on, as a training run's steps
+    after the first few do. Cases that are not ``auto`` do not run here."""
+    exploring = [call for case, call in zip(cases, calls) if _explores(case)]
+    for _ in range(sparcml.tuning.EXPLORING_CALLS if exploring else 0):
+        for call in exploring:
+            call(sparcml.TrafficStats())
+
+
+def _explores(case) -> bool:
+    return case.topk is None and case.algorithm == sparcml.AUTO
 
 
 def _ratio(values) -> float | None:

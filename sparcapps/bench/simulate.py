@@ -74,6 +74,11 @@ def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model, 
     # partitions' estimate) evolves the same way and bytes match a real run's
     for algorithm in cases:
         sparcml.allreduce(vec, comm, algorithm=algorithm)
+    # auto's exploring calls, untimed, as sparcapps.bench.runner.settle_auto makes them
+    for _ in range(sparcml.tuning.EXPLORING_CALLS if sparcml.AUTO in cases else 0):
+        for algorithm in cases:
+            if algorithm == sparcml.AUTO:
+                sparcml.allreduce(vec, comm, algorithm=algorithm)
     stats = [sparcml.TrafficStats() for _ in cases]
     elapsed = [[] for _ in cases]
     results = [None] * len(cases)
@@ -149,22 +154,31 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
 def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
     """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
 
-    ``auto``: its choice by the simulator's cost model after one call (the overlap it learns
-    from that call's result, as its warm-up teaches it), with the time and bytes of the row of
-    that choice in ``rows`` (modeled too when absent)."""
+    ``auto``: what its measured refinement (:mod:`sparcml.tuning`) would keep, with the rows
+    standing in for its measurements: the contenders the simulator's cost model ranks within
+    the margin (after one call, with the overlap that call's result teaches), and of those the
+    one whose row in ``rows`` (modeled too when absent) is fastest; that row's time and
+    bytes."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
-    from sparcml import AUTO, index_dtype_for
+    from sparcml import AUTO, index_dtype_for, tuning
     from sparcml.costmodel import overlap_from_result
+    from sparcml.registry import algorithm_names
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
     model = sim.network_cost_model(net, P)
     if algorithm == AUTO:
         q = overlap_from_result(k, K, P, dim)
-        choice = model.choose(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
-        row = rows.get(choice) or _modeled_row(choice, P, dim, dtype, net, some, rows)
-        return {**row, "ran": choice, "modeled_only": True}
+        ranked = sorted((model.predict(a, P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val), a)
+                        for a in algorithm_names(in_auto_only=True))
+        contenders = [a for t, a in ranked if t <= tuning.MARGIN * ranked[0][0]]
+        contenders = contenders[:tuning.MAX_CONTENDERS]
+        candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows)
+                      for a in contenders}
+        choice = min(contenders,
+                     key=lambda a: candidates[a]["timings"]["allreduce"]["median"])
+        return {**candidates[choice], "ran": choice, "modeled_only": True}
     t = model.predict(algorithm, P=P, N=dim, k=k, K=K, s_idx=s_idx, s_val=s_val)
     nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val)
     return {"timings": {"allreduce": summarize([t])},
@@ -207,6 +221,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
+    from .cli import auto_note
+
     from .inputs import REPLAY
 
     net = sim.parse_network(args.network)
@@ -214,7 +230,7 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
     budget = args.sim_memory * 2**30
     print(f"sparc-bench --simulate: network {net.text}; time = median over reps of the "
           f"slowest rank's virtual time (measured compute + modeled communication); bytes and "
-          f"results exact; '~' = modeled only (no data)")
+          f"results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
           f"{'median ms':>10} {'sent/rank':>10} {'result':>7} {'vs dense':>8}")
     _warm_up([a for a in algorithms if a != AUTO], args.dtype)
