@@ -34,7 +34,7 @@ import os
 import time
 
 __all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TUNING_ENV", "enabled",
-           "shape_key", "choose", "begin", "end", "pending_ns", "resolve", "settled"]
+           "shape_key", "contenders_of", "choose", "begin", "end", "pending_ns", "resolve", "settled"]
 
 MARGIN = 4.0          # a candidate predicted within this factor of the best is tried
 MAX_CONTENDERS = 4    # at most this many are tried per shape
@@ -66,6 +66,14 @@ def settled(history: dict, key: tuple):
     return None if not state else state["settled"]
 
 
+def contenders_of(ranked) -> list:
+    """The options worth measuring: ``(predicted seconds, option)`` pairs within
+    :data:`MARGIN` of the best prediction, at most :data:`MAX_CONTENDERS`, best first."""
+    ranked = sorted(ranked, key=lambda pair: pair[0])
+    best = ranked[0][0]
+    return [opt for t, opt in ranked if t <= MARGIN * best][:MAX_CONTENDERS]
+
+
 def choose(history: dict, key: tuple, rank) -> object | None:
     """The option to run for a call of shape ``key`` (the same on every rank, given the same
     history), or None for the first call of the shape: the caller runs the model's choice.
@@ -76,9 +84,7 @@ def choose(history: dict, key: tuple, rank) -> object | None:
         return None
     state = history[key]
     if state is None:
-        ranked = sorted(rank(), key=lambda pair: pair[0])
-        best = ranked[0][0]
-        contenders = [opt for t, opt in ranked if t <= MARGIN * best][:MAX_CONTENDERS]
+        contenders = contenders_of(rank())
         state = history[key] = {"plan": list(contenders), "times": {}, "round": 1,
                                 "settled": contenders[0] if len(contenders) == 1 else None}
     if state["settled"] is not None:

@@ -170,10 +170,9 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
     model = sim.network_cost_model(net, P)
     if algorithm == AUTO:
         q = overlap_from_result(k, K, P, dim)
-        ranked = sorted((model.predict(a, P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val), a)
-                        for a in algorithm_names(in_auto_only=True))
-        contenders = [a for t, a in ranked if t <= tuning.MARGIN * ranked[0][0]]
-        contenders = contenders[:tuning.MAX_CONTENDERS]
+        contenders = tuning.contenders_of(
+            (model.predict(a, P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val), a)
+            for a in algorithm_names(in_auto_only=True))
         candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows)
                       for a in contenders}
         choice = min(contenders,
