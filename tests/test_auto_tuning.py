@@ -30,14 +30,28 @@ def _explore(times: dict, ranked: list, calls: int = 20) -> list:
 def test_first_call_is_the_models_then_contenders_within_the_margin_then_the_fastest():
     ranked = [(1.0, "a"), (3.9, "b"), (2.0, "c"), (4.1, "far")]   # "far": outside MARGIN
     ran = _explore({"a": 5.0, "b": 1.0, "c": 1.4}, ranked)
-    # call 1: the model's; round 1 in predicted order; round 2: b and c (1.4 <= 1.5 x 1.0)
-    assert ran[:6] == ["model's choice", "a", "c", "b", "c", "b"]
+    # call 1: the model's; round 1 in predicted order; round 2 in reverse order: b and c
+    # (within RETRY of 1.0), not a (5.0)
+    assert ran[:6] == ["model's choice", "a", "c", "b", "b", "c"]
     assert set(ran[6:]) == {"b"}
     assert "far" not in ran
 
 
+def test_one_slow_try_does_not_rule_an_algorithm_out():
+    times = iter([2.0, 5.0, 1.0, 2.1])          # b's first try is slow (cold), its second not
+    history, ran = {}, []
+    for _ in range(8):
+        tuning.resolve(history, tuning.pending_ns(history))
+        option = tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.1, "b")])
+        ran.append(option)
+        if option is not None and tuning.settled(history, KEY) is None:
+            history["tuning: measured"] = (KEY, option, int(next(times) * 1e9))
+            history.pop("tuning: trial", None)
+    assert ran[:5] == [None, "a", "b", "b", "a"] and set(ran[5:]) == {"b"}
+
+
 def test_a_clear_winner_is_kept_after_one_round_and_one_contender_at_once():
-    ran = _explore({"a": 1.0, "b": 3.0}, [(1.0, "a"), (1.1, "b")])
+    ran = _explore({"a": 1.0, "b": 3.5}, [(1.0, "a"), (1.1, "b")])
     assert ran[:3] == ["model's choice", "a", "b"] and set(ran[3:]) == {"a"}
     ran = _explore({"a": 1.0}, [(1.0, "a"), (10.0, "b")])
     assert ran[0] == "model's choice" and set(ran[1:]) == {"a"}
@@ -115,7 +129,7 @@ def test_simulated_auto_overrules_a_wrong_model_by_measurement(P):
     assert set(ran[1:1 + 3]) == set(_Misleading.RANKS)      # round 1: every contender
     kept = ran[-1]
     assert set(ran[-3:]) == {kept}
-    assert fixed[kept] <= 1.2 * min(fixed.values()), (kept, fixed)
+    assert fixed[kept] <= 1.5 * min(fixed.values()), (kept, fixed)  # near-ties: noise
     assert kept != "dense", fixed
 
 

@@ -12,8 +12,9 @@ the model there:
 2. from the second call on, the *contenders* -- every candidate predicted within
    :data:`MARGIN` of the best prediction, at most :data:`MAX_CONTENDERS`, best first -- run
    one call each;
-3. those within :data:`RETRY` of the fastest measured run once more (a first call of an
-   algorithm pays one-off costs: buffers, compiled-code loading);
+3. those within :data:`RETRY` of the fastest measured run once more, in the reverse order (a
+   call's time depends on what ran before it: caches, the allocator's free pages; one slow
+   try must not rule an algorithm out);
 4. the contender with the smallest measured time is kept for that shape from then on.
 
 At most ``1 + MAX_CONTENDERS + MAX_CONTENDERS`` calls of a shape explore
@@ -38,7 +39,7 @@ __all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TUNING_ENV",
 
 MARGIN = 4.0          # a candidate predicted within this factor of the best is tried
 MAX_CONTENDERS = 4    # at most this many are tried per shape
-RETRY = 1.5           # a contender within this factor of the fastest first try runs again
+RETRY = 3.0           # a contender within this factor of the fastest first try runs again
 EXPLORING_CALLS = 1 + 2 * MAX_CONTENDERS  # an upper bound on a shape's calls before it settles
 TUNING_ENV = "SPARCML_AUTO_TUNING"
 
@@ -134,7 +135,9 @@ def resolve(history: dict, slowest_ns: int) -> None:
     best = min(fastest.values())
     if state["round"] == 1:
         state["round"] = 2
-        state["plan"] = [opt for opt, t in fastest.items() if t <= RETRY * best]
+        # in the reverse order: a call's time depends on what ran before it (caches, the
+        # allocator's free pages), so each contender's second try follows another one
+        state["plan"] = [opt for opt, t in reversed(fastest.items()) if t <= RETRY * best]
         if len(state["plan"]) > 1:
             return
     state["settled"] = min(fastest, key=lambda opt: (fastest[opt], _order(state, opt)))
