@@ -76,7 +76,7 @@ def test_simulated_sweep_replays_and_models_only_where_asked(tmp_path, capsys):
         assert rec["metrics"]["result_density"] == pytest.approx(_union(vecs, rec["P"]) / DIM)
         modeled = rec["algorithm"] in ("ssar_split_allgather", "auto") and rec["P"] == 5
         assert rec["metrics"]["modeled_only"] == modeled
-        if rec["algorithm"] == "auto":  # modeled: the model's choice, with that row's time
+        if rec["algorithm"] == "auto":  # modeled: a contender's row, its time and bytes
             chosen = next(r for r in recs if r["P"] == rec["P"]
                           and r["algorithm"] == rec["metrics"]["ran"])
             assert rec["timings"] == chosen["timings"] or not modeled
