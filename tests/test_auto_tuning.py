@@ -19,7 +19,7 @@ def _explore(times: dict, ranked: list, calls: int = 20) -> list:
     history, ran, clock = {}, [], [0.0]
     for _ in range(calls):
         tuning.resolve(history, tuning.pending_ns(history))
-        option = tuning.choose(history, KEY, lambda: ranked) or "model's choice"
+        option = tuning.choose(history, KEY, lambda: ranked)
         tuning.begin(history, clock=lambda: clock[0])
         clock[0] += times.get(option, 0.0)
         tuning.end(history)
@@ -27,13 +27,13 @@ def _explore(times: dict, ranked: list, calls: int = 20) -> list:
     return ran
 
 
-def test_first_call_is_the_models_then_contenders_within_the_margin_then_the_fastest():
+def test_contenders_within_the_margin_one_try_each_then_the_near_ties_again_then_the_fastest():
     ranked = [(1.0, "a"), (3.9, "b"), (2.0, "c"), (4.1, "far")]   # "far": outside MARGIN
     ran = _explore({"a": 5.0, "b": 1.0, "c": 1.4}, ranked)
-    # call 1: the model's; round 1 in predicted order; round 2 in reverse order: b and c
-    # (within RETRY of 1.0), not a (5.0)
-    assert ran[:6] == ["model's choice", "a", "c", "b", "b", "c"]
-    assert set(ran[6:]) == {"b"}
+    # round 1 in predicted order; round 2 in reverse order: b and c (within RETRY of 1.0),
+    # not a (5.0)
+    assert ran[:5] == ["a", "c", "b", "b", "c"]
+    assert set(ran[5:]) == {"b"}
     assert "far" not in ran
 
 
@@ -47,29 +47,26 @@ def test_one_slow_try_does_not_rule_an_algorithm_out():
         if option is not None and tuning.settled(history, KEY) is None:
             history["tuning: measured"] = (KEY, option, int(next(times) * 1e9))
             history.pop("tuning: trial", None)
-    assert ran[:5] == [None, "a", "b", "b", "a"] and set(ran[5:]) == {"b"}
+    assert ran[:4] == ["a", "b", "b", "a"] and set(ran[4:]) == {"b"}
 
 
 def test_a_clear_winner_is_kept_after_one_round_and_one_contender_at_once():
     ran = _explore({"a": 1.0, "b": 3.5}, [(1.0, "a"), (1.1, "b")])
-    assert ran[:3] == ["model's choice", "a", "b"] and set(ran[3:]) == {"a"}
+    assert ran[:2] == ["a", "b"] and set(ran[2:]) == {"a"}
     ran = _explore({"a": 1.0}, [(1.0, "a"), (10.0, "b")])
-    assert ran[0] == "model's choice" and set(ran[1:]) == {"a"}
+    assert set(ran) == {"a"}
 
 
 def test_at_most_max_contenders_and_the_bound_on_exploring_calls():
     ranked = [(1.0 + i / 100, f"alg{i}") for i in range(10)]
     ran = _explore({f"alg{i}": 1.0 for i in range(10)}, ranked, calls=30)
-    tried = set(ran[1:]) - {"model's choice"}
-    assert len(tried) == tuning.MAX_CONTENDERS
-    settle = ran.index(ran[-1], 1 + tuning.MAX_CONTENDERS)
-    assert len(set(ran[tuning.EXPLORING_CALLS:])) == 1
-    assert settle <= tuning.EXPLORING_CALLS
+    assert len(set(ran)) == tuning.MAX_CONTENDERS
+    # the first call of a size is the model's (not here), then at most 2 tries per contender
+    assert len(set(ran[tuning.EXPLORING_CALLS - 1:])) == 1
 
 
 def test_a_time_for_another_option_or_no_time_changes_nothing():
     history = {}
-    assert tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.2, "b")]) is None
     assert tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.2, "b")]) == "a"
     history["tuning: measured"] = (KEY, "b", 5)          # not the call in flight
     tuning.resolve(history, 5)
@@ -78,12 +75,18 @@ def test_a_time_for_another_option_or_no_time_changes_nothing():
     assert history[KEY]["plan"] == ["a", "b"]
 
 
-def test_shape_key_buckets_nnz_by_sqrt2():
+def test_shape_key_buckets_nnz_by_sqrt2_and_fill_by_2():
     vec = sparcml.SparseVector(1000, np.arange(10, dtype=np.int32), np.ones(10, np.float32))
     keys = {tuning.shape_key("flat", vec, n, False) for n in (1000, 1100, 1200)}
     assert len(keys) == 1
     assert tuning.shape_key("flat", vec, 1000, False) != tuning.shape_key("flat", vec, 2000,
                                                                          False)
+    history = {}
+    assert tuning.fill_bucket(history, 1000, 10) == -1                 # nothing learnt yet
+    history[("result size", 1000)] = 10
+    assert tuning.fill_bucket(history, 1000, 10) == 0                  # full overlap
+    history[("result size", 1000)] = 80
+    assert tuning.fill_bucket(history, 1000, 10) == 3                  # disjoint, P = 8
 
 
 class _Misleading(CostModel):

@@ -233,13 +233,11 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
                   if not codec.lossy or get_algorithm(a).accepts_quantizer]
     shape = {"P": ctx.size, "N": vec.dim, "k": nnz_max, "s_idx": vec.index_dtype.itemsize,
              "s_val": vec.dtype.itemsize}
-    if tune and ctx.size > 1:
-        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, tuple(candidates))
-        q_now = ctx.history.get(("overlap", vec.dim), 1.0)
-        found = tuning.choose(ctx.history, key, lambda: [
-            (model.predict(a, q=q_now, **shape), a) for a in candidates])
-        if found is not None:
-            return found
+    fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
+    if tune and ctx.size > 1 and fill >= 0:
+        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, tuple(candidates), fill)
+        return tuning.choose(ctx.history, key, lambda: [
+            (model.predict(a, q=q, **shape), a) for a in candidates])
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize, codec.lossy)
@@ -337,8 +335,10 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     q = ctx.history.get(("overlap", vec.dim), 1.0)
     key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
            vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)
+    fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
+    tune = tune and fill >= 0
     tune_key = tuning.shape_key("node-aware", vec, nnz_max, codec.lossy, id(layout),
-                                algorithm, option)
+                                algorithm, option, fill)
     found = None if tune else ctx.history.get(key)
     if found is not None:
         return found
@@ -368,9 +368,7 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
         return options
 
     if tune:
-        found = tuning.choose(ctx.history, tune_key, ranked)
-        if found is not None:
-            return found
+        return tuning.choose(ctx.history, tune_key, ranked)
     options = ranked()
     if option == AUTO and not fixed:   # the flat side as the flat auto would run it
         flat = choose(ctx, vec, nnz_max, codec, run)
@@ -384,8 +382,20 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     return found
 
 
-def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:
-    """Remember how much the inputs overlapped (iterative training repeats its pattern)."""
+def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector,
+                  dense_always: bool = False) -> None:
+    """Remember how much the inputs overlapped (iterative training repeats its pattern), and
+    the size of the result's support for the tuning shape (:func:`sparcml.tuning.fill_bucket`).
+    ``dense_always``: the algorithm returns a dense result whatever the support (``dense``,
+    ``dsar_split_allgather``): its support is counted only while none is known (O(N), once),
+    so that which algorithm ran does not change the shape."""
+    size_key = ("result size", vec.dim)
+    if not result.is_dense:
+        ctx.history[size_key] = result.nnz
+    elif not dense_always:
+        ctx.history[size_key] = vec.dim     # past the switch to dense: at least half full
+    elif size_key not in ctx.history:
+        ctx.history[size_key] = result.count_nonzero()
     if result.is_dense:  # past the switch rule K says little, and counting it costs O(N)
         return
     seen = (nnz_max, result.nnz)

@@ -6,10 +6,12 @@ the gap between its best predictions, it ranks near-ties the wrong way round. It
 training repeats the same call thousands of times, so ``auto`` measures instead of trusting
 the model there:
 
-1. the first call of a shape (vector dim, input nnz within a factor of sqrt 2, dtypes,
-   quantized or not; the node-aware options for the node-aware choice) runs the model's choice
-   untimed: it teaches ``auto`` the inputs' overlap, which the model needs;
-2. from the second call on, the *contenders* -- every candidate predicted within
+1. the first call of a vector size runs the model's choice untimed: it teaches ``auto`` the
+   inputs' overlap, which the model needs;
+2. then, per shape (vector dim, input nnz within a factor of sqrt 2, the last result's size
+   over the inputs' within a factor of 2 (:func:`fill_bucket`: how much the inputs overlap),
+   dtypes, quantized or not; the node-aware options for the node-aware choice), the
+   *contenders* -- every candidate predicted within
    :data:`MARGIN` of the best prediction, at most :data:`MAX_CONTENDERS`, best first -- run
    one call each;
 3. those within :data:`RETRY` of the fastest measured run once more, in the reverse order (a
@@ -35,7 +37,7 @@ import os
 import time
 
 __all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TUNING_ENV", "enabled",
-           "shape_key", "contenders_of", "choose", "begin", "end", "pending_ns", "resolve", "settled"]
+           "shape_key", "fill_bucket", "contenders_of", "choose", "begin", "end", "pending_ns", "resolve", "settled"]
 
 MARGIN = 4.0          # a candidate predicted within this factor of the best is tried
 MAX_CONTENDERS = 4    # at most this many are tried per shape
@@ -61,10 +63,18 @@ def shape_key(kind: str, vec, nnz_max: int, lossy: bool, *extra) -> tuple:
             bool(lossy)) + tuple(extra)
 
 
+def fill_bucket(history: dict, dim: int, nnz_max: int) -> int:
+    """How much the last ``auto`` result of ``dim`` outgrew its inputs, log2(K / k) rounded
+    (-1 before any): the same input size with other overlap (random vs overlapping supports,
+    a model's phases) is another shape, whose best algorithm may differ."""
+    K = history.get(("result size", dim))
+    return -1 if K is None else round(math.log2((K + 1) / (nnz_max + 1)))
+
+
 def settled(history: dict, key: tuple):
     """The option kept for ``key``, or None while it is still being explored (or unseen)."""
     state = history.get(key)
-    return None if not state else state["settled"]
+    return None if state is None else state["settled"]
 
 
 def contenders_of(ranked) -> list:
@@ -75,15 +85,13 @@ def contenders_of(ranked) -> list:
     return [opt for t, opt in ranked if t <= MARGIN * best][:MAX_CONTENDERS]
 
 
-def choose(history: dict, key: tuple, rank) -> object | None:
+def choose(history: dict, key: tuple, rank) -> object:
     """The option to run for a call of shape ``key`` (the same on every rank, given the same
-    history), or None for the first call of the shape: the caller runs the model's choice.
-    ``rank()``: ``(predicted seconds, option)`` pairs for every candidate, called once per
-    shape, at its second call. Marks the call as a trial when it explores (see :func:`begin`)."""
-    if key not in history:
-        history[key] = None
-        return None
-    state = history[key]
+    history). ``rank()``: ``(predicted seconds, option)`` pairs for every candidate, called at
+    the shape's first call. Marks the call as a trial when it explores (see :func:`begin`).
+    The caller runs the model's choice instead while the inputs' overlap is unknown
+    (:func:`fill_bucket` -1)."""
+    state = history.get(key)
     if state is None:
         contenders = contenders_of(rank())
         state = history[key] = {"plan": list(contenders), "times": {}, "round": 1,
@@ -124,7 +132,7 @@ def resolve(history: dict, slowest_ns: int) -> None:
         return
     key, option, _ = measured
     state = history.get(key)
-    if not state or state["settled"] is not None or not state["plan"] \
+    if state is None or state["settled"] is not None or not state["plan"] \
             or state["plan"][0] != option:
         return
     state["times"].setdefault(option, []).append(slowest_ns * 1e-9)
