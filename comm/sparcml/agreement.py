@@ -130,7 +130,7 @@ def raise_everywhere(comm, local_error: BaseException | None, *, waiter=None,
 
 
 def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | None = None,
-          describe: dict[str, dict[int, str]] | None = None, *, waiter=None,
+          describe=None, *, waiter=None,
           maxima: dict[str, int] | None = None) -> dict[str, int]:
     """Check that every rank passed the same integer ``fields`` and that no rank failed.
 
@@ -138,7 +138,8 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     exception): a :class:`SparcmlError` is re-raised here as it is and the other ranks raise
     the same class naming this rank; any other exception becomes
     :class:`InvalidArgumentError` on every rank. ``describe`` maps a field's codes to names
-    for the message. ``waiter`` (a :class:`~sparcml.progress.Waiter`) completes the check's
+    for the message (or a function returning that mapping, called only when a field differs).
+    ``waiter`` (a :class:`~sparcml.progress.Waiter`) completes the check's
     reduction. Raises :class:`RankMismatchError` (on every rank) naming each field whose value
     differs. ``maxima`` are integers that may differ: their maximum over ranks is returned
     (same dict keys), at no extra cost. Field values must fit in int64.
@@ -158,7 +159,7 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     if not differing:
         return dict(zip(maxima, both[2 * vals.size:].tolist()))
     every = np.array(comm.allgather(vals))
-    describe = describe or {}
+    describe = (describe() if callable(describe) else describe) or {}
     parts = []
     for i in differing:
         name = names[i - 1]

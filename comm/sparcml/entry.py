@@ -151,7 +151,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             check_quantizable(vec)
             # one random seed common to all ranks (the maximum of their draws)
             seed = int(quantizer._rng.integers(0, 2**62))
-    maxima = agree(ctx.comm, fields, failed.error, _describe(), waiter=ctx.waiter,
+    maxima = agree(ctx.comm, fields, failed.error, _describe, waiter=ctx.waiter,
                    maxima={"nnz": nnz, "seed": seed,
                            "auto trial ns": tuning.pending_ns(ctx.history)})
     nnz_max, seed = maxima["nnz"], maxima["seed"]
