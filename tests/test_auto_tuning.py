@@ -140,3 +140,14 @@ def test_simulated_auto_keeps_the_models_choice_with_tuning_off(monkeypatch):
     monkeypatch.setenv(tuning.TUNING_ENV, "0")
     res = sim.run(4, _workload, args=(6,), network="4x10gbit")
     assert all(r[0] == ["dense"] * 6 for r in res.results)
+
+
+def test_a_full_history_keeps_the_models_choice_instead_of_growing(monkeypatch):
+    """An application whose shapes never repeat must not grow auto's memory without bound:
+    past the history limit a new shape runs the model's choice, untimed."""
+    from sparcml import auto
+
+    monkeypatch.setattr(auto, "_HISTORY_LIMIT", 0)
+    res = sim.run(4, _workload, args=(6,), network="4x10gbit")
+    ran = res.results[0][0]
+    assert ran == ["dense"] * 6

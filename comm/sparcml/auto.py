@@ -236,8 +236,9 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
     fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
     if tune and ctx.size > 1 and fill >= 0:
         key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, tuple(candidates), fill)
-        return tuning.choose(ctx.history, key, lambda: [
-            (model.predict(a, q=q, **shape), a) for a in candidates])
+        if key in ctx.history or len(ctx.history) < _HISTORY_LIMIT:  # bounded, as below
+            return tuning.choose(ctx.history, key, lambda: [
+                (model.predict(a, q=q, **shape), a) for a in candidates])
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize, codec.lossy)
@@ -336,9 +337,10 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
            vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)
     fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
-    tune = tune and fill >= 0
     tune_key = tuning.shape_key("node-aware", vec, nnz_max, codec.lossy, id(layout),
                                 algorithm, option, fill)
+    tune = tune and fill >= 0 and (tune_key in ctx.history
+                                   or len(ctx.history) < _HISTORY_LIMIT)
     found = None if tune else ctx.history.get(key)
     if found is not None:
         return found
