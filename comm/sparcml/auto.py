@@ -384,18 +384,15 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     return found
 
 
-def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector,
-                  dense_always: bool = False) -> None:
+def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) -> None:
     """Remember how much the inputs overlapped (iterative training repeats its pattern), and
     the size of the result's support for the tuning shape (:func:`sparcml.tuning.fill_bucket`).
-    ``dense_always``: the algorithm returns a dense result whatever the support (``dense``,
-    ``dsar_split_allgather``): its support is counted only while none is known (O(N), once),
-    so that which algorithm ran does not change the shape."""
+    A dense result (always so for ``dense`` and ``dsar_split_allgather``; past the switch rule
+    for the others) has its support counted only
+    while none is known (O(N), once), so that which algorithm ran does not change the shape."""
     size_key = ("result size", vec.dim)
     if not result.is_dense:
         ctx.history[size_key] = result.nnz
-    elif not dense_always:
-        ctx.history[size_key] = vec.dim     # past the switch to dense: at least half full
     elif size_key not in ctx.history:
         ctx.history[size_key] = result.count_nonzero()
     if result.is_dense:  # past the switch rule K says little, and counting it costs O(N)

@@ -197,7 +197,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
                                 out=None, sent=sent)
     tuning.end(ctx.history)
     if algorithm == AUTO or option == AUTO:
-        auto.learn_overlap(ctx, vec, nnz_max, result, dense_always=record.writes_out)
+        auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:
         result = SparseVector._trusted(vec.dim, None, arith.write_dense(result, out))
     return result
