@@ -7,6 +7,7 @@ match a user message. It is cached as an MPI attribute and freed with the user's
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from mpi4py import MPI
@@ -14,7 +15,13 @@ from mpi4py import MPI
 from .progress import Waiter, wait_policy
 from .workspace import Workspace
 
-__all__ = ["CommContext", "context_for", "new_context", "TrafficStats"]
+__all__ = ["CommContext", "context_for", "new_context", "TrafficStats", "clock_of"]
+
+
+def clock_of(comm):
+    """The clock to time calls on ``comm`` with (a function returning seconds): a simulated
+    communicator's virtual clock (:mod:`sparcml.sim`), else the wall clock."""
+    return getattr(comm, "clock", time.perf_counter)
 
 
 @dataclass

@@ -20,7 +20,6 @@ MPI's default error handler does, rather than leaving them waiting.
 from __future__ import annotations
 
 import sys
-import time
 from contextlib import contextmanager
 
 import numpy as np
@@ -28,7 +27,7 @@ from mpi4py import MPI
 
 from . import arith, auto, hierarchical as node_aware, tuning
 from .agreement import agree, capture
-from .context import TrafficStats, context_for
+from .context import TrafficStats, clock_of, context_for
 from .errors import CollectiveFailure
 from .link_costs import index_coding_costs
 from .partition import PARTITIONS_ENV, POLICIES, partition_policy
@@ -183,7 +182,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
-    tuning.begin(ctx.history, getattr(ctx.comm, "clock", time.perf_counter))
+    tuning.begin(ctx.history, clock_of(ctx.comm))
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
         if node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)

@@ -6,8 +6,10 @@ node, where a node has several), the two things the simulator's link model takes
 - ``latency``: half the round trip of an 8-byte ping-pong (median of batches, after a warm-up
   that also opens the connection, which over TCP costs tens of ms the first time);
 - the rate: ``nbytes`` exchanged both ways at once (``Sendrecv``, as the algorithms' rounds
-  do, as ``Isend`` + ``Recv``), ``nbytes / (t - latency)`` per direction (per exchange the mean of the two ranks' times, then the fastest of ``reps``: interference only adds time). An exchange rather than a
-  one-way stream, so a link that is not full duplex shows its real per-direction rate.
+  do, as ``Isend`` + ``Recv``), ``nbytes / (t - latency)`` per direction: per exchange the
+  mean of the two ranks' times, then the fastest of ``reps`` (interference only adds time).
+  An exchange rather than a one-way stream, so a link that is not full duplex shows its real
+  per-direction rate.
 
 The other ranks wait in a barrier. On a simulated communicator (:mod:`sparcml.sim`) it times
 with the virtual clock, so probing a simulated network returns its spec (a test checks this). Nodes are MPI's shared-memory groups
@@ -18,11 +20,10 @@ assumes a full-bisection network (see :mod:`sparcml.sim`).
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 from mpi4py import MPI
 
+from ..context import clock_of
 from ..errors import InvalidArgumentError
 from .network import NetworkSpec, parse_network
 
@@ -48,14 +49,9 @@ def format_time(seconds: float) -> str:
     return f"{float(f'{max(seconds, 1e-9) / 1e-9:.3g}'):g}ns"
 
 
-def _clock(comm):
-    """The simulator's virtual clock on a simulated communicator, else the wall clock."""
-    return getattr(comm, "clock", time.perf_counter)
-
-
 def _pingpong(comm, me: int, peer: int, reps: int) -> float:
     buf = np.zeros(8, np.uint8)
-    clock = _clock(comm)
+    clock = clock_of(comm)
     t0 = clock()
     for _ in range(reps):
         if me < peer:
@@ -68,7 +64,7 @@ def _pingpong(comm, me: int, peer: int, reps: int) -> float:
 
 
 def _exchange(comm, peer: int, out: np.ndarray, into: np.ndarray) -> float:
-    clock = _clock(comm)
+    clock = clock_of(comm)
     t0 = clock()
     req = comm.Isend(out, peer, _TAG)
     comm.Recv(into, peer, _TAG)
