@@ -229,25 +229,30 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
     if model is None:
         model = ctx.history["model"] = calibrate_context(ctx, run)
     q = ctx.history.get(("overlap", vec.dim), 1.0)
-    candidates = [a for a in algorithm_names(in_auto_only=True)
-                  if not codec.lossy or get_algorithm(a).accepts_quantizer]
     shape = {"P": ctx.size, "N": vec.dim, "k": nnz_max, "s_idx": vec.index_dtype.itemsize,
              "s_val": vec.dtype.itemsize}
     fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
     if tune and ctx.size > 1 and fill >= 0:
-        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, tuple(candidates), fill)
+        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, fill)
         if key in ctx.history or len(ctx.history) < _HISTORY_LIMIT:  # bounded, as below
             return tuning.choose(ctx.history, key, lambda: [
-                (model.predict(a, q=q, **shape), a) for a in candidates])
+                (model.predict(a, q=q, **shape), a) for a in _candidates(codec)])
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize, codec.lossy)
     choice = ctx.history.get(key)
     if choice is None:
-        choice = model.choose(q=q, candidates=candidates, **shape)
+        choice = model.choose(q=q, candidates=_candidates(codec), **shape)
         if len(ctx.history) < _HISTORY_LIMIT:
             ctx.history[key] = choice
     return choice
+
+
+def _candidates(codec) -> list[str]:
+    """The algorithms ``auto`` may pick for a call with ``codec`` (lossy: those that accept a
+    quantizer)."""
+    return [a for a in algorithm_names(in_auto_only=True)
+            if not codec.lossy or get_algorithm(a).accepts_quantizer]
 
 
 def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
@@ -341,18 +346,14 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
                                 algorithm, option, fill)
     tune = tune and fill >= 0 and (tune_key in ctx.history
                                    or len(ctx.history) < _HISTORY_LIMIT)
-    found = None if tune else ctx.history.get(key)
+    found = tuning.settled(ctx.history, tune_key) if tune else ctx.history.get(key)
     if found is not None:
         return found
-    if tune and tuning.settled(ctx.history, tune_key) is not None:
-        return tuning.settled(ctx.history, tune_key)
     node_key = ("node model", id(layout))
     node_model = ctx.history.get(node_key)
     if node_model is None:
         node_model = ctx.history[node_key] = calibrate_node_aware(ctx, layout, run)
-    candidates = [algorithm] if fixed else [
-        a for a in algorithm_names(in_auto_only=True)
-        if not codec.lossy or get_algorithm(a).accepts_quantizer]
+    candidates = [algorithm] if fixed else _candidates(codec)
     model = ctx.history.get("model")
     if model is None and option == AUTO:
         model = ctx.history["model"] = calibrate_context(ctx, run)
@@ -391,12 +392,11 @@ def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) ->
     for the others) has its support counted only
     while none is known (O(N), once), so that which algorithm ran does not change the shape."""
     size_key = ("result size", vec.dim)
-    if not result.is_dense:
-        ctx.history[size_key] = result.nnz
-    elif size_key not in ctx.history:
-        ctx.history[size_key] = result.count_nonzero()
     if result.is_dense:  # past the switch rule K says little, and counting it costs O(N)
+        if size_key not in ctx.history:
+            ctx.history[size_key] = result.count_nonzero()
         return
+    ctx.history[size_key] = result.nnz
     seen = (nnz_max, result.nnz)
     if ctx.history.get(("last", vec.dim)) == seen:  # the same call again: nothing new
         return

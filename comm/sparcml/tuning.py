@@ -148,9 +148,5 @@ def resolve(history: dict, slowest_ns: int) -> None:
         state["plan"] = [opt for opt, t in reversed(fastest.items()) if t <= RETRY * best]
         if len(state["plan"]) > 1:
             return
-    state["settled"] = min(fastest, key=lambda opt: (fastest[opt], _order(state, opt)))
+    state["settled"] = min(fastest, key=fastest.get)   # ties: the first tried
     state["plan"] = []
-
-
-def _order(state, option) -> int:
-    return list(state["times"]).index(option)

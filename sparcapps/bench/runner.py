@@ -89,7 +89,9 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
 
         call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
         calls.append(call)
-    settle_auto(cases, calls)
+    settle_auto([lambda call=call: call(sparcml.TrafficStats())
+                 for case, call in zip(cases, calls)
+                 if case.topk is None and case.algorithm == sparcml.AUTO])
     times = [[] for _ in cases]
     stats = [sparcml.TrafficStats() for _ in cases]
     results = [None] * len(cases)
@@ -111,18 +113,14 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
             for i, case in enumerate(cases)]
 
 
-def settle_auto(cases, calls) -> None:
-    """``auto``'s exploring calls (:data:`sparcml.tuning.EXPLORING_CALLS`), untimed like its
-    first: the timed repetitions see the algorithm it settles on, as a training run's steps
-    after the first few do. Cases that are not ``auto`` do not run here."""
-    exploring = [call for case, call in zip(cases, calls) if _explores(case)]
-    for _ in range(sparcml.tuning.EXPLORING_CALLS if exploring else 0):
-        for call in exploring:
-            call(sparcml.TrafficStats())
-
-
-def _explores(case) -> bool:
-    return case.topk is None and case.algorithm == sparcml.AUTO
+def settle_auto(auto_calls) -> None:
+    """``auto``'s exploring calls (:data:`sparcml.tuning.EXPLORING_CALLS` rounds of
+    ``auto_calls``, one function per ``auto`` case of a cell), untimed like its first: the
+    timed repetitions see the algorithm it settles on, as a training run's steps after the
+    first few do. The real and the simulated sweep both make them here, in the same order."""
+    for _ in range(sparcml.tuning.EXPLORING_CALLS if auto_calls else 0):
+        for call in auto_calls:
+            call()
 
 
 def _ratio(values) -> float | None:

@@ -63,6 +63,7 @@ def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model, 
     import sparcml.sim as sim
 
     from .inputs import make_input
+    from .runner import settle_auto
 
     rank, size = comm.Get_rank(), comm.Get_size()
     vec = make_input(dim, density, pattern, rank, size, dtype=np.dtype(dtype), seed=seed,
@@ -74,11 +75,8 @@ def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model, 
     # partitions' estimate) evolves the same way and bytes match a real run's
     for algorithm in cases:
         sparcml.allreduce(vec, comm, algorithm=algorithm)
-    # auto's exploring calls, untimed, as sparcapps.bench.runner.settle_auto makes them
-    for _ in range(sparcml.tuning.EXPLORING_CALLS if sparcml.AUTO in cases else 0):
-        for algorithm in cases:
-            if algorithm == sparcml.AUTO:
-                sparcml.allreduce(vec, comm, algorithm=algorithm)
+    settle_auto([lambda: sparcml.allreduce(vec, comm, algorithm=sparcml.AUTO)
+                 for algorithm in cases if algorithm == sparcml.AUTO])
     stats = [sparcml.TrafficStats() for _ in cases]
     elapsed = [[] for _ in cases]
     results = [None] * len(cases)
