@@ -272,6 +272,9 @@ def test_node_aware_sends_no_more_per_node_than_flat_sends_per_rank(P, spec):
 # ---- the virtual clock -------------------------------------------------------------------------
 def _ping(comm, nbytes):
     buf = np.zeros(nbytes, np.uint8)
+    # Allocating 10 MB is real compute (milliseconds on a loaded machine: glibc may zero it
+    # eagerly) and the simulator charges it; the barrier starts both clocks after it.
+    comm.Barrier()
     if comm.Get_rank() == 0:
         sent_at = comm.clock()
         comm.Send(buf, 1, 0)
@@ -284,7 +287,7 @@ def _ping(comm, nbytes):
 def test_a_message_costs_alpha_plus_n_beta():
     n = 10_000_000
     inter = sim.run(2, _ping, args=(n,), network="2x1gbit,latency=100us")
-    # 10 MB at 125 MB/s = 80 ms, plus 100 us; compute here is microseconds
+    # 10 MB at 125 MB/s = 80 ms, plus 100 us; compute after the barrier is microseconds
     assert inter.results[1] - inter.results[0] == pytest.approx(0.08 + 1e-4, rel=0.01)
     intra = sim.run(2, _ping, args=(n,), network="1x1gbit,ppn=2,intra=80gbit,latency=100us")
     assert intra.results[1] - intra.results[0] == pytest.approx(n / 10e9, abs=2e-4)  # not 80 ms
