@@ -22,8 +22,9 @@ doubling's agreement and 2 exchanges at P = 4.
 
 Volume per rank: about ``(P-1)/P (k_local + k)`` entries, ``k_local`` the input's nnz, plus
 the histograms and the guess's margin or the candidates (about k / 8 entries more). The
-partition boundaries come from :func:`partition_bounds` (one place, so that balanced
-boundaries can replace the equal blocks).
+partition boundaries are the split algorithms' balanced ones (:func:`partition_bounds`): on
+power-law supports equal blocks would send most entries to the owner of the frequent low
+indices.
 
 Why not a record of :mod:`sparcml.registry`: an allreduce algorithm returns the exact sum and
 ``auto`` may pick any of them for a call of :func:`sparcml.allreduce`; this collective returns
@@ -49,8 +50,10 @@ from .agreement import agree, capture
 from .context import TrafficStats, context_for
 from .entry import _calibration_run, fail_stop
 from .errors import CompressionError, InvalidArgumentError
-from .exchange import allgather_bytes, block_bounds, recv_bytes, split_reduce
+from .exchange import allgather_bytes, recv_bytes, split_reduce
 from .link_costs import index_coding_costs
+from .partition import (PARTITIONS_ENV, POLICIES, SPARSE_KIND, note_received,
+                        partition_policy, split_bounds)
 from .validation import check_stats, coerce_vector
 from .vector import SparseVector
 from .topk_rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, count_nan,
@@ -64,6 +67,8 @@ NAME = "topk_allreduce"  # the label in TrafficStats.algorithm and the benchmark
 
 TAG_DIRECT = 23  # the point-to-point allgather of the selection
 DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
+_DESCRIBE = {"value dtype": {4: "float32", 8: "float64"},
+             "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}}
 
 
 class TopKReduced(NamedTuple):
@@ -74,14 +79,17 @@ class TopKReduced(NamedTuple):
     dropped: SparseVector
 
 
-def partition_bounds(ctx, dim: int) -> np.ndarray:
+def partition_bounds(ctx, vec, codec) -> np.ndarray:
     """The index partitions of the reduce-scatter: ``size + 1`` increasing int64 bounds.
 
-    The one place they are chosen (equal blocks today, :func:`sparcml.block_bounds`). Any
-    increasing bounds from 0 to ``dim``, equal on every rank, keep the result exact: rank j
-    owns ``[bounds[j], bounds[j+1])`` and ties are ordered by rank, which is index order.
+    Those of the split algorithms' phase 1 (:func:`sparcml.partition.split_bounds`,
+    ``SPARSE_KIND``): balanced from a global histogram of the inputs' indices, so that each
+    owner receives about the same bytes (equal blocks under ``SPARCML_PARTITIONS=equal``).
+    Collective: it may run the partitions' small collectives. Any increasing bounds from 0 to
+    ``dim``, equal on every rank, keep the result exact: rank j owns
+    ``[bounds[j], bounds[j+1])`` and ties are ordered by rank, which is index order.
     """
-    return block_bounds(dim, ctx.size)
+    return split_bounds(ctx, vec, SPARSE_KIND, codec)
 
 
 def _check_k(k) -> int:
@@ -161,19 +169,21 @@ def itopk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
 def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
                       check: bool = True) -> TopKReduced:
     """:func:`topk_allreduce` on a context (the blocking path's or a communication thread's)."""
-    fields = {"dim": -1, "value dtype": -1, "k": -1}
+    fields = {"dim": -1, "value dtype": -1, "k": -1, "partitions": -1}
     top = 0
     with capture() as failed:
         stats = check_stats(stats)
         k = _check_k(k)
         fields["k"] = k
+        fields["partitions"] = partition_policy()
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
         top = _max_key(vec)
     # the largest |input| over ranks rides on the agreement: it bounds |sum| for the selection
-    top = agree(ctx.comm, fields, failed.error, {"value dtype": {4: "float32", 8: "float64"}},
-                waiter=ctx.waiter, maxima={"max key": top})["max key"]
+    top = agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter,
+                maxima={"max key": top})["max key"]
+    ctx.partitions = POLICIES[fields["partitions"]]
     stats.calls += 1
     stats.algorithm = NAME
     ctx.history[STEPS_KEY] = 1  # the agreement
@@ -206,9 +216,11 @@ def _max_key(vec: SparseVector) -> int:
 
 def _reduce_scatter(ctx, vec, stats, codec):
     """Step 1: ``((owned sums, their keys), first owned index)``."""
-    bounds = partition_bounds(ctx, vec.dim)
+    bounds = partition_bounds(ctx, vec, codec)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
+    before = stats.bytes_received
     parts = split_reduce(ctx, vec, stats, bounds, codec)
+    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before)
     step(ctx)
     block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
                              intermediate=True)  # read here, copied out, then dropped
