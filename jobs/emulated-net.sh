@@ -13,6 +13,12 @@
 # Node i is namespace NAME-n<i>, interface sparc0 (address 10.213.0.<i+1>); the switch is NAME-sw
 # with ports p<i> on bridge br0. RATE is anything `tc` accepts as a rate (100mbit, 1gbit, 10gbit).
 # netem is not assumed: links have bandwidth, no added delay. NAME: letters and digits, at most 10.
+#
+# Shaping that holds for small messages too: frames of SPARC_FRAME bytes (default 9000, jumbo
+# frames; GSO limited to one frame), and besides tbf's bucket (SPARC_TBF_BURST_MS, default 4 ms
+# at RATE) a peak-rate bucket of two frames at 1.05 RATE, so that a link that has been idle
+# does not pass its bucket at memory speed. TCP keeps its window across idle moments
+# (tcp_slow_start_after_idle=0 in each node), as an HPC fabric's transport does.
 # `up` tears down what it built when any step fails. jobs/emulate.sh runs a command on such a
 # network and always tears it down.
 set -euo pipefail
@@ -23,15 +29,20 @@ check_name() {
     [[ "$1" =~ ^[A-Za-z][A-Za-z0-9]{0,9}$ ]] || die "NAME must be letters/digits, at most 10, got '$1'"
 }
 
-burst_for() {  # tbf bucket: SPARC_TBF_BURST_MS (default 4) ms at RATE, at least 64 KiB (one GSO segment)
-    SPARC_TBF_BURST_MS="${SPARC_TBF_BURST_MS:-4}" python3 - "$1" <<'EOF'
+shaping_for() {  # "BURST PEAKBITS FRAME": tbf bucket (SPARC_TBF_BURST_MS ms at RATE, at least
+                # 64 KiB), peak rate (1.05 RATE, bits/s), frame size (SPARC_FRAME, 1500..65535)
+    SPARC_TBF_BURST_MS="${SPARC_TBF_BURST_MS:-4}" SPARC_FRAME="${SPARC_FRAME:-9000}" python3 - "$1" <<'EOF'
 import os
 import re, sys
 m = re.fullmatch(r"([0-9.]+)([kmgt]?)bit", sys.argv[1].lower())
 if not m:
     sys.exit(f"emulated-net: rate must look like 100mbit or 1gbit, got {sys.argv[1]!r}")
+frame = os.environ["SPARC_FRAME"]
+if not frame.isdigit() or not 1500 <= int(frame) <= 65535:
+    sys.exit(f"emulated-net: SPARC_FRAME must be a frame size in bytes, 1500..65535, got {frame!r}")
 bits = float(m.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}[m.group(2)]
-print(max(int(bits / 8 * float(os.environ['SPARC_TBF_BURST_MS']) / 1e3), 65536))
+print(max(int(bits / 8 * float(os.environ['SPARC_TBF_BURST_MS']) / 1e3), 65536),
+      int(bits * 1.05), frame)
 EOF
 }
 
@@ -45,12 +56,15 @@ net_down() {
 }
 
 net_up() {
-    local name="$1" nodes="$2" rate="$3" burst i sw ns
+    local name="$1" nodes="$2" rate="$3" shaping burst peak frame tbf i sw ns
     check_name "$name"
     [[ "$nodes" =~ ^[1-9][0-9]*$ && "$nodes" -le 250 ]] || die "NODES must be 1..250, got '$nodes'"
     [[ $(id -u) -eq 0 ]] || die "must run as root (network namespaces)"
     ip netns list >/dev/null 2>&1 || die "'ip netns' is not available here"
-    burst="$(burst_for "$rate")" || exit 1
+    shaping="$(shaping_for "$rate")" || exit 1
+    read -r burst peak frame <<<"$shaping"
+    # the peak bucket holds two frames (and their headers): bursts of at most that at 1.05 RATE
+    tbf=(tbf rate "$rate" burst "$burst" latency 100ms peakrate "${peak}bit" mtu $((2 * frame + 200)))
     [[ -z "$(net_list "$name")" ]] || die "namespaces $name-* already exist; run: $0 down $name"
     trap 'net_down "$name"' ERR
     sw="$name-sw"
@@ -62,14 +76,17 @@ net_up() {
         ns="$name-n$i"
         ip netns add "$ns"
         ip -n "$ns" link set lo up
+        ip netns exec "$ns" sysctl -qw net.ipv4.tcp_slow_start_after_idle=0
         ip link add name sparc0 netns "$ns" type veth peer name "p$i" netns "$sw"
+        ip -n "$ns" link set sparc0 mtu "$frame" gso_max_size "$frame"
+        ip -n "$sw" link set "p$i" mtu "$frame" gso_max_size "$frame"
         ip -n "$ns" addr add "10.213.0.$((i + 1))/24" dev sparc0
         ip -n "$ns" link set sparc0 up
         ip -n "$sw" link set "p$i" master br0
         ip -n "$sw" link set "p$i" up
         # upload (node -> switch) and download (switch -> node), each shaped to RATE
-        ip netns exec "$ns" tc qdisc add dev sparc0 root tbf rate "$rate" burst "$burst" latency 100ms
-        ip netns exec "$sw" tc qdisc add dev "p$i" root tbf rate "$rate" burst "$burst" latency 100ms
+        ip netns exec "$ns" tc qdisc add dev sparc0 root "${tbf[@]}"
+        ip netns exec "$sw" tc qdisc add dev "p$i" root "${tbf[@]}"
     done
     trap - ERR
     net_list "$name"

@@ -147,3 +147,18 @@ def test_waits_yield_when_emulated_nodes_share_this_machines_cores():
     got = next(ln.split()[1:] for ln in out.stdout.splitlines() if ln.startswith("POLICY"))
     expected = str(4 > len(os.sched_getaffinity(0)))
     assert got == [expected] * 4, out.stdout
+
+
+def test_an_idle_link_does_not_pass_small_messages_at_memory_speed():
+    """tbf alone passes its bucket (500 KB at 1 Gbit) at memory speed after an idle moment
+    (measured: 6-7 Gbit/s for 128 and 512 KiB); the peak-rate bucket of two frames keeps them
+    near the link's rate. Lower bounds leave room for a loaded machine."""
+    before = _our_namespaces()
+    out = _emulate("2x1gbit", str(BIN / "python"), str(REPO / "scripts" / "link_probe.py"),
+                   "128", "512")
+    assert out.returncode == 0, out.stdout + out.stderr
+    rates = json.loads(out.stdout.strip().splitlines()[-1])
+    for label in ("128 KiB after idle", "512 KiB after idle"):
+        assert 0.2 < rates[label]["gbit/s"] < 1.6, rates
+    assert 0.5 < rates["16 MiB both ways"]["gbit/s"] < 1.1, rates
+    assert _our_namespaces() == before

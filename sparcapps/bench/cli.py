@@ -284,8 +284,10 @@ def run_sweep(args) -> int:
                                        args.nonblocking, reuse_output=args.reuse_output,
                                        hierarchical=True, replay=replay))
         if args.topk is not None:
-            cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
-                                   args.nonblocking, topk=args.topk, replay=replay))
+            for coding, parts in _variants(TOPK_NAME, args):
+                cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
+                                       args.nonblocking, topk=args.topk, replay=replay,
+                                       index_coding=coding, partitions=parts))
         outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                         model=model)
         dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -374,11 +376,14 @@ def _node_layout(comm) -> str:
 
 def _variants(algorithm: str, args) -> list[tuple[str, str]]:
     """The (index coding, partitions) cases of an algorithm: every requested value where it
-    changes something (indices: not the dense baseline; partitions: the split algorithms)."""
+    changes something (indices: not the dense baseline; partitions: the split algorithms and
+    topk_allreduce's reduce-scatter)."""
     from sparcml import AUTO, DENSE_BASELINE
+    from sparcml.global_topk import NAME as TOPK_NAME
 
     codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
-    parts = args.partitions if "split" in algorithm or algorithm == AUTO else ["balanced"]
+    split = "split" in algorithm or algorithm in (AUTO, TOPK_NAME)
+    parts = args.partitions if split else ["balanced"]
     return [(c, p) for c in codings for p in parts]
 
 
