@@ -5,7 +5,7 @@ import pytest
 
 from sparcml import (InvalidVectorError, SparseVector, UnsupportedDtypeError, index_dtype_for,
                      should_be_dense)
-from sparcml.wire import DENSE, HEADER_SIZE, SPARSE, Codec, Part, decode
+from sparcml.wire import DENSE, SHORT_HEADER_SIZE, SPARSE, Codec, Part, decode, read_header
 
 
 @pytest.mark.parametrize("in_dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])
@@ -92,7 +92,7 @@ def test_wire_round_trip_and_per_message_rule(val_dt):
     idx = np.sort(rng.choice(np.arange(100, 200), 30, replace=False)).astype(np.int32)
     val = rng.standard_normal(30).astype(val_dt)
     buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, idx, val))
-    assert not dense and buf[4] == SPARSE and buf.nbytes % 8 == 0
+    assert not dense and read_header(buf).fmt == SPARSE and buf.nbytes % 8 == 0
     part = decode(buf)
     np.testing.assert_array_equal(part.indices, idx)
     np.testing.assert_array_equal(part.values, val)
@@ -100,7 +100,8 @@ def test_wire_round_trip_and_per_message_rule(val_dt):
     k = -(-100 * np.dtype(val_dt).itemsize // (4 + np.dtype(val_dt).itemsize))
     idx = np.arange(100, 100 + k, dtype=np.int32)
     buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, idx, np.ones(k, val_dt)))
-    assert dense and buf[4] == DENSE and buf.nbytes == HEADER_SIZE + 100 * np.dtype(val_dt).itemsize  # 8-aligned already
+    assert dense and read_header(buf).fmt == DENSE
+    assert buf.nbytes == SHORT_HEADER_SIZE + 100 * np.dtype(val_dt).itemsize  # 8-aligned already
     part = decode(buf)
     assert part.is_dense and part.offset == 100 and part.values.sum() == k
     buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, idx[:-1], np.ones(k - 1, val_dt)))

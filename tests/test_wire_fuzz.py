@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 import sparcml
 from sparcml import index_kernels
 from sparcml.qsgd import QSGD
-from sparcml.wire import BITMAP, ELIAS_FANO, HEADER, HEADER_SIZE, RAW, Codec, Part, decode
+from sparcml.wire import (BITMAP, ELIAS_FANO, HEADER_SIZE, RAW, SHORT_HEADER_SIZE, Codec, Part,
+                         decode, read_header)
 
 SETTINGS = settings(max_examples=300, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -32,7 +33,7 @@ def _valid_message(dense, quantized, n, coding="raw"):
         step, length = 2, 4 * n + 1000
     idx = np.arange(5, 5 + step * n, step, dtype=np.int32)
     buf, went_dense = codec.encode(Part(0, length, idx, np.ones(n, np.float32)))
-    assert not went_dense and int(buf[:HEADER_SIZE].view(HEADER)["index_code"][0]) == \
+    assert not went_dense and read_header(buf).index_code == \
         {"raw": RAW, "gaps": ELIAS_FANO, "bitmap": BITMAP}[coding]
     return buf
 
@@ -41,7 +42,7 @@ def _assert_part_inside(part, buf, check):
     assert part.values.shape[0] == part.nnz
     if part.indices is not None:
         assert part.indices.shape[0] == part.values.shape[0]
-        coded = int(buf[:HEADER_SIZE].view(HEADER)["index_code"][0]) != RAW
+        coded = read_header(buf).index_code != RAW
         # raw indices are a view of the buffer; coded ones are decoded, and checked, always
         assert coded or np.shares_memory(part.indices, buf) or part.indices.size == 0
         if (check or coded) and part.indices.size:
@@ -110,7 +111,7 @@ def test_each_code_rejects_a_corrupt_support():
         if end is None:  # the high part ends where the values start (padding aside)
             low, high = index_kernels.ef_nbytes(n, 4 * n + 1000)
             end = low + high
-        buf[HEADER_SIZE + end - 1] |= 1 << bit  # a bit past every real one
+        buf[read_header(buf).size + end - 1] |= 1 << bit  # a bit past every real one
         for check in (False, True):
             with pytest.raises(sparcml.SparcmlError, match=f"corrupt message: {problem}"):
                 decode(buf, check=check)
@@ -138,4 +139,44 @@ def test_sparse_vector_construction_validates(dim, raw, idx_dtype, val_dtype):
 
 
 def test_header_size_is_the_layout():
-    assert HEADER_SIZE == 40
+    assert HEADER_SIZE == 40 and SHORT_HEADER_SIZE == 16
+
+
+@pytest.mark.parametrize("offset,length", [(0, 100), (2**32 - 101, 100), (2**32 - 100, 100),
+                                           (2**40, 100), (0, 2**32)])
+@pytest.mark.parametrize("quantized", [False, True])
+def test_short_header_where_every_field_fits(offset, length, quantized):
+    """Lossless messages whose count, length and offset fit in 32 bits carry the 16-byte
+    header, the others the 40-byte one; both decode to the same part, dense or sparse."""
+    idx = np.array([offset + 3, offset + 50], np.int64)
+    vals = np.array([1.5, -2.0], np.float32)
+    codec = Codec(np.int64, np.float32, QSGD(8, bucket_size=8, seed=0) if quantized else None,
+                  quantize_sparse=quantized)
+    short = not quantized and offset + length <= 2**32 and length < 2**32
+    want = SHORT_HEADER_SIZE if short else HEADER_SIZE
+    buf, dense = codec.encode(Part(offset, length, idx, vals))
+    assert not dense and read_header(buf).size == want
+    part = decode(buf)
+    assert np.array_equal(part.indices, idx) and part.offset == offset
+    np.testing.assert_allclose(part.values, vals, rtol=0.02)
+    block = np.arange(100, dtype=np.float32)
+    buf = codec.encode_dense(block, offset)
+    fits = not quantized and offset < 2**32
+    assert read_header(buf).size == (SHORT_HEADER_SIZE if fits else HEADER_SIZE)
+    assert buf.nbytes == codec.dense_nbytes(100, offset)
+    part = decode(buf)
+    assert part.is_dense and part.offset == offset
+    np.testing.assert_allclose(part.values, block, atol=1.0)
+
+
+def test_a_short_header_with_unknown_flags_is_corrupt():
+    buf, _ = Codec(np.int32, np.float32).encode(Part(0, 1000, np.array([5], np.int32),
+                                                      np.ones(1, np.float32)))
+    assert read_header(buf).size == SHORT_HEADER_SIZE
+    for flip in (1 << 3, 1 << 6, 1 << 7):
+        bad = buf.copy()
+        bad[2] |= flip
+        with pytest.raises(sparcml.SparcmlError, match="unknown header flags"):
+            decode(bad)
+    with pytest.raises(sparcml.SparcmlError, match="shorter than the header"):
+        decode(buf[:10].copy())

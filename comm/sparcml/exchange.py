@@ -131,7 +131,7 @@ def allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
     Every size is known from ``bounds``, so no sizes travel first, and this rank encodes
     straight into its slot of the receive buffer.
     """
-    sizes = np.array([codec.dense_nbytes(int(bounds[j + 1] - bounds[j]))
+    sizes = np.array([codec.dense_nbytes(int(bounds[j + 1] - bounds[j]), int(bounds[j]))
                       for j in range(ctx.size)], np.int64)
 
     def write_mine(slot):

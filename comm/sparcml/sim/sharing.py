@@ -362,25 +362,24 @@ def _payload_views(buf):
     """``(index section or None, index code, (offset, dtype, shape) of the indices, of the
     values)`` of a lossless message, read from its header (no decoding); None if quantized."""
     from .. import index_kernels
-    from ..wire import _INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, HEADER, HEADER_SIZE, RAW, _pad8
+    from ..wire import _INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, RAW, _pad8, read_header
 
-    h = buf[:HEADER_SIZE].view(HEADER)[0]
-    if h["quantized"]:
+    h = read_header(buf)
+    if h.quantized:
         return None
-    count, length = int(h["count"]), int(h["length"])
-    vdt = _VALUE_BY_SIZE[int(h["value_size"])]
-    if int(h["format"]) == DENSE:
-        return RAW, None, (HEADER_SIZE, vdt.str, (count,))
-    idt = _INDEX_BY_SIZE[int(h["index_size"])]
-    code = int(h["index_code"])
+    count, length, start = h.count, h.length, h.size
+    vdt = _VALUE_BY_SIZE[h.value_size]
+    if h.fmt == DENSE:
+        return RAW, None, (start, vdt.str, (count,))
+    idt = _INDEX_BY_SIZE[h.index_size]
+    code = h.index_code
     if code == RAW:
         used = count * idt.itemsize
     elif code == 2:  # BITMAP
         used = index_kernels.bitmap_nbytes(length)
     else:
         used = sum(index_kernels.ef_nbytes(count, length))
-    return code, (HEADER_SIZE, idt.str, (count,)), \
-        (HEADER_SIZE + _pad8(used), vdt.str, (count,))
+    return code, (start, idt.str, (count,)), (start + _pad8(used), vdt.str, (count,))
 
 
 def _register_payload(buf, dense, part):
