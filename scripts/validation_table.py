@@ -22,7 +22,8 @@ def _key(rec):
 
 
 def _index(path):
-    return {_key(r): r for r in read_records(path)
+    records, _ = read_records([path], strict=True)
+    return {_key(r): r for r in records
             if r.get("app") == "sparc-bench" and r.get("status") == "ok"}
 
 

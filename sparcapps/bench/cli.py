@@ -143,7 +143,9 @@ def run_probe(args) -> int:
     if comm.Get_rank() == 0:
         print(f"sparc-bench --probe-network: {spec.nodes} node(s) x {spec.ppn} rank(s); "
               f"latency = half an 8-byte round trip (median), rate = an 8 MiB exchange per "
-              f"direction (fastest of 5)")
+              f"direction (fastest of 5"
+              + ("; the lower of one pair alone and every pair of nodes at once)"
+                 if spec.nodes >= 4 else ")"))
         print(f"--network {spec.text}")
         print(f"(predict N nodes: replace the leading '{spec.nodes}x' with 'Nx')")
     return 0

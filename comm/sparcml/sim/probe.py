@@ -11,7 +11,14 @@ node, where a node has several), the two things the simulator's link model takes
   An exchange rather than a one-way stream, so a link that is not full duplex shows its real
   per-direction rate.
 
-The other ranks wait in a barrier. On a simulated communicator (:mod:`sparcml.sim`) it times
+The other ranks wait in a barrier. With 4 or more nodes the rate is then measured again with
+every pair of node leaders exchanging at once (the slowest pair of each round, the fastest
+round), and the lower of the two rates is the spec's: a collective keeps every link busy at
+once, and where the nodes share something (a switch that is not full bisection; on an emulated
+network, this machine's cores running every node's TCP stack) the links are slower together
+than one alone. On a full-bisection network of separate hosts the two agree.
+
+On a simulated communicator (:mod:`sparcml.sim`) it times
 with the virtual clock, so probing a simulated network returns its spec (a test checks this). Nodes are MPI's shared-memory groups
 (``Split_type(COMM_TYPE_SHARED)``); ``ppn`` is the largest node's size. The result describes
 the nodes this job ran on: give it more nodes (``NODESx...``) to predict a larger job, which
@@ -98,6 +105,24 @@ def _measure_pair(comm, a: int, b: int, nbytes: int, reps: int) -> tuple[float, 
     return result
 
 
+def _loaded_rate(comm, pairs, nbytes: int, reps: int, latency: float) -> float:
+    """Bytes/s per direction while every pair of ``pairs`` exchanges ``nbytes`` at once: per
+    round the slowest rank's time, then the fastest round. Collective."""
+    rank = comm.Get_rank()
+    peer = next((b if rank == a else a for a, b in pairs if rank in (a, b)), None)
+    if peer is not None:
+        out, into = np.ones(nbytes, np.uint8), np.ones(nbytes, np.uint8)
+        _exchange(comm, peer, out, into)  # warm-up
+    times = np.zeros(reps)
+    for i in range(reps):
+        comm.Barrier()
+        if peer is not None:
+            times[i] = _exchange(comm, peer, out, into)
+    slowest = np.empty_like(times)
+    comm.Allreduce(times, slowest, op=MPI.MAX)
+    return nbytes / max(float(slowest.min()) - latency, 1e-9)
+
+
 def probe_network(comm: MPI.Comm | None = None, *, nbytes: int = 8 << 20,
                   reps: int = 5) -> NetworkSpec:
     """Measure ``comm``'s network and return it as a :class:`NetworkSpec` (collective).
@@ -129,6 +154,9 @@ def probe_network(comm: MPI.Comm | None = None, *, nbytes: int = 8 << 20,
     if len(first_node) > 1:
         intra = _measure_pair(comm, first_node[0], first_node[1], nbytes, reps)
     inter = comm.bcast(inter, root=leaders[0]) if nodes > 1 else None
+    if nodes >= 4:  # every link busy at once, as in a collective: the lower rate holds
+        pairs = [(leaders[2 * i], leaders[2 * i + 1]) for i in range(nodes // 2)]
+        inter = (inter[0], min(inter[1], _loaded_rate(comm, pairs, nbytes, reps, inter[0])))
     intra = comm.bcast(intra, root=first_node[0]) if len(first_node) > 1 else None
     if inter is None and intra is None:
         raise InvalidArgumentError("probe_network needs at least 2 ranks (on 2 nodes for the "
