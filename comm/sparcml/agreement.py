@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import zlib
 from contextlib import contextmanager
 
 import numpy as np
@@ -31,6 +32,9 @@ from .errors import InvalidArgumentError, RankMismatchError, SparcmlError
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
            "as_sparcml_error"]
+
+MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
+MAX_MAXIMA = 4
 
 
 def as_sparcml_error(exc: BaseException) -> SparcmlError:
@@ -143,11 +147,24 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     reduction. Raises :class:`RankMismatchError` (on every rank) naming each field whose value
     differs. ``maxima`` are integers that may differ: their maximum over ranks is returned
     (same dict keys), at no extra cost. Field values must fit in int64.
+
+    Every call of ``agree`` reduces the same number of integers (at most
+    :data:`MAX_FIELDS` fields and :data:`MAX_MAXIMA` maxima, padded), led by a signature of the
+    field names: ranks that reached different sparcml calls at the same point (one rank's
+    ``topk_allreduce`` against the others' ``allreduce``) get :class:`RankMismatchError`
+    everywhere, naming each rank's call, instead of a reduction of mismatched sizes.
     """
     names = list(fields)
     maxima = maxima or {}
-    vals = np.array([1 if local_error is not None else 0] + [fields[n] for n in names], np.int64)
-    both = np.concatenate([vals, -vals, np.array(list(maxima.values()), np.int64)])
+    if len(names) > MAX_FIELDS or len(maxima) > MAX_MAXIMA:
+        raise ValueError(f"agree: at most {MAX_FIELDS} fields and {MAX_MAXIMA} maxima")
+    vals = np.zeros(2 + MAX_FIELDS, np.int64)
+    vals[0] = 1 if local_error is not None else 0
+    vals[1] = zlib.crc32("|".join(names).encode())
+    vals[2:2 + len(names)] = [fields[n] for n in names]
+    extra = np.zeros(MAX_MAXIMA, np.int64)
+    extra[:len(maxima)] = list(maxima.values())
+    both = np.concatenate([vals, -vals, extra])
     if waiter is None:
         comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
     else:
@@ -155,14 +172,21 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     hi, lo = both[:vals.size], -both[vals.size:2 * vals.size]
     if hi[0]:
         _reraise(comm, local_error, sparcml_only=True, prefix_own=False)
-    differing = [i for i in range(1, vals.size) if hi[i] != lo[i]]
+    if hi[1] != lo[1]:  # different calls: their fields mean different things
+        calls = comm.allgather(", ".join(names))
+        per_rank = "; ".join(f"rank {r}: ({c})" for r, c in enumerate(calls))
+        raise RankMismatchError(
+            f"ranks reached different sparcml calls at the same point (the arguments each "
+            f"checks: {per_rank}); every rank must make the same collective calls in the same "
+            f"order")
+    differing = [i for i in range(2, 2 + len(names)) if hi[i] != lo[i]]
     if not differing:
-        return dict(zip(maxima, both[2 * vals.size:].tolist()))
+        return dict(zip(maxima, both[2 * vals.size:2 * vals.size + len(maxima)].tolist()))
     every = np.array(comm.allgather(vals))
     describe = (describe() if callable(describe) else describe) or {}
     parts = []
     for i in differing:
-        name = names[i - 1]
+        name = names[i - 2]
         codes = describe.get(name, {})
         per_rank = ", ".join(f"rank {r}: {codes.get(int(v), int(v))}"
                              for r, v in enumerate(every[:, i]))

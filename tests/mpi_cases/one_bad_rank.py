@@ -88,6 +88,18 @@ if P > 1:
 sane_afterwards("tuning env")
 n += 1
 
+# different sparcml calls at the same point (one rank's topk_allreduce against the others'
+# allreduce): the agreement reduces the same number of integers whatever the call, so every
+# rank raises RankMismatchError naming each rank's call, instead of mismatched reductions
+every = comm.allgather(outcome(lambda: sparcml.topk_allreduce(good, 1) if rank == BAD
+                               else sparcml.allreduce(good)))
+if P > 1:
+    for r, (got, msg) in enumerate(every):
+        assert got == "RankMismatchError", f"different calls: rank {r} raised {got}: {msg}"
+        assert "different sparcml calls" in msg and f"rank {BAD}: (dim, value dtype, k" in msg, msg
+sane_afterwards("different calls")
+n += 1
+
 # 2. big-endian indices and values on one rank: accepted, converted, the same sum everywhere
 be = (100, np.array([1, 5], ">i4"), np.ones(2, ">f4"))
 for algorithm in sparcml.ALGORITHMS:
