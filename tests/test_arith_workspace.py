@@ -125,3 +125,32 @@ def test_assemble_writes_blocks_in_place_bitwise_as_before():
     assert not got.is_dense and got.indices.dtype == np.int32
     np.testing.assert_array_equal(got.indices, idx)
     assert got.values.tobytes() == val.tobytes()
+
+
+@pytest.mark.parametrize("streams", [1, 2, 3, 5, 8, 9, 16])
+def test_fold_parts_two_way_and_heap_give_the_same_bits(streams, monkeypatch):
+    """Up to PAIRWISE_FOLD_MAX streams fold_parts merges two at a time, above with a heap:
+    the same sum bit for bit (signed zeros, shared and lone indices, empty streams), with and
+    without a workspace."""
+    from sparcml import arith
+    from sparcml.wire import Codec, Part
+    from sparcml.workspace import Workspace
+
+    rng = np.random.default_rng(streams)
+    parts = []
+    for s in range(streams):
+        n = 0 if s == 1 else int(rng.integers(1, 400))
+        idx = np.sort(rng.choice(600, n, replace=False) * 97).astype(np.int32) + 100
+        val = rng.choice([0.0, -0.0, 1.5, -2.25, 1e-30, 3e7], n).astype(np.float32)
+        parts.append(Part(100, 100_000, idx, val))
+    codec = Codec(np.int32, np.float32)
+    got = {}
+    for limit in (0, 64):  # 0: always the heap; 64: always two-way
+        monkeypatch.setattr(arith, "PAIRWISE_FOLD_MAX", limit)
+        for ws in (None, Workspace()):
+            out = arith.fold_parts(parts, 100, 100_000, codec, workspace=ws, intermediate=True)
+            assert not out.is_dense
+            got[limit, ws is None] = (out.indices.copy(), out.values.view(np.int32).copy())
+    first = got[0, True]
+    for key, (idx, bits) in got.items():
+        assert np.array_equal(idx, first[0]) and np.array_equal(bits, first[1]), key
