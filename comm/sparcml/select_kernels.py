@@ -152,23 +152,18 @@ def select_at_threshold(keys, threshold, shift, take_ties):
     sh = np.uint64(shift)
     n = 0
     for i in range(keys.shape[0]):
-        if keys[i] != 0 and (keys[i] >> sh) > threshold:
-            n += 1
-    out = np.empty(n + max(take_ties, 0), np.int64)
+        n += (keys[i] != 0) & ((keys[i] >> sh) > threshold)
+    out = np.empty(n + max(take_ties, 0) + 1, np.int64)  # + 1: the last speculative write
     m = 0
     ties = take_ties
-    for i in range(keys.shape[0]):
+    for i in range(keys.shape[0]):  # branch-free: write always, keep when selected
         key = keys[i]
-        if key == 0:
-            continue
         high = key >> sh
-        if high > threshold:
-            out[m] = i
-            m += 1
-        elif high == threshold and ties > 0:
-            out[m] = i
-            m += 1
-            ties -= 1
+        above = (key != 0) & (high > threshold)
+        tie = (key != 0) & (high == threshold) & (ties > 0)
+        out[m] = i
+        m += above | tie
+        ties -= tie
     return out[:m]
 
 
@@ -207,18 +202,20 @@ def kth_largest_below(bits, absmask, high, want, key_bits):
 def take_top(idx, val, bits, absmask, high, kth, ties, count):
     """The ``count`` entries (new arrays, in order) whose key ``bits & absmask`` is ``>= high``
     or ``> kth``, and the first ``ties`` whose key equals ``kth``."""
-    out_idx = np.empty(count, idx.dtype)
-    out_val = np.empty(count, val.dtype)
+    out_idx = np.empty(count + 1, idx.dtype)  # + 1: the last speculative write
+    out_val = np.empty(count + 1, val.dtype)
     m = 0
-    for i in range(idx.shape[0]):
+    for i in range(idx.shape[0]):  # branch-free: write always, keep when selected
         key = np.uint64(bits[i]) & absmask
-        if key >= high or key > kth or (key == kth and ties > 0):
-            if key == kth and key < high:
-                ties -= 1
-            out_idx[m] = idx[i]
-            out_val[m] = val[i]
-            m += 1
-    return out_idx, out_val
+        tie = (key == kth) & (key < high) & (ties > 0)
+        keep = (key >= high) | (key > kth) | tie
+        ties -= tie
+        out_idx[m] = idx[i]
+        out_val[m] = val[i]
+        m += keep
+        if m == count:
+            break
+    return out_idx[:count], out_val[:count]
 
 
 @_jit
