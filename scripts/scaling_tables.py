@@ -22,8 +22,9 @@ calibrated afresh in this process) over the simulated time: how far to trust the
 chosen again as its measured refinement (``sparcml.tuning``) would choose with the merged rows
 as its measurements: the contenders of the current model (``sparcml.sim.network_cost_model``,
 the overlap ``auto`` would learn from the cell's result), the fastest of them by their rows,
-as ``sparc-bench --model-only auto`` does; it takes the time and bytes of that row -- so a model fixed after a run (the
-allgather cost, commit "allgather cost: ...") and rows simulated in a later run count.
+as ``sparc-bench --model-only auto`` does; it takes the time and bytes of that row -- so a
+model fixed after a run (the allgather cost, commit "allgather cost: ...") and rows simulated
+in a later run count.
 """
 
 import json

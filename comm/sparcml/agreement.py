@@ -31,10 +31,11 @@ from mpi4py import MPI
 from .errors import InvalidArgumentError, RankMismatchError, SparcmlError
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
-           "as_sparcml_error"]
+           "as_sparcml_error", "VALUE_DTYPE_NAMES"]
 
 MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
 MAX_MAXIMA = 4
+VALUE_DTYPE_NAMES = {4: "float32", 8: "float64"}  # "value dtype" fields, for messages
 
 
 def as_sparcml_error(exc: BaseException) -> SparcmlError:

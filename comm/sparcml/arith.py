@@ -107,10 +107,9 @@ def fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
     if len(parts) <= PAIRWISE_FOLD_MAX and len({(p.indices.dtype, p.values.dtype)
                                                 for p in parts}) == 1:
         idx, val = _fold_pairwise(parts, total, ws, role)
-        n = idx.shape[0]
     else:
         idx, val = _fold_heap(parts, offsets, total, workspace, ws, role)
-        n = idx.shape[0]
+    n = idx.shape[0]
     if codec.should_be_dense(n, length):
         acc = np.zeros(length, value_dtype) if ws is None \
             else ws.zeros(role + ".dense", length, value_dtype)

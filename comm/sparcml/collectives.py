@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith, kernels
-from .agreement import agree, capture
+from .agreement import VALUE_DTYPE_NAMES, agree, capture
 from .context import TrafficStats, context_for
 from .entry import fail_stop
 from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, split_reduce
@@ -23,7 +23,7 @@ from .wire import Codec, Part, decode
 
 __all__ = ["allgather", "reduce_scatter", "bcast"]
 
-_DESCRIBE = {"value dtype": {4: "float32", 8: "float64"}}
+_DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 
 
 def _checked(ctx, vec, check, quantizer, stats, *, quantized_values: bool):

@@ -26,11 +26,11 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith, auto, hierarchical as node_aware, tuning
-from .agreement import agree, capture
+from .agreement import VALUE_DTYPE_NAMES, agree, capture
 from .context import TrafficStats, clock_of, context_for
 from .errors import CollectiveFailure
 from .link_costs import index_coding_costs
-from .partition import PARTITIONS_ENV, POLICIES, partition_policy
+from .partition import POLICIES, POLICY_LABELS, partition_policy
 from .registry import (AUTO, algorithm_code, algorithm_names, check_algorithm_options,
                        get_algorithm)
 from .algorithms import DEFAULT_ALGORITHM
@@ -41,16 +41,15 @@ from .wire import Codec
 
 __all__ = ["allreduce", "iallreduce", "allreduce_in", "calibrate", "fail_stop"]
 
-_VALUE_SIZES = {4: "float32", 8: "float64"}
 
 
 def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"
-    return {"algorithm": names, "value dtype": _VALUE_SIZES,
+    return {"algorithm": names, "value dtype": VALUE_DTYPE_NAMES,
             "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"},
             "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"},
-            "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)},
+            "partitions": POLICY_LABELS,
             "auto tuning": {0: f"{tuning.TUNING_ENV}=0", 1: f"{tuning.TUNING_ENV}=1"}}
 
 

@@ -46,14 +46,14 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith, kernels, quant_kernels, select_kernels
-from .agreement import agree, capture
+from .agreement import VALUE_DTYPE_NAMES, agree, capture
 from .context import TrafficStats, context_for
 from .entry import _calibration_run, fail_stop
 from .errors import CompressionError, InvalidArgumentError
 from .exchange import allgather_bytes, recv_bytes, split_reduce
 from .link_costs import index_coding_costs
-from .partition import (PARTITIONS_ENV, POLICIES, SPARSE_KIND, note_received,
-                        partition_policy, split_bounds)
+from .partition import (POLICIES, POLICY_LABELS, SPARSE_KIND, note_received, partition_policy,
+                        split_bounds)
 from .validation import check_stats, coerce_vector
 from .vector import SparseVector
 from .topk_rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, count_nan,
@@ -67,8 +67,7 @@ NAME = "topk_allreduce"  # the label in TrafficStats.algorithm and the benchmark
 
 TAG_DIRECT = 23  # the point-to-point allgather of the selection
 DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
-_DESCRIBE = {"value dtype": {4: "float32", 8: "float64"},
-             "partitions": {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}}
+_DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES, "partitions": POLICY_LABELS}
 
 
 class TopKReduced(NamedTuple):

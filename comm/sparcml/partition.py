@@ -52,7 +52,7 @@ from .exchange import block_bounds
 __all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PARTITIONS_ENV",
            "PartitionState", "partition_policy", "split_bounds", "note_received",
            "balanced_bounds", "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD",
-           "REGRESSION"]
+           "REGRESSION", "POLICY_LABELS"]
 
 SPARSE_KIND = "sparse-blocks"
 DENSE_KIND = "dense-blocks"
@@ -60,6 +60,7 @@ BALANCED = "balanced"
 EQUAL = "equal"
 POLICIES = (BALANCED, EQUAL)
 PARTITIONS_ENV = "SPARCML_PARTITIONS"
+POLICY_LABELS = {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}  # for messages
 COARSE_BINS = 1024
 FINE_BINS = 64
 CHECK_EVERY = 4

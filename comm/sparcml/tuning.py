@@ -37,7 +37,8 @@ import os
 import time
 
 __all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TUNING_ENV", "enabled",
-           "shape_key", "fill_bucket", "contenders_of", "choose", "begin", "end", "pending_ns", "resolve", "settled"]
+           "shape_key", "fill_bucket", "contenders_of", "choose", "begin", "end", "pending_ns",
+           "resolve", "settled"]
 
 MARGIN = 4.0          # a candidate predicted within this factor of the best is tried
 MAX_CONTENDERS = 4    # at most this many are tried per shape

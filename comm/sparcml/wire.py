@@ -41,7 +41,8 @@ from .wire_header import (BITMAP, DENSE, ELIAS_FANO, HEADER, HEADER_SIZE, RAW, S
 
 __all__ = ["HEADER", "HEADER_SIZE", "SHORT_HEADER", "SHORT_HEADER_SIZE", "Header",
            "header_size", "read_header", "SPARSE", "DENSE", "RAW", "ELIAS_FANO", "BITMAP",
-           "INDEX_CODING_ENV", "Part", "Codec", "decode", "index_layout"]
+           "INDEX_CODING_ENV", "Part", "Codec", "decode", "index_layout",
+           "index_section_nbytes"]
 
 INDEX_CODING_ENV = "SPARCML_INDEX_CODING"
 _CODED_LENGTH_LIMIT = 1 << 59  # longer ranges travel raw (keeps the decoders' shifts in int64)
@@ -52,6 +53,15 @@ _INDEX_BY_SIZE = {4: np.dtype(np.int32), 8: np.dtype(np.int64)}
 
 def _pad8(n: int) -> int:
     return (n + 7) & ~7
+
+
+def index_section_nbytes(code: int, count: int, length: int, index_size: int) -> int:
+    """Bytes (before padding) of the indices of a sparse message in ``code``."""
+    if code == RAW:
+        return count * index_size
+    if code == BITMAP:
+        return index_kernels.bitmap_nbytes(length)
+    return sum(index_kernels.ef_nbytes(count, length))
 
 
 def index_layout(count: int, length: int, index_size: int, coded: bool = True,
@@ -198,15 +208,15 @@ class Codec:
         buffer)."""
         quantized = self.quantizer is not None
         n = values.shape[0]
-        nbytes = self.dense_nbytes(n, offset)
         start = header_size(quantized, n, n, offset)
+        used = start + self._values_nbytes(n, quantized)
+        nbytes = _pad8(used)  # dense_nbytes(n, offset)
         if out is None:
             out = np.zeros(nbytes, np.uint8)
         else:
             if out.dtype != np.uint8 or out.shape != (nbytes,):
                 raise SparcmlError(f"encode_dense: out must be {nbytes} uint8, got {out.dtype} "
                                    f"of shape {out.shape}")
-            used = start + self._values_nbytes(n, quantized)
             out[used:] = 0  # the padding: the same bytes on every run
         self._header(out, DENSE, quantized, n, n, offset)
         self._write_values(out, start, values, quantized, seed)
@@ -322,12 +332,7 @@ def decode(buf: np.ndarray, out: np.ndarray | None = None, *, streaming: bool = 
         if index_dtype.itemsize == 4 and offset + length > 2**31:
             raise SparcmlError(f"corrupt message: int32 indices for the range [{offset}, "
                                f"{offset + length})")
-        if code == RAW:
-            idx_used = count * index_dtype.itemsize
-        elif code == BITMAP:
-            idx_used = index_kernels.bitmap_nbytes(length)
-        else:
-            idx_used = sum(index_kernels.ef_nbytes(count, length))
+        idx_used = index_section_nbytes(code, count, length, index_dtype.itemsize)
         start += _pad8(idx_used)
     elif code != RAW:
         raise SparcmlError(f"corrupt message: index code {code} in a dense message")

@@ -18,9 +18,9 @@ once, and where the nodes share something (a switch that is not full bisection; 
 network, this machine's cores running every node's TCP stack) the links are slower together
 than one alone. On a full-bisection network of separate hosts the two agree.
 
-On a simulated communicator (:mod:`sparcml.sim`) it times
-with the virtual clock, so probing a simulated network returns its spec (a test checks this). Nodes are MPI's shared-memory groups
-(``Split_type(COMM_TYPE_SHARED)``); ``ppn`` is the largest node's size. The result describes
+On a simulated communicator (:mod:`sparcml.sim`) it times with the virtual clock, so probing
+a simulated network returns its spec (a test checks this). Nodes are MPI's shared-memory
+groups (``Split_type(COMM_TYPE_SHARED)``); ``ppn`` is the largest node's size. The result describes
 the nodes this job ran on: give it more nodes (``NODESx...``) to predict a larger job, which
 assumes a full-bisection network (see :mod:`sparcml.sim`).
 """

@@ -361,8 +361,8 @@ def _encode(self, part, *, known_dense=False, seed=None):
 def _payload_views(buf):
     """``(index section or None, index code, (offset, dtype, shape) of the indices, of the
     values)`` of a lossless message, read from its header (no decoding); None if quantized."""
-    from .. import index_kernels
-    from ..wire import _INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, RAW, _pad8, read_header
+    from ..wire import (_INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, RAW, _pad8, index_section_nbytes,
+                        read_header)
 
     h = read_header(buf)
     if h.quantized:
@@ -373,12 +373,7 @@ def _payload_views(buf):
         return RAW, None, (start, vdt.str, (count,))
     idt = _INDEX_BY_SIZE[h.index_size]
     code = h.index_code
-    if code == RAW:
-        used = count * idt.itemsize
-    elif code == 2:  # BITMAP
-        used = index_kernels.bitmap_nbytes(length)
-    else:
-        used = sum(index_kernels.ef_nbytes(count, length))
+    used = index_section_nbytes(code, count, length, idt.itemsize)
     return code, (start, idt.str, (count,)), (start + _pad8(used), vdt.str, (count,))
 
 
