@@ -45,8 +45,10 @@ def _on_a_terminal(cmd, cwd) -> str:
 
 
 def _in_pipes(cmd, cwd) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=300,
+    # bytes, decoded here: text=True would turn a bar's bare \r into \n (universal newlines)
+    proc = subprocess.run(cmd, capture_output=True, cwd=cwd, timeout=300,
                           stdin=subprocess.DEVNULL)
+    proc.stdout, proc.stderr = proc.stdout.decode(), proc.stderr.decode()
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
 
@@ -68,6 +70,7 @@ def test_linear_bar_ends_at_its_total_on_a_terminal(tmp_path, cache):
 def test_linear_in_pipes_prints_lines_not_frames(tmp_path, cache):
     proc = _in_pipes(LINEAR + cache, tmp_path)
     assert "\r" not in proc.stderr and "\r" not in proc.stdout
+    assert not re.search(r"\d+/\d+ \[", proc.stderr), proc.stderr  # no bar at all
     assert [line.split(":")[0] for line in proc.stdout.splitlines()
             if line.startswith("epoch ")] == ["epoch 1", "epoch 2"]
     assert "writing the synthetic twin url (3,000 rows" in proc.stdout  # not 16 s of silence
