@@ -78,3 +78,15 @@ def test_gpu_check_script_imports_and_picks_devices():
     assert gpu_check.pick_device(1, 0) == "cpu"
     if not torch.cuda.is_available():
         assert gpu_check.main() == 2  # refuses on the CPU (P = 1, no device)
+
+
+def test_gpu_check_is_documented_with_whether_it_ran():
+    """README points at scripts/gpu-check.sh and says whether it ran on a GPU; BENCHMARKS.md
+    has its section, with figures or saying it was not run."""
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "`bash scripts/gpu-check.sh`" in readme
+    bench = (REPO / "BENCHMARKS.md").read_text()
+    section = bench.split("## GPU check of the PyTorch adapter", 1)[1].split("\n## ", 1)[0]
+    ran = "GPU-CHECK OK" in section
+    assert ran or "Not run yet" in section, section[:400]
+    assert ("has not run on a GPU yet" in readme) != ran
