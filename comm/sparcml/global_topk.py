@@ -40,6 +40,7 @@ Example::
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -51,7 +52,10 @@ from .context import TrafficStats, context_for
 from .entry import _calibration_run, fail_stop
 from .errors import CompressionError, InvalidArgumentError
 from .exchange import allgather_bytes, recv_bytes, split_reduce
+from .hierarchical import forced_ranks_per_node, node_shm_wanted
 from .link_costs import index_coding_costs
+from .node_exchange import (allgather_shared, gather_region_bytes, one_node_layout,
+                            split_reduce_shared, split_region_bytes)
 from .partition import (POLICIES, POLICY_LABELS, SPARSE_KIND, note_received, partition_policy,
                         split_bounds)
 from .validation import check_stats, coerce_vector
@@ -168,8 +172,9 @@ def itopk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
 def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
                       check: bool = True) -> TopKReduced:
     """:func:`topk_allreduce` on a context (the blocking path's or a communication thread's)."""
-    fields = {"dim": -1, "value dtype": -1, "k": -1, "partitions": -1}
-    top = 0
+    fields = {"dim": -1, "value dtype": -1, "k": -1, "partitions": -1,
+              "ranks per node": 0, "node shm": 1}
+    top = items = 0
     with capture() as failed:
         stats = check_stats(stats)
         k = _check_k(k)
@@ -178,10 +183,15 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
+        fields["ranks per node"] = forced_ranks_per_node()
+        fields["node shm"] = node_shm_wanted()
+        items = vec.dim if vec.is_dense else vec.nnz
         top = _max_key(vec)
-    # the largest |input| over ranks rides on the agreement: it bounds |sum| for the selection
-    top = agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter,
-                maxima={"max key": top})["max key"]
+    # the largest |input| over ranks rides on the agreement: it bounds |sum| for the selection;
+    # the largest input sizes the shared-memory regions of a one-node communicator
+    agreed = agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter,
+                   maxima={"max key": top, "max items": items})
+    top, items = agreed["max key"], agreed["max items"]
     ctx.partitions = POLICIES[fields["partitions"]]
     stats.calls += 1
     stats.algorithm = NAME
@@ -192,8 +202,9 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
                                         np.empty(0, vec.dtype))
         return TopKReduced(nothing, _dropped(vec, nothing.indices))
     with fail_stop(ctx.comm, NAME):
-        owned, lo = _reduce_scatter(ctx, arith.normalize(vec, codec), stats, codec)
-        result, nan = _selection(ctx, vec, owned, lo, k, top, stats, codec)
+        shared = _one_node(ctx, fields, items, vec.dim, codec)
+        owned, lo = _reduce_scatter(ctx, arith.normalize(vec, codec), stats, codec, shared)
+        result, nan = _selection(ctx, vec, owned, lo, k, top, stats, codec, shared)
     if nan:  # every rank saw the same NaN sums (histogram or gathered), and raises the same
         raise CompressionError(
             f"the sum of the inputs overflowed to NaN in {nan} entries (Inf - Inf); "
@@ -213,12 +224,38 @@ def _max_key(vec: SparseVector) -> int:
     return int(top)
 
 
-def _reduce_scatter(ctx, vec, stats, codec):
+@dataclass
+class _OneNode:
+    """A one-node communicator's window (:mod:`sparcml.node_exchange`) for this call: the
+    layout, the two regions' sizes, and how many gathers this call made through it."""
+
+    layout: object
+    split_bytes: int
+    gather_bytes: int
+    gathers: int = 0
+
+
+def _one_node(ctx, fields, items, dim, codec) -> _OneNode | None:
+    """The window when every rank is on one node (collective; agreed sizes), else None."""
+    layout = one_node_layout(ctx, fields["ranks per node"], fields["node shm"])
+    if layout is None:
+        return None
+    split = split_region_bytes(ctx.size, items, dim, codec)
+    gather = gather_region_bytes(min(ctx.size * items, dim), dim, codec)
+    layout.slots.ensure(layout.node, split + gather, split + gather)
+    return _OneNode(layout, split, gather)
+
+
+def _reduce_scatter(ctx, vec, stats, codec, shared):
     """Step 1: ``((owned sums, their keys), first owned index)``."""
     bounds = partition_bounds(ctx, vec, codec)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
     before = stats.bytes_received
-    parts = split_reduce(ctx, vec, stats, bounds, codec)
+    if shared is None:
+        parts = split_reduce(ctx, vec, stats, bounds, codec)
+    else:
+        parts = split_reduce_shared(ctx, shared.layout, vec, stats, bounds, codec,
+                                    shared.split_bytes)
     note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before)
     step(ctx)
     block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
@@ -234,7 +271,7 @@ def _scratch(ctx, role, n, dtype):
     return np.empty(n, dtype) if ctx.workspace is None else ctx.workspace.get(role, n, dtype)
 
 
-def _selection(ctx, vec, owned, lo, k, top, stats, codec):
+def _selection(ctx, vec, owned, lo, k, top, stats, codec, shared):
     """Steps 2-3: ``(result, NaN sums seen)``. With a threshold remembered from an earlier
     call of the same shape (see :func:`remember`), one allgather of the keys above a guess
     just below it, which every rank checks holds k keys (else the exact path below runs); the
@@ -244,11 +281,11 @@ def _selection(ctx, vec, owned, lo, k, top, stats, codec):
     inf_key = int(KEYS[value_dtype][2])
     bound = min(bound_key(top, ctx.size, value_dtype), inf_key) if top else 0
     memo_key = ("topk threshold", vec.dim, k, value_dtype.str)
-    guessed = guess(ctx, memo_key, bound)
+    guessed = guess(ctx, memo_key, bound, value_dtype)
     if guessed is not None:
         below, margin = guessed
         idx, val = _gather(ctx, vec, Rule(below - 1, NOTHING, k, -1, 0), owned, lo, stats,
-                           codec)
+                           codec, shared)
         nan = count_nan(val)
         if nan:
             return None, nan
@@ -272,21 +309,28 @@ def _selection(ctx, vec, owned, lo, k, top, stats, codec):
                                      np.empty(0, value_dtype)), 0
     if rule.ties >= 0:
         rule = split_ties(ctx, keys, rule, stats)
-    idx, val = _gather(ctx, vec, rule, owned, lo, stats, codec)
+    idx, val = _gather(ctx, vec, rule, owned, lo, stats, codec, shared)
     result = _result(vec.dim, idx, val, value_dtype, rule.high,
                      rule.want if rule.want > 0 else None)
     remember(ctx, memo_key, bound, result.values, k, value_dtype, margin)
     return result, 0
 
 
-def _allgather(ctx, buf: np.ndarray, stats) -> list[np.ndarray]:
+def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
     """Every rank's byte buffer, in rank order. Up to :data:`DIRECT_MAX_RANKS` ranks, point to
     point (each rank sends its buffer to every other, sizes learnt by ``Mprobe``; bytes as a
     ring allgather's, P - 1 messages): MPICH's
     ``Allgather(v)`` over TCP stalled for tens of ms per call on the emulated network
     (BENCHMARKS.md), where the point-to-point path of the other algorithms does not; beyond,
-    :func:`sparcml.exchange.allgather_bytes` (the MPI collective's log P rounds)."""
+    :func:`sparcml.exchange.allgather_bytes` (the MPI collective's log P rounds). On one node
+    (``shared``), through the window's gather region."""
     rank, size = ctx.rank, ctx.size
+    if shared is not None:
+        if shared.gathers:  # a second gather in this call: nobody may still read the first
+            shared.layout.slots.barrier(shared.layout.node)
+        shared.gathers += 1
+        return allgather_shared(ctx, shared.layout, buf, stats, shared.split_bytes,
+                                shared.gather_bytes)
     if size > DIRECT_MAX_RANKS:
         return allgather_bytes(ctx, buf, stats)
     out: list[np.ndarray | None] = [None] * size
@@ -306,7 +350,7 @@ def _allgather(ctx, buf: np.ndarray, stats) -> list[np.ndarray]:
     return out
 
 
-def _gather(ctx, vec, rule, owned, lo, stats, codec):
+def _gather(ctx, vec, rule, owned, lo, stats, codec, shared):
     """Every rank's entries that ``rule`` sends, concatenated in rank (= index) order:
     ``(indices, values)``, scratch of the context's workspace (:func:`_result` copies)."""
     block, keys = owned
@@ -319,7 +363,7 @@ def _gather(ctx, vec, rule, owned, lo, stats, codec):
     sel_val = block.values[pos]
     buf, _ = codec.encode(Part(lo, block.length, sel_idx, sel_val))
     pieces = []
-    gathered = _allgather(ctx, buf, stats)
+    gathered = _allgather(ctx, buf, stats, shared)
     step(ctx)
     for rank, b in enumerate(gathered):
         if rank == ctx.rank:  # lossless: what the others decode from it

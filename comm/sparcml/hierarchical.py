@@ -56,9 +56,7 @@ only inside its node's sum is reported unchanged, as the fold partners of recurs
 
 from __future__ import annotations
 
-import atexit
 import os
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -69,6 +67,7 @@ from .context import CommContext, TrafficStats
 from .errors import InvalidArgumentError
 from .exchange import as_vector, encode_vector, recv_bytes, send_vector
 from .registry import AUTO
+from .shm_window import SharedWindow
 from .vector import SparseVector
 from .wire import HEADER_SIZE, decode
 
@@ -134,7 +133,7 @@ class NodeLayout:
     nodes: int
     largest: int
     sizes: tuple
-    slots: "_SharedSlots | None" = None
+    slots: SharedWindow | None = None
 
     @property
     def is_leader(self) -> bool:
@@ -176,7 +175,7 @@ def layout_for(ctx: CommContext, ranks_per_node: int) -> NodeLayout:
     layout = NodeLayout(sub(node_comm), sub(leaders_comm) if leader else None, len(sizes),
                         max(sizes), sizes)
     if isinstance(node_comm, MPI.Intracomm) and node_comm.Get_size() > 1:
-        layout.slots = _SharedSlots()
+        layout.slots = SharedWindow()
     ctx.subcomms[key] = layout
     return layout
 
@@ -206,7 +205,7 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
             # lossless node messages would, so then everything may be dense
             early = codec.quantize_sparse
             result_items = vec.dim if record.writes_out or early else ctx.size * nnz_max
-            slots.ensure(node, _bound(result_items, vec.dim, codec),
+            slots.ensure(node, _HEAD + _bound(result_items, vec.dim, codec),
                          _bound(vec.dim if early else nnz_max, vec.dim, codec))
             total = _node_reduce_shared(node, slots, vec, codec, intra)
         elif layout.is_leader:
@@ -285,78 +284,10 @@ def _bound(items: int, dim: int, codec) -> int:
     return min(sparse, dense) + 16
 
 
-class _SharedSlots:
-    """A shared-memory window on a node: a slot per node rank, the leader's (which carries the
-    result) sized for any result, the others' for any input.
-
-    Sizes come from agreed quantities (dim, dtypes, the largest input nnz), so every node rank
-    grows the window at the same call without exchanging sizes. A slot is written only by its
-    owner and read by the others after a node barrier; every call's node phases start with a
-    barrier of their own, so no slot is rewritten while another rank still reads it.
-    """
-
-    _HEAD = 16  # the leader's slot: (kind, bytes) of the result, then the result
-
-    def __init__(self):
-        self.win = None
-        self.sizes = (0, 0)  # (leader's slot, the others')
-        self.views: list[np.ndarray] = []
-        if threading.current_thread() is threading.main_thread():
-            _remember(self)
-
-    def ensure(self, node: CommContext, leader_bytes: int, other_bytes: int) -> None:
-        leader_bytes += self._HEAD
-        if leader_bytes <= self.sizes[0] and other_bytes <= self.sizes[1]:
-            return
-        old = self.sizes
-        self.free()
-        grow = [(max(need, int(have * 1.25), 1 << 12) + 7) & ~7
-                for need, have in zip((leader_bytes, other_bytes), old)]
-        mine = grow[0] if node.rank == 0 else grow[1]
-        win = MPI.Win.Allocate_shared(mine, 1, comm=node.comm)
-        win.Lock_all(MPI.MODE_NOCHECK)
-        self.views = []
-        for r in range(node.size):
-            mem, _ = win.Shared_query(r)
-            self.views.append(np.frombuffer(mem, np.uint8, count=grow[0] if r == 0 else grow[1]))
-        self.win, self.sizes = win, (grow[0], grow[1])
-
-    def barrier(self, node: CommContext) -> None:
-        """Make every slot's writes visible to the node's ranks (collective on the node)."""
-        self.win.Sync()
-        node.waiter.collective(node.comm, "Barrier")
-        self.win.Sync()
-
-    def free(self) -> None:
-        if self.win is not None:
-            self.views = []
-            self.win.Unlock_all()
-            self.win.Free()
-            self.win, self.sizes = None, (0, 0)
+_HEAD = 16  # the leader's slot: (kind, bytes) of the result, then the result
 
 
-_MAIN_THREAD_SLOTS: list[_SharedSlots] = []
-
-
-def _remember(slots: _SharedSlots) -> None:
-    """Windows must be freed before MPI_Finalize (MPICH's ofi netmod fails to close its fabric
-    otherwise), and COMM_WORLD's attributes, where the contexts live, are never deleted. So
-    the main thread's windows are freed at exit, in the order they were made, which is the
-    same on every rank (Win_free is collective); a non-blocking engine's thread frees its own
-    when it closes (also at exit, before finalize)."""
-    if not _MAIN_THREAD_SLOTS:
-        atexit.register(_free_main_thread_windows)
-    _MAIN_THREAD_SLOTS.append(slots)
-
-
-def _free_main_thread_windows() -> None:
-    if MPI.Is_finalized():
-        return
-    for slots in _MAIN_THREAD_SLOTS:
-        slots.free()
-
-
-def _node_reduce_shared(node: CommContext, slots: _SharedSlots, vec: SparseVector, codec,
+def _node_reduce_shared(node: CommContext, slots: SharedWindow, vec: SparseVector, codec,
                         intra: TrafficStats) -> SparseVector:
     """The node reduce through the window: on the leader, the node's sum (rank order)."""
     if node.rank != 0:
@@ -373,7 +304,7 @@ def _node_reduce_shared(node: CommContext, slots: _SharedSlots, vec: SparseVecto
 
 def _bcast_shared(node, slots, result, vec, out, intra, codec) -> SparseVector:
     """The leader's result on the node's ranks through the leader's slot (one barrier)."""
-    head = _SharedSlots._HEAD
+    head = _HEAD
     leader = slots.views[0]
     if node.rank == 0:
         if result.is_dense:

@@ -4,9 +4,13 @@ Package-internal (:mod:`sparcml.global_topk` runs the call). Keys are the magnit
 the values (:mod:`sparcml.select_kernels`). The rule comes from
 
 - a **remembered threshold** (:func:`remember`, :func:`guess`): the k-th largest key of the
-  last call of the same ``(dim, k, dtype)``, kept as its distance below the bound of the sums
-  (:func:`bound_key`, from the largest ``|input|`` that rides on the call's agreement), so
-  that a rescaled input finds it too. The ranks send every key above a guess a margin below
+  last call of the same ``(dim, k, dtype)``, with the bound of the sums of that call
+  (:func:`bound_key`, from the largest ``|input|`` that rides on the call's agreement). The
+  guess starts from the threshold itself while the bound stays within a quarter octave of
+  the remembered one (the k-th largest of many sums is a far steadier statistic than the
+  largest input, which moves by several percent between minibatches), and from the same
+  distance below the new bound when it moved further (a rescaled input: a new learning rate,
+  loss scaling). The ranks send every key above a guess a margin below
   it and each picks the k largest of what arrives; when fewer than k arrive (the magnitudes
   moved), the exact path runs and the margin doubles; when far more than k arrive it halves;
 - or the **exact path** (:func:`threshold_rule`): histogram rounds over the owned sums' keys,
@@ -159,18 +163,20 @@ def split_ties(ctx, keys, rule: Rule, stats) -> Rule:
     return rule._replace(ties=int(min(max(rule.ties - before[0], 0), mine[0])))
 
 
-def guess(ctx, memo_key, bound: int):
+def guess(ctx, memo_key, bound: int, value_dtype):
     """``(guessed key, margin)`` from the remembered threshold of ``memo_key``, or None."""
     memo = ctx.history.get(memo_key)
     if memo is None:
         return None
-    offset, margin = memo
-    return max(1, bound - offset - (1 << margin)), margin
+    old_bound, threshold, margin = memo
+    if abs(bound - old_bound) > 1 << (MANTISSA_BITS[np.dtype(value_dtype)] - 2):  # rescaled: keep the distance below it
+        threshold = bound - (old_bound - threshold)
+    return max(1, threshold - (1 << margin)), margin
 
 
 def remember(ctx, memo_key, bound, values, k, value_dtype, margin) -> None:
-    """Keep this call's exact threshold (the k-th largest key), as its distance below the
-    bound of the sums (so that a rescaled input finds it too), and the guess's margin (in key
+    """Keep this call's exact threshold (the k-th largest key), the bound of the sums (so
+    that a rescaled input finds it too, see :func:`guess`), and the guess's margin (in key
     units, ``2**margin``). Every rank keeps the same: all of it is global."""
     if k == 0 or values.size < k or bound == 0:  # no threshold: every nonzero sum was taken
         ctx.history.pop(memo_key, None)
@@ -178,7 +184,7 @@ def remember(ctx, memo_key, bound, values, k, value_dtype, margin) -> None:
     bits_dtype, absmask = KEYS[value_dtype][:2]
     threshold = int(select_kernels.min_key(values.view(bits_dtype), absmask))
     if memo_key in ctx.history or len(ctx.history) < _HISTORY_LIMIT:
-        ctx.history[memo_key] = (bound - threshold, margin)
+        ctx.history[memo_key] = (bound, threshold, margin)
 
 
 def count_nan(values) -> int:

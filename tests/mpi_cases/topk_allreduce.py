@@ -112,6 +112,28 @@ hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (f
 bound = (P - 1) / P * (vec.nnz + k) * entry * 1.1 + hist_bytes + 64 * P
 assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 
+# on one node the exchanges go through a shared-memory window (sparcml.node_exchange) unless
+# SPARCML_NODE_SHM=0: the same result bits, bytes and messages either way
+import os  # noqa: E402
+
+from sparcml.hierarchical import ENV_NODE_SHM, layout_for  # noqa: E402
+
+if os.environ.get(ENV_NODE_SHM, "1") != "0":
+    ways = {}
+    for shm in ("0", "1"):
+        os.environ[ENV_NODE_SHM] = shm
+        stats = check(vec, k, ("window", shm))
+        out = sparcml.topk_allreduce(vec, k)
+        ways[shm] = (out.result.indices.tobytes(), out.result.values.tobytes(),
+                     out.dropped.values.tobytes(), stats.bytes_sent, stats.bytes_received,
+                     stats.messages)
+    del os.environ[ENV_NODE_SHM]
+    assert ways["0"] == ways["1"], (ways["0"][3:], ways["1"][3:])
+    if P > 1:
+        from sparcml.context import context_for  # noqa: E402
+        window = layout_for(context_for(comm), 0).slots
+        assert window is not None and window.win is not None, "the window was not used"
+
 # later calls of a shape start from the threshold the last one found (one step fewer); a
 # guess that misses (the magnitudes moved down) falls back to the exact path, still exact
 from sparcml.context import context_for  # noqa: E402
@@ -141,6 +163,17 @@ if P > 1:  # the guess, then one histogram round and the allgather again
 check(moved, K_MEMO, ("memo", "after the miss"))
 if P > 1:
     assert history[STEPS_KEY] == topk_sync_steps(True), history[STEPS_KEY]
+# fresh minibatches of one distribution: the k-th largest |sum| barely moves while the
+# largest |input| (the bound) moves by percents; every call after the first uses the guess
+misses = []
+for seed in range(8):
+    rng = np.random.default_rng([40 + seed, rank])
+    idx = np.flatnonzero(rng.random(100_000) < 0.2)
+    fresh = SparseVector(100_000, idx, rng.standard_normal(idx.size).astype(np.float32))
+    check(fresh, 4096, ("fresh minibatch", seed))
+    misses.append(history[STEPS_KEY] - topk_sync_steps(True))
+if P > 1:
+    assert misses[1:] == [0] * 7, misses
 for k in (1, 10, 600 // P + 3):  # ties across the partitions, remembered: lower index first
     for _ in range(2):
         check(SparseVector(600, np.arange(600), ones), k, ("memo ties", k))
