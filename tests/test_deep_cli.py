@@ -51,3 +51,22 @@ def test_the_communication_flags_build_a_compression():
     args.algorithm = "ring"
     (problem,) = _check_args(args)
     assert problem.startswith("--algorithm: unknown algorithm 'ring'")
+
+
+@pytest.mark.parametrize("app,argv,needle", [
+    ("sparc-cnn", ["--depth", "1"],
+     "the digits CNN needs --width >= 1 and --depth >= 2, got 16, 1"),
+    ("sparc-lstm", ["--width", "0"], "--width and --depth must be >= 1, got 0, 1"),
+])
+def test_model_shape_errors_are_one_line_on_rank_0(tmp_path, app, argv, needle):
+    """Defect 9 of issue 15: a --width/--depth the model cannot take was a ValueError traceback
+    on every rank (and an abort); now one line on rank 0 and exit status 2, like bad options."""
+    from mpirun import run_mpi
+
+    exe = str(__import__("pathlib").Path(sys.executable).parent / app)
+    proc = run_mpi(2, args=[exe, "--epochs", "1", "--no-progress", "--threads", "1",
+                            "--output", str(tmp_path / "r.jsonl"), *argv],
+                   timeout=180, check=False, cwd=tmp_path, env={"OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stderr.count(needle) == 1, proc.stderr
+    assert not (tmp_path / "r.jsonl").exists()

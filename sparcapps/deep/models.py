@@ -20,6 +20,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .usage import ModelOptionsError
+
 __all__ = ["DigitsCNN", "ResNetCifar", "SeqLSTM", "WordLM", "count_parameters"]
 
 
@@ -34,7 +36,8 @@ class DigitsCNN(nn.Module):
     def __init__(self, width: int = 16, depth: int = 2, classes: int = 10):
         super().__init__()
         if width < 1 or depth < 2:
-            raise ValueError(f"DigitsCNN needs width >= 1 and depth >= 2, got {width}, {depth}")
+            raise ModelOptionsError(f"the digits CNN needs --width >= 1 and --depth >= 2, got "
+                                    f"{width}, {depth}")
         layers = [nn.Conv2d(1, width, 3, padding=1), nn.ReLU(),
                   nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU()]
         for _ in range(depth - 2):
@@ -75,7 +78,8 @@ class ResNetCifar(nn.Module):
     def __init__(self, width: int = 16, depth: int = 1, classes: int = 10):
         super().__init__()
         if width < 1 or depth < 1:
-            raise ValueError(f"ResNetCifar needs width, depth >= 1, got {width}, {depth}")
+            raise ModelOptionsError(f"the CIFAR-10 ResNet needs --width, --depth >= 1, got "
+                                    f"{width}, {depth}")
         self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False),
                                   nn.GroupNorm(min(8, width), width), nn.ReLU())
         blocks, cin = [], width

@@ -168,6 +168,8 @@ def _check_args(args) -> list[str]:
         problems.append(f"--density must be in (0, 1], got {args.density}")
     if args.threads < 1:
         problems.append(f"--threads must be >= 1, got {args.threads}")
+    if args.width < 1 or args.depth < 1:
+        problems.append(f"--width and --depth must be >= 1, got {args.width}, {args.depth}")
     if args.global_topk and not args.dense and (args.bits or args.topk_bucket_size):
         problems.append("--global-topk sends exact values of the whole bucket: pass --bits 0 "
                         "and no --topk-bucket-size")

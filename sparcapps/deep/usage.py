@@ -12,12 +12,17 @@ from __future__ import annotations
 
 from .checkpoint import CheckpointError
 
-__all__ = ["UsageError", "collectively", "finished"]
+__all__ = ["UsageError", "ModelOptionsError", "collectively", "finished"]
 
 
 class UsageError(Exception):
     """Bad data or a checkpoint the user must fix, found on one or more ranks (every rank
     raises it, with the distinct messages of the failing ranks)."""
+
+
+class ModelOptionsError(ValueError):
+    """``--width`` / ``--depth`` that the chosen model cannot take (a user error, reported as
+    one line like a missing data set)."""
 
 
 def collectively(comm, make):
@@ -28,7 +33,7 @@ def collectively(comm, make):
     error = None
     try:
         result = make()
-    except (DeepDataError, CheckpointError) as exc:
+    except (DeepDataError, CheckpointError, ModelOptionsError) as exc:
         error, result = " ".join(str(exc).split()), None
     errors = comm.allgather(error)
     failed = [(r, e) for r, e in enumerate(errors) if e is not None]
