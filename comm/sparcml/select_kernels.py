@@ -172,22 +172,44 @@ def kth_largest_below(bits, absmask, high, want, key_bits):
     """``(kth, ties, above)`` over the keys ``bits & absmask`` of the values' bits: ``kth`` the
     ``want``-th largest of the keys below ``high`` (there are at least ``want >= 1``; every
     key < ``2**key_bits``), ``ties`` how many keys equal to it rank within the ``want``, and
-    ``above`` how many keys are ``>= high`` (a radix select, 11 bits a pass)."""
-    prefix = np.uint64(0)
+    ``above`` how many keys are ``>= high`` (a radix select, 11 bits a pass).
+
+    Two passes over all keys: the first counts ``above`` and the top digit, the second copies
+    the keys of the threshold's top digit out (branch-free); the later digits are counted on
+    that copy, which holds a small share of the keys."""
+    n = bits.shape[0]
     top = key_bits
-    remaining = want
+    low = max(top - 11, 0)
+    hist = np.zeros(1 << (top - low), np.int64)
     above = 0
-    for i in range(bits.shape[0]):
-        if (np.uint64(bits[i]) & absmask) >= high:
-            above += 1
+    for i in range(n):
+        key = np.uint64(bits[i]) & absmask
+        below = key < high
+        above += 1 - below
+        hist[np.int64(key >> np.uint64(low)) * below] += below
+    remaining = want
+    d = hist.shape[0] - 1
+    while hist[d] < remaining:
+        remaining -= hist[d]
+        d -= 1
+    prefix = np.uint64(d)
+    if low == 0:
+        return prefix, remaining, above
+    keys = np.empty(hist[d] + 1, np.uint64)  # + 1: the last speculative write
+    m = 0
+    for i in range(n):
+        key = np.uint64(bits[i]) & absmask
+        keys[m] = key
+        m += (key < high) & ((key >> np.uint64(low)) == prefix)
+    top = low
     while top > 0:
         low = max(top - 11, 0)
         width = top - low
         hist = np.zeros(1 << width, np.int64)
         mask = (np.uint64(1) << np.uint64(width)) - np.uint64(1)
-        for i in range(bits.shape[0]):
-            key = np.uint64(bits[i]) & absmask
-            if key < high and (key >> np.uint64(top)) == prefix:
+        for i in range(m):
+            key = keys[i]
+            if (key >> np.uint64(top)) == prefix:
                 hist[np.int64((key >> np.uint64(low)) & mask)] += 1
         d = hist.shape[0] - 1
         while hist[d] < remaining:
