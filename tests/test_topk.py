@@ -56,6 +56,49 @@ def test_global_selection_matches_stable_sort(dtype, n):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+def test_one_pass_selection_is_exact_or_says_it_missed(dtype):
+    """The sampled one-pass kernel (vectors of 2**17 values or more) gives the stable-sort
+    selection, or MISSED (then select_topk runs the exact kernel): ties, zeros at the
+    threshold, a sorted vector, blocks of different scales, NaN and Inf."""
+    from sparcml import sampled_topk_kernels as stk
+    from sparcml.topk import _KEYS
+
+    key_dtype, absmask, inf_key = _KEYS[np.dtype(dtype)]
+    rng = np.random.default_rng(5)
+    n = 200_003
+    cases = {
+        "normal": rng.standard_normal(n),
+        "ties": rng.integers(-3, 4, n).astype(float),
+        "zeros": np.where(rng.random(n) < 0.05, rng.standard_normal(n), 0.0),
+        "sorted": np.sort(rng.standard_normal(n)),
+        "blocks": np.repeat(10.0 ** rng.integers(-3, 4, n // 1000 + 1), 1000)[:n]
+        * rng.standard_normal(n),
+    }
+    used = 0
+    for name, x in cases.items():
+        x = x.astype(dtype)
+        for k in (1, 7, 2000, n // 30, n // 3, n - 1):
+            out = np.empty(k, np.int32)
+            rc = stk.topk_select_sampled(x.view(key_dtype), absmask, inf_key, k, out)
+            want = ref.topk_select(x, k)
+            np.testing.assert_array_equal(select_topk(x, k), want)
+            if rc != stk.MISSED:
+                assert rc == -1, (name, k, rc)
+                np.testing.assert_array_equal(out, want, err_msg=f"{name} k={k}")
+                used += 1
+        for bad in (np.nan, np.inf, -np.inf):
+            y = x.copy()
+            y[n // 2] = bad
+            for k in (1, 2000, n // 3):
+                rc = stk.topk_select_sampled(y.view(key_dtype), absmask, inf_key, k,
+                                             np.empty(k, np.int32))
+                assert rc in (-2, stk.MISSED), (name, bad, k, rc)
+                with pytest.raises(CompressionError):
+                    select_topk(y, k)
+    assert used >= 20  # the one pass answered most cases itself (the rest: ties and zeros)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n, bucket_size, k_full, k_last", [
     (1000, 100, 3, None), (1030, 100, 3, 1), (1030, 100, 100, 30), (99, 100, 5, 2),
     (1024, 512, 0, None), (513, 512, 512, 1), (1030, 100, 40, 7), (1030, 100, 33, 29),

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from . import quant_kernels
+from . import quant_kernels, sampled_topk_kernels
 from .errors import CompressionError, UnsupportedDtypeError
 from .vector import SparseVector, index_dtype_for
 
@@ -67,7 +67,11 @@ def select_topk(x, k: int, bucket_size=None, k_last=None) -> np.ndarray:
         k = min(k, n)
         if 0 < k < n:
             out = np.empty(k, dtype=idx_dt)
-            rc = quant_kernels.topk_select(keys, absmask, inf_key, k, out)
+            rc = sampled_topk_kernels.MISSED
+            if n >= sampled_topk_kernels.MIN_LENGTH:  # one pass, exact (see that module)
+                rc = sampled_topk_kernels.topk_select_sampled(keys, absmask, inf_key, k, out)
+            if rc == sampled_topk_kernels.MISSED:
+                rc = quant_kernels.topk_select(keys, absmask, inf_key, k, out)
         else:
             out = np.arange(n, dtype=idx_dt) if k == n else np.empty(0, idx_dt)
             rc = -1 if quant_kernels.first_nonfinite(x) < 0 else -2
