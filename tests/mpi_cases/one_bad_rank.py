@@ -100,6 +100,19 @@ if P > 1:
 sane_afterwards("different calls")
 n += 1
 
+# SPARCML_NODE_SHM=0 on one rank only: topk_allreduce's exchanges would go through the window
+# on the others and through messages on it; agreed first, so every rank raises instead
+if rank == BAD:
+    os.environ["SPARCML_NODE_SHM"] = "0"
+every = comm.allgather(outcome(lambda: sparcml.topk_allreduce(good, 1)))
+os.environ.pop("SPARCML_NODE_SHM", None)
+if P > 1:
+    for r, (got, msg) in enumerate(every):
+        assert got == "RankMismatchError", f"node shm env: rank {r} raised {got}: {msg}"
+        assert "node shm" in msg, msg
+sane_afterwards("node shm env")
+n += 1
+
 # 2. big-endian indices and values on one rank: accepted, converted, the same sum everywhere
 be = (100, np.array([1, 5], ">i4"), np.ones(2, ">f4"))
 for algorithm in sparcml.ALGORITHMS:
