@@ -42,7 +42,6 @@ from .wire import Codec
 __all__ = ["allreduce", "iallreduce", "allreduce_in", "calibrate", "fail_stop"]
 
 
-
 def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"

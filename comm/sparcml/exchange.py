@@ -26,7 +26,7 @@ from .wire import Codec, Part, decode
 
 __all__ = ["recv_bytes", "as_vector", "as_sent", "encode_vector", "send_vector",
            "recv_vector", "exchange_vector", "allgather_in_place", "allgather_bytes",
-           "allgather_dense_blocks", "block_bounds", "split_reduce"]
+           "allgather_dense_blocks", "block_bounds", "split_parts", "split_reduce"]
 
 TAG_SPLIT = 21  # phase 1 of the split algorithms
 
@@ -163,6 +163,19 @@ def block_bounds(dim: int, size: int) -> np.ndarray:
     return _bounds(int(dim), int(size))
 
 
+def split_parts(vec: SparseVector, bounds: np.ndarray) -> list[Part]:
+    """``vec`` cut at ``bounds`` (``P + 1`` increasing): part j covers ``[bounds[j],
+    bounds[j+1])``, views of ``vec``'s arrays (dense blocks or sparse slices)."""
+    size = bounds.shape[0] - 1
+    if vec.is_dense:
+        return [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]), None,
+                     vec.values[bounds[j]:bounds[j + 1]]) for j in range(size)]
+    pos = kernels.split_positions(vec.indices, bounds)
+    return [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]),
+                 vec.indices[pos[j]:pos[j + 1]], vec.values[pos[j]:pos[j + 1]])
+            for j in range(size)]
+
+
 def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray,
                  codec: Codec, *, sent=None) -> list[Part]:
     """Phase 1 of the split algorithms: block j of every input goes to rank j.
@@ -170,14 +183,7 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
     Returns the P parts of this rank's block, in source-rank order.
     """
     rank, size = ctx.rank, ctx.size
-    if vec.is_dense:
-        mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]), None,
-                     vec.values[bounds[j]:bounds[j + 1]]) for j in range(size)]
-    else:
-        pos = kernels.split_positions(vec.indices, bounds)
-        mine = [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]),
-                     vec.indices[pos[j]:pos[j + 1]], vec.values[pos[j]:pos[j + 1]])
-                for j in range(size)]
+    mine = split_parts(vec, bounds)
     requests = []
     buffers = []
     received: list[Part | None] = [None] * size

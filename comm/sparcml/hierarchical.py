@@ -69,7 +69,7 @@ from .exchange import as_vector, encode_vector, recv_bytes, send_vector
 from .registry import AUTO
 from .shm_window import SharedWindow
 from .vector import SparseVector
-from .wire import HEADER_SIZE, decode
+from .wire import decode
 
 __all__ = ["ENV_RANKS_PER_NODE", "ENV_NODE_SHM", "NodeLayout", "forced_ranks_per_node",
            "node_shm_wanted", "hierarchical_code", "check_hierarchical", "layout_for", "run"]
@@ -205,8 +205,8 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
             # lossless node messages would, so then everything may be dense
             early = codec.quantize_sparse
             result_items = vec.dim if record.writes_out or early else ctx.size * nnz_max
-            slots.ensure(node, _HEAD + _bound(result_items, vec.dim, codec),
-                         _bound(vec.dim if early else nnz_max, vec.dim, codec))
+            slots.ensure(node, _HEAD + codec.message_bound(result_items, vec.dim),
+                         codec.message_bound(vec.dim if early else nnz_max, vec.dim))
             total = _node_reduce_shared(node, slots, vec, codec, intra)
         elif layout.is_leader:
             total = _node_reduce(node, vec, codec)
@@ -272,16 +272,6 @@ def _node_bcast(node: CommContext, result, vec: SparseVector, out, intra: Traffi
     buf = np.empty(nbytes, np.uint8)
     node.waiter.collective(node.comm, "Bcast", [buf, MPI.BYTE], 0)
     return as_vector(decode(buf), vec.dim)
-
-
-def _bound(items: int, dim: int, codec) -> int:
-    """Bytes that bound a lossless message of at most ``items`` entries of ``[0, dim)``: the
-    encoder sends the smaller of the sparse and the dense form (DESIGN 3.2)."""
-    s_idx, s_val = codec.index_dtype.itemsize, codec.value_dtype.itemsize
-    items = min(items, dim)
-    sparse = HEADER_SIZE + 2 * 8 + items * (s_idx + s_val)
-    dense = HEADER_SIZE + 8 + dim * s_val
-    return min(sparse, dense) + 16
 
 
 _HEAD = 16  # the leader's slot: (kind, bytes) of the result, then the result

@@ -20,17 +20,14 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from . import kernels
 from .context import TrafficStats
 from .errors import SparcmlError
+from .exchange import split_parts
 from .hierarchical import layout_for
-from .wire import HEADER_SIZE, Codec, Part, decode
+from .wire import Codec, Part, decode
 
 __all__ = ["one_node_layout", "split_region_bytes", "gather_region_bytes",
            "split_reduce_shared", "allgather_shared"]
-
-_MESSAGE_SLACK = HEADER_SIZE + 32  # header, the index section's padding, alignment
-
 
 def _align8(n: int) -> int:
     return (n + 7) & ~7
@@ -54,16 +51,14 @@ def one_node_layout(ctx, ranks_per_node: int, shm: int):
 
 def split_region_bytes(size: int, items: int, dim: int, codec: Codec) -> int:
     """Bytes that hold ``size`` messages splitting one input of at most ``items`` entries of
-    ``[0, dim)`` (the encoder sends the smaller of the sparse and dense forms), with the table."""
-    s_idx, s_val = codec.index_dtype.itemsize, codec.value_dtype.itemsize
-    data = min(items * (s_idx + s_val), dim * s_val)
-    return 16 * size + size * _MESSAGE_SLACK + _align8(data)
+    ``[0, dim)``, with the table: the entries' bound once (per message the encoder sends the
+    smaller of the sparse and dense forms), the other messages' header and padding."""
+    return 16 * size + (size - 1) * codec.message_bound(0, 0) + codec.message_bound(items, dim)
 
 
 def gather_region_bytes(items: int, dim: int, codec: Codec) -> int:
     """Bytes that hold one message of at most ``items`` entries of ``[0, dim)``."""
-    s_idx, s_val = codec.index_dtype.itemsize, codec.value_dtype.itemsize
-    return 8 + _MESSAGE_SLACK + _align8(min(items * (s_idx + s_val), dim * s_val))
+    return 8 + codec.message_bound(items, dim)
 
 
 def _put(slot: np.ndarray, at: int, buf: np.ndarray, end: int) -> int:
@@ -83,18 +78,8 @@ def split_reduce_shared(ctx, layout, vec, stats: TrafficStats, bounds: np.ndarra
     window = layout.slots
     slot = window.views[rank]
     table = slot[:16 * size].view(np.int64).reshape(size, 2)
-    if vec.is_dense:
-        pos = None
-    else:
-        pos = kernels.split_positions(vec.indices, bounds)
     at = 16 * size
-    for dest in range(size):
-        lo, hi = int(bounds[dest]), int(bounds[dest + 1])
-        if pos is None:
-            part = Part(lo, hi - lo, None, vec.values[lo:hi])
-        else:
-            part = Part(lo, hi - lo, vec.indices[pos[dest]:pos[dest + 1]],
-                        vec.values[pos[dest]:pos[dest + 1]])
+    for dest, part in enumerate(split_parts(vec, bounds)):
         buf, dense = codec.encode(part)
         table[dest] = (at, buf.nbytes)
         at = _put(slot, at, buf, split_bytes)

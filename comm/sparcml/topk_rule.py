@@ -169,7 +169,8 @@ def guess(ctx, memo_key, bound: int, value_dtype):
     if memo is None:
         return None
     old_bound, threshold, margin = memo
-    if abs(bound - old_bound) > 1 << (MANTISSA_BITS[np.dtype(value_dtype)] - 2):  # rescaled: keep the distance below it
+    if abs(bound - old_bound) > 1 << (MANTISSA_BITS[np.dtype(value_dtype)] - 2):
+        # the bound moved more than a quarter octave (a rescaled input): keep the distance
         threshold = bound - (old_bound - threshold)
     return max(1, threshold - (1 << margin)), margin
 

@@ -162,6 +162,14 @@ class Codec:
         """True when messages are quantized: a sender must use what it sent, decoded."""
         return self.quantizer is not None
 
+    def message_bound(self, items: int, length: int) -> int:
+        """Bytes that bound a lossless message of at most ``items`` entries over a range of
+        ``length`` (the encoder sends the smaller of the sparse and the dense form; either
+        header, the index section's padding and the total's): what a receive buffer or a
+        shared-memory slot must hold without knowing the message first."""
+        s_idx, s_val = self.index_dtype.itemsize, self.value_dtype.itemsize
+        return HEADER_SIZE + 32 + _pad8(min(items * (s_idx + s_val), length * s_val))
+
     def should_be_dense(self, nnz: int, length: int) -> bool:
         """The switch rule for a message (or stream) of ``nnz`` items over ``length`` entries."""
         return length > 0 and nnz * self._item >= length * self._entry
