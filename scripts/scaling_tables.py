@@ -19,7 +19,7 @@ calibrated cost model (``sparcml.sim.network_cost_model`` of each record's netwo
 calibrated afresh in this process) over the simulated time: how far to trust the rows that
 ``--model-only`` predicted. ``--merge OUT``: write the records, one per cell and algorithm
 (the later file's), to OUT (what ``sparc-report`` should plot); a modeled-only ``auto`` row is
-chosen again as its measured refinement (``sparcml.tuning``) would choose with the merged rows
+chosen again as its measured refinement (``sparcml._model.tuning``) would choose with the merged rows
 as its measurements: the contenders of the current model (``sparcml.sim.network_cost_model``,
 the overlap ``auto`` would learn from the cell's result), the fastest of them by their rows,
 as ``sparc-bench --model-only auto`` does; it takes the time and bytes of that row -- so a
@@ -192,9 +192,10 @@ def _row_time(rec) -> float:
 
 def _rechoose(auto, algos):
     import sparcml.sim as sim
-    from sparcml import index_dtype_for, tuning
-    from sparcml.costmodel import overlap_from_result
-    from sparcml.registry import algorithm_names
+    from sparcml import index_dtype_for
+    from sparcml._model import tuning
+    from sparcml._model.costmodel import overlap_from_result
+    from sparcml._collectives.registry import algorithm_names
 
     some = next((r for r in algos.values() if not r["metrics"].get("modeled_only")
                  and r["algorithm"] != "dense"), algos.get("ssar_recursive_double"))

@@ -1,7 +1,7 @@
 """Argument types and flags shared by the CLIs: one vocabulary and one validation for every
 entry point.
 
-Algorithm names come from the registry (:mod:`sparcml.registry`), so a registered algorithm is
+Algorithm names come from the registry (:mod:`sparcml._collectives.registry`), so a registered algorithm is
 accepted by every CLI, and a wrong one is refused by argparse (one line, exit 2) before any MPI
 work. Numbers that must be positive or fractions are checked here, not deep in a run.
 
@@ -190,8 +190,8 @@ def nonnegative_int(text: str) -> int:
 
 def fraction(text: str) -> float:
     """argparse type: a number in (0, 1] (a density), by sparcml's own check."""
-    from sparcml.errors import SparcmlError
-    from sparcml.validation import check_density
+    from sparcml._errors import SparcmlError
+    from sparcml._collectives.validation import check_density
 
     try:
         return check_density(float(text), name="value")
@@ -201,7 +201,7 @@ def fraction(text: str) -> float:
 
 def algorithm_name(text: str) -> str:
     """argparse type: a registered algorithm or ``auto``."""
-    from sparcml.registry import algorithm_names
+    from sparcml._collectives.registry import algorithm_names
 
     choices = algorithm_names(auto=True)
     if text not in choices:
@@ -221,6 +221,6 @@ def algorithm_list(text: str) -> list[str]:
 
 def algorithm_help(prefix: str = "") -> str:
     """The registry's one-line-per-algorithm help, after ``prefix``."""
-    from sparcml.registry import help_text
+    from sparcml._collectives.registry import help_text
 
     return (prefix + " " if prefix else "") + help_text().replace("%", "%%")

@@ -1,4 +1,4 @@
-"""Slow, obvious NumPy references of the Numba kernels in ``sparcml.kernels``."""
+"""Slow, obvious NumPy references of the Numba kernels in ``sparcml._kernels``."""
 
 import numpy as np
 
@@ -33,7 +33,7 @@ def dense_to_sparse(x, offset, index_dtype):
     return (nz + offset).astype(index_dtype), x[nz]
 
 
-# -- compressors (sparcml.quant_kernels) -------------------------------------------------------
+# -- compressors (sparcml._quant.kernels) -------------------------------------------------------
 
 def _lowbias32(x):
     x = x ^ (x >> np.uint32(16))

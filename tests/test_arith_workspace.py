@@ -1,13 +1,13 @@
-"""sparcml.arith with the context's workspace: bitwise the same sums, results that leave a call
+"""sparcml._collectives.arith with the context's workspace: bitwise the same sums, results that leave a call
 never in workspace memory, and a steady loop that stops allocating."""
 
 import numpy as np
 import pytest
 
-from sparcml import arith
-from sparcml.vector import SparseVector
-from sparcml.wire import Codec, Part
-from sparcml.workspace import Workspace
+from sparcml._collectives import arith
+from sparcml._vector import SparseVector
+from sparcml._wire.codec import Codec, Part
+from sparcml._runtime.workspace import Workspace
 
 
 def _sparse(rng, dim, k, idx_dt=np.int32, val_dt=np.float32):
@@ -132,9 +132,9 @@ def test_fold_parts_two_way_and_heap_give_the_same_bits(streams, monkeypatch):
     """Up to PAIRWISE_FOLD_MAX streams fold_parts merges two at a time, above with a heap:
     the same sum bit for bit (signed zeros, shared and lone indices, empty streams), with and
     without a workspace."""
-    from sparcml import arith
-    from sparcml.wire import Codec, Part
-    from sparcml.workspace import Workspace
+    from sparcml._collectives import arith
+    from sparcml._wire.codec import Codec, Part
+    from sparcml._runtime.workspace import Workspace
 
     rng = np.random.default_rng(streams)
     parts = []

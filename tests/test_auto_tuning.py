@@ -1,4 +1,4 @@
-"""auto's measured refinement (sparcml.tuning): the pure bookkeeping, and on the simulator a
+"""auto's measured refinement (sparcml._model.tuning): the pure bookkeeping, and on the simulator a
 cost model that ranks the algorithms wrongly is overruled by measurement (torch-free, one
 process)."""
 
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 
 import sparcml
-from sparcml import sim, tuning
-from sparcml.costmodel import CostModel
+from sparcml import sim
+from sparcml._model import tuning
+from sparcml._model.costmodel import CostModel
 
 KEY = ("tuning", "flat", 100, 10, 4, 4, False)
 
@@ -145,7 +146,7 @@ def test_simulated_auto_keeps_the_models_choice_with_tuning_off(monkeypatch):
 def test_a_full_history_keeps_the_models_choice_instead_of_growing(monkeypatch):
     """An application whose shapes never repeat must not grow auto's memory without bound:
     past the history limit a new shape runs the model's choice, untimed."""
-    from sparcml import auto
+    from sparcml._model import auto
 
     monkeypatch.setattr(auto, "_HISTORY_LIMIT", 0)
     res = sim.run(4, _workload, args=(6,), network="4x10gbit")

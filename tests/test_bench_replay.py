@@ -125,7 +125,7 @@ def test_report_marks_modeled_only_rows_apart(tmp_path):
 def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
     """No algorithm simulated (every sparse one --model-only, dense too large): k as the
     input would have it, K the model's expected union; bytes of the model's volumes."""
-    from sparcml.costmodel import union_size
+    from sparcml._model.costmodel import union_size
 
     out = tmp_path / "m.jsonl"
     assert cli.main(["--simulate", "64", "--network", "64x10gbit", "--N", "100000",

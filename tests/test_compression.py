@@ -1,4 +1,4 @@
-"""sparcml.compression without torch: compressors, memories, the Compression bundle at P = 1,
+"""sparcml.compression._objects without torch: compressors, memories, the Compression bundle at P = 1,
 and (one mpiexec job per process count) the invariants of a compressed allreduce at P = 2, 3.
 
 The naive references here are the obvious NumPy loops: top-k by sorting magnitudes, the
@@ -14,10 +14,10 @@ from mpi4py import MPI
 
 import sparcml
 from mpirun import REPO, run_mpi
-from sparcml.compression import (Compression, Compressor, NoneCompressor, NoneMemory, Reduced,
+from sparcml.compression._objects import (Compression, Compressor, NoneCompressor, NoneMemory, Reduced,
                                  ResidualMemory, TopKCompressor, assemble_parts)
-from sparcml.context import context_for
-from sparcml.wire import Part
+from sparcml._runtime.context import context_for
+from sparcml._wire.codec import Part
 
 
 def naive_topk(x, k):
@@ -287,5 +287,5 @@ def test_compressed_allreduce_under_mpiexec(nprocs):
 def test_importing_sparcml_compression_does_not_import_torch():
     import subprocess
 
-    code = "import sys, sparcml.compression; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, sparcml.compression._objects; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from sparcml import ALGORITHMS, CostModel
-from sparcml.costmodel import overlap_from_result, union_size
+from sparcml._model.costmodel import overlap_from_result, union_size
 
 
 def test_union_size_matches_random_supports():

@@ -26,7 +26,7 @@ def test_help_lists_the_options(app):
 
 def test_the_communication_flags_build_a_compression():
     from sparcml import DENSE_BASELINE, DEFAULT_ALGORITHM
-    from sparcml.compression import NoneMemory, ResidualMemory, TopKCompressor
+    from sparcml.compression._objects import NoneMemory, ResidualMemory, TopKCompressor
 
     from sparcapps.deep import cnn
     from sparcapps.deep.train import _check_args, compression_from_args

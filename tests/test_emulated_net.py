@@ -139,7 +139,7 @@ def test_node_aware_allreduce_groups_by_emulated_node_and_exits_cleanly(tmp_path
 def test_waits_yield_when_emulated_nodes_share_this_machines_cores():
     """MPI sees 4 nodes of 1 rank, but the 4 processes run on this machine's cores: the
     default wait policy must count them (it spun before, 4 ranks on 2 cores)."""
-    code = ("from mpi4py import MPI; from sparcml.progress import wait_policy; "
+    code = ("from mpi4py import MPI; from sparcml._runtime.progress import wait_policy; "
             "c = MPI.COMM_WORLD; got = c.gather(wait_policy(c)); "
             "c.Get_rank() == 0 and print('POLICY', *got)")
     out = _emulate("4x1gbit", sys.executable, "-c", code)

@@ -1,11 +1,11 @@
 """Compressed indices on the wire: the bytes per entry, and the cost model's prediction of them
-(sparcml.wire.index_layout, sparcml.costmodel.index_bytes)."""
+(sparcml._wire.codec.index_layout, sparcml._model.costmodel.index_bytes)."""
 
 import numpy as np
 import pytest
 
-from sparcml import costmodel
-from sparcml.wire import BITMAP, ELIAS_FANO, RAW, Codec, Part, decode, index_layout
+from sparcml._model import costmodel
+from sparcml._wire.codec import BITMAP, ELIAS_FANO, RAW, Codec, Part, decode, index_layout
 
 
 def _message(density, dim=1 << 20, seed=0, raw=False):
@@ -94,7 +94,7 @@ class _Ctx:
 
 def test_link_costs_from_the_model_or_from_where_the_ranks_are(monkeypatch):
     from sparcml import CostModel
-    from sparcml.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS, \
+    from sparcml._model.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS, \
         index_coding_costs
 
     monkeypatch.setenv("SPARCML_INDEX_CODING", "auto")

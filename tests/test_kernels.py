@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import reference_kernels as ref
-from sparcml import kernels
+from sparcml import _kernels as kernels
 
 INDEX_DTYPES = [np.int32, np.int64]
 VALUE_DTYPES = [np.float32, np.float64]

@@ -1,4 +1,4 @@
-"""Balanced partitions of the split algorithms (sparcml.partition): the boundary arithmetic on
+"""Balanced partitions of the split algorithms (sparcml._collectives.partition): the boundary arithmetic on
 one process, and the collective behaviour under mpiexec (tests/mpi_cases/partitions.py)."""
 
 import sys
@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from mpirun import REPO, run_mpi
-from sparcml import SparseVector, partition
-from sparcml.exchange import block_bounds
-from sparcml.wire import Codec
+from sparcml import SparseVector
+from sparcml._collectives import partition
+from sparcml._collectives.exchange import block_bounds
+from sparcml._wire.codec import Codec
 
 CASES = REPO / "tests" / "mpi_cases"
 CODEC = Codec(np.int32, np.float32)

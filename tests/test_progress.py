@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from sparcml.progress import BACKGROUND_MAX_SLEEP_SECONDS, Waiter
+from sparcml._runtime.progress import BACKGROUND_MAX_SLEEP_SECONDS, Waiter
 
 
 class _DoneAfter:

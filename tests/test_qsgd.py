@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 import reference_kernels as ref
-from sparcml import quant_kernels
-from sparcml.errors import CompressionError, QuantizationError, SparcmlError, UnsupportedDtypeError
-from sparcml.qsgd import QSGD
+from sparcml._quant import kernels as quant_kernels
+from sparcml._errors import CompressionError, QuantizationError, SparcmlError, UnsupportedDtypeError
+from sparcml._quant.qsgd import QSGD
 
 BITS = [2, 4, 8]
 DTYPES = [np.float32, np.float64]
@@ -430,7 +430,7 @@ def test_streaming_decode_kernel_against_reference(bits, bucket_size):
 def test_public_decode_of_a_large_output_streams_the_same_values(bits, monkeypatch):
     """QSGD.decode(streaming=True) takes the streaming kernel from STREAMING_DECODE_BYTES on
     (float32, aligned); the values are those of the ordinary kernel either way."""
-    import sparcml.qsgd as qsgd_module
+    import sparcml._quant.qsgd as qsgd_module
 
     n = qsgd_module.STREAMING_DECODE_BYTES // 4 + 3
     x = np.random.default_rng(bits).standard_normal(n).astype(np.float32)

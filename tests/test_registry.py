@@ -10,8 +10,8 @@ import pytest
 from mpirun import REPO, run_mpi
 
 import sparcml
-from sparcml import registry
-from sparcml.costmodel import CostModel
+from sparcml._collectives import registry
+from sparcml._model.costmodel import CostModel
 
 CODE_DIRS = [REPO / "comm", REPO / "sparcapps"]
 PACKAGE = REPO / "comm" / "sparcml"
@@ -52,7 +52,7 @@ def test_each_algorithm_name_is_written_in_exactly_one_code_place():
                 found[name].append(f"{path.relative_to(REPO)}:{line}")
     for name, places in found.items():
         assert len(places) == 1, f"{name!r} is written in {places}; use the registry"
-        assert places[0].startswith("comm/sparcml/algorithms/"), places
+        assert places[0].startswith("comm/sparcml/_collectives/algorithms/"), places
 
 
 def test_registry_drives_everything():
@@ -166,5 +166,5 @@ def test_no_comm_module_over_400_lines_without_a_reason():
 
 
 def test_costmodel_imports_no_mpi():
-    src = (PACKAGE / "costmodel.py").read_text()
+    src = (PACKAGE / "_model" / "costmodel.py").read_text()
     assert "mpi4py" not in src

@@ -23,9 +23,9 @@ from mpi4py import MPI
 
 import sparcml
 import sparcml.sim as sim
-from sparcml.registry import algorithm_names
+from sparcml._collectives.registry import algorithm_names
 from sparcml import SparseVector
-from sparcml.errors import InvalidArgumentError
+from sparcml._errors import InvalidArgumentError
 
 from mpirun import REPO, run_mpi
 
@@ -155,7 +155,7 @@ def test_sharing_changes_no_bit_and_no_byte():
 def test_sharing_changes_no_bit_and_no_byte_when_every_call_is_memoized(monkeypatch):
     """With the size threshold at 0 every encode, sum, decode goes through the provenance memo
     (at benchmark sizes they do; at these sizes they would not): still the same bits."""
-    from sparcml.sim import sharing
+    from sparcml.sim import _sharing as sharing
 
     monkeypatch.setattr(sharing, "SMALL_BYTES", 0)
     cases = [(30011, 0.02, "random"), (30011, 0.4, "identical")]
@@ -181,7 +181,7 @@ def test_recursive_doubling_memory_grows_like_n_plus_p_k_not_p_n(monkeypatch):
     late ranks), where unshared sums took ~190 (three per rank)."""
     import tracemalloc
 
-    from sparcml.sim import sharing
+    from sparcml.sim import _sharing as sharing
 
     monkeypatch.setattr(sharing, "SMALL_BYTES", 0)  # the memo path of benchmark sizes
     P, dim = 64, 1 << 17

@@ -6,7 +6,7 @@ import pytest
 
 import sparcml.sim as sim
 from sparcml.sim import network_cost_model, parse_network
-from sparcml.sim.model import message_overhead
+from sparcml.sim._model import message_overhead
 
 
 def test_simulated_cost_model_charges_software_per_message():
@@ -30,8 +30,8 @@ def test_simulated_cost_model_charges_software_per_message():
 
 
 def test_simulated_model_adds_each_algorithms_measured_residual_and_scale():
-    from sparcml.registry import algorithm_names
-    from sparcml.sim.model import algorithm_factors
+    from sparcml._collectives.registry import algorithm_names
+    from sparcml.sim._model import algorithm_factors
 
     factors = algorithm_factors("4x10gbit", 4)  # measured on 4 simulated ranks
     assert set(factors) == set(algorithm_names(in_auto_only=True))
@@ -56,7 +56,7 @@ def test_allgather_cost_merges_sparse_inputs_even_when_their_sum_is_dense():
     0.1% of 16M, where the simulator took 840 ms (split allgather: 293 ms)."""
     import math
 
-    from sparcml.costmodel import CostModel
+    from sparcml._model.costmodel import CostModel
 
     model = CostModel()
     P, N, k = 512, 1 << 24, 16777  # P k = 8.6M > N / 2: the sum is dense, the inputs are not

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 import reference_kernels as ref
-from sparcml.errors import CompressionError, UnsupportedDtypeError
-from sparcml.qsgd import QSGD
-from sparcml.topk import TopK, select_topk
-from sparcml.vector import SparseVector
+from sparcml._errors import CompressionError, UnsupportedDtypeError
+from sparcml._quant.qsgd import QSGD
+from sparcml._topk.local import TopK, select_topk
+from sparcml._vector import SparseVector
 
 DTYPES = [np.float32, np.float64]
 
@@ -60,8 +60,8 @@ def test_one_pass_selection_is_exact_or_says_it_missed(dtype):
     """The sampled one-pass kernel (vectors of 2**17 values or more) gives the stable-sort
     selection, or MISSED (then select_topk runs the exact kernel): ties, zeros at the
     threshold, a sorted vector, blocks of different scales, NaN and Inf."""
-    from sparcml import sampled_topk_kernels as stk
-    from sparcml.topk import _KEYS
+    from sparcml._topk import sampled_kernels as stk
+    from sparcml._topk.local import _KEYS
 
     key_dtype, absmask, inf_key = _KEYS[np.dtype(dtype)]
     rng = np.random.default_rng(5)

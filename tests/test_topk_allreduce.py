@@ -9,7 +9,7 @@ import pytest
 
 from mpirun import run_mpi
 
-from sparcml import select_kernels
+from sparcml._topk import select_kernels
 
 CASES = Path(__file__).parent / "mpi_cases"
 F32 = (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000))
@@ -127,7 +127,7 @@ def test_bin_counts_keep_histograms_small_next_to_the_selection():
 
 def test_cost_model_knows_topk_allreduce():
     from sparcml import CostModel
-    from sparcml.costmodel import TOPK_STEP
+    from sparcml._model.costmodel import TOPK_STEP
 
     model = CostModel()
     N, k = 1 << 24, 1 << 17
@@ -140,7 +140,7 @@ def test_cost_model_knows_topk_allreduce():
 
 def test_cost_model_prices_the_synchronizing_steps_and_follows_the_calibration():
     from sparcml import CostModel
-    from sparcml.costmodel import TOPK_STEP, topk_sync_steps
+    from sparcml._model.costmodel import TOPK_STEP, topk_sync_steps
 
     model = CostModel(allreduce_alpha=1e-3)  # a node where every step costs a millisecond
     N, k = 1 << 24, 167772
@@ -162,7 +162,7 @@ def test_cost_model_prices_the_synchronizing_steps_and_follows_the_calibration()
 
 def test_global_topk_compression_takes_no_quantizer():
     from sparcml import QSGD, IncompatibleOptionsError
-    from sparcml.compression import Compression, GlobalTopKCompressor, TopKCompressor
+    from sparcml.compression._objects import Compression, GlobalTopKCompressor, TopKCompressor
 
     with pytest.raises(IncompatibleOptionsError, match="takes no quantizer"):
         Compression(GlobalTopKCompressor(density=0.01), quantizer=QSGD(4))

@@ -62,7 +62,7 @@ def test_deprecated_keywords_warn_with_the_new_spelling(kwargs, spelled):
 
 def test_new_keywords_do_not_warn_and_unknown_ones_fail():
     from sparcml import QSGD
-    from sparcml.compression import Compression, TopKCompressor
+    from sparcml.compression._objects import Compression, TopKCompressor
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -46,8 +46,8 @@ def test_readme_ddp_example_runs_as_written(tmp_path):
 
 
 def test_host_staging_decisions():
-    from sparcml.torch.buckets import COMM_DTYPES, comm_dtype, pin_host_buffers
-    from sparcml.errors import UnsupportedDtypeError
+    from sparcml.torch._buckets import COMM_DTYPES, comm_dtype, pin_host_buffers
+    from sparcml._errors import UnsupportedDtypeError
 
     cpu, meta = torch.device("cpu"), torch.device("meta")
     cuda = torch.device("cuda", 1)  # a device object needs no GPU

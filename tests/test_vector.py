@@ -5,7 +5,7 @@ import pytest
 
 from sparcml import (InvalidVectorError, SparseVector, UnsupportedDtypeError, index_dtype_for,
                      should_be_dense)
-from sparcml.wire import DENSE, SHORT_HEADER_SIZE, SPARSE, Codec, Part, decode, read_header
+from sparcml._wire.codec import DENSE, SHORT_HEADER_SIZE, SPARSE, Codec, Part, decode, read_header
 
 
 @pytest.mark.parametrize("in_dtype", [np.int8, np.uint16, np.int32, np.int64, np.uint64])

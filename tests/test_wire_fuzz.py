@@ -8,9 +8,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import sparcml
-from sparcml import index_kernels
-from sparcml.qsgd import QSGD
-from sparcml.wire import (BITMAP, ELIAS_FANO, HEADER_SIZE, RAW, SHORT_HEADER_SIZE, Codec, Part,
+from sparcml._wire import index_kernels
+from sparcml._quant.qsgd import QSGD
+from sparcml._wire.codec import (BITMAP, ELIAS_FANO, HEADER_SIZE, RAW, SHORT_HEADER_SIZE, Codec, Part,
                          decode, read_header)
 
 SETTINGS = settings(max_examples=300, deadline=None,

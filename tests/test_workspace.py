@@ -1,10 +1,10 @@
-"""sparcml.workspace: reuse, growth, roles kept apart, and a merge loop that stops allocating."""
+"""sparcml._runtime.workspace: reuse, growth, roles kept apart, and a merge loop that stops allocating."""
 
 import numpy as np
 import pytest
 
-from sparcml import kernels
-from sparcml.workspace import Workspace
+from sparcml import _kernels as kernels
+from sparcml._runtime.workspace import Workspace
 
 
 def test_get_reuses_the_buffer_while_the_request_fits():

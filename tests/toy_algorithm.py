@@ -7,8 +7,8 @@ order and sends the sum back. Nothing else in the code base knows it.
 import numpy as np
 from mpi4py import MPI
 
-from sparcml.registry import Algorithm, get_algorithm, register
-from sparcml.vector import SparseVector
+from sparcml._collectives.registry import Algorithm, get_algorithm, register
+from sparcml._vector import SparseVector
 
 NAME = "toy_reduce_to_root"
 

@@ -110,12 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def auto_note(algorithms) -> str:
     """The header's note on auto's untimed exploring calls, if auto is in the sweep."""
-    from sparcml import AUTO, tuning
+    from sparcml import AUTO
+    from sparcml._model import tuning
 
     if AUTO not in algorithms:
         return ""
     return (f"; auto: +{tuning.EXPLORING_CALLS} untimed calls that settle its measured "
-            f"choice, sparcml.tuning")
+            f"choice, sparcml._model.tuning")
 
 
 def _fmt_bytes(n: float) -> str:
@@ -199,7 +200,7 @@ def run_sweep(args) -> int:
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record
 
-    from sparcml.global_topk import NAME as TOPK_NAME
+    from sparcml._topk.topk_allreduce import NAME as TOPK_NAME
 
     from .inputs import REPLAY, bench_cells
     from .runner import BenchCase, run_cell, time_local_selection
@@ -238,9 +239,9 @@ def run_sweep(args) -> int:
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
     if model is not None and args.topk is not None:  # topk_allreduce's own fixed cost, growth
-        from sparcml.auto import calibrate_topk
-        from sparcml.context import context_for
-        from sparcml.global_topk import calibration_run
+        from sparcml._model.auto import calibrate_topk
+        from sparcml._runtime.context import context_for
+        from sparcml._topk.topk_allreduce import calibration_run
 
         calibrate_topk(context_for(comm), model, calibration_run)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
@@ -367,8 +368,8 @@ def run_sweep(args) -> int:
 
 def _node_layout(comm) -> str:
     """'N nodes x R ranks' as the node-aware allreduce groups ``comm`` (collective)."""
-    from sparcml.context import context_for
-    from sparcml.hierarchical import forced_ranks_per_node, layout_for
+    from sparcml._runtime.context import context_for
+    from sparcml._collectives.hierarchical import forced_ranks_per_node, layout_for
 
     forced = forced_ranks_per_node()
     layout = layout_for(context_for(comm), forced)
@@ -381,7 +382,7 @@ def _variants(algorithm: str, args) -> list[tuple[str, str]]:
     changes something (indices: not the dense baseline; partitions: the split algorithms and
     topk_allreduce's reduce-scatter)."""
     from sparcml import AUTO, DENSE_BASELINE
-    from sparcml.global_topk import NAME as TOPK_NAME
+    from sparcml._topk.topk_allreduce import NAME as TOPK_NAME
 
     codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
     split = "split" in algorithm or algorithm in (AUTO, TOPK_NAME)
@@ -390,7 +391,7 @@ def _variants(algorithm: str, args) -> list[tuple[str, str]]:
 
 
 def _takes_quantizer(algorithm: str) -> bool:
-    from sparcml.registry import AUTO, get_algorithm
+    from sparcml._collectives.registry import AUTO, get_algorithm
 
     return algorithm == AUTO or get_algorithm(algorithm).accepts_quantizer
 

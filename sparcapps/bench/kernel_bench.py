@@ -4,7 +4,7 @@ Three ways to add, each timed in two allocation histories of the process, all in
 repetition by repetition so that machine noise hits them alike:
 
 - ``alloc``: ``kernels.merge_add``, which allocates its output every call;
-- ``workspace``: ``kernels.merge_add_into`` into a :class:`sparcml.workspace.Workspace` pair,
+- ``workspace``: ``kernels.merge_add_into`` into a :class:`sparcml._runtime.workspace.Workspace` pair,
   which is allocated once and reused;
 - ``scipy``: ``a + b`` of two prebuilt 1 x dim ``csr_matrix``.
 
@@ -25,8 +25,8 @@ import time
 
 import numpy as np
 
-from sparcml import kernels
-from sparcml.workspace import Workspace
+from sparcml import _kernels as kernels
+from sparcml._runtime.workspace import Workspace
 from sparcapps.records import summarize
 
 __all__ = ["bench_merge_add", "HISTORIES", "VARIANTS"]

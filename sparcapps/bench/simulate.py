@@ -113,8 +113,8 @@ def _dense_fits(P, dim, itemsize, budget) -> bool:
 
 
 def _modeled_dense(P, dim, dtype, net):
-    from sparcml.sim.collective_cost import allreduce_time
-    from sparcml.sim.world import add_rate
+    from sparcml.sim._collective_cost import allreduce_time
+    from sparcml.sim._world import add_rate
 
     nbytes = dim * np.dtype(dtype).itemsize
     alpha, beta = net.collective_link(range(P))
@@ -127,13 +127,13 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
     doubling the expected union so far in each of its rounds (powers of two)."""
-    from sparcml.costmodel import index_bytes, stream_bytes, union_size
-    from sparcml.registry import get_algorithm
+    from sparcml._model.costmodel import index_bytes, stream_bytes, union_size
+    from sparcml._collectives.registry import get_algorithm
 
     if get_algorithm(algorithm).baseline:  # allgather of the inputs
         return int((P - 1) * stream_bytes(k, dim, s_idx, s_val))
     if "split" not in algorithm:  # recursive doubling: the union so far, once per round
-        from sparcml.costmodel import overlap_from_result
+        from sparcml._model.costmodel import overlap_from_result
 
         q = overlap_from_result(k, K, P, dim)
         rounds = max(1, (P - 1).bit_length()) if P > 1 else 0
@@ -152,16 +152,17 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
 def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
     """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
 
-    ``auto``: what its measured refinement (:mod:`sparcml.tuning`) would keep, with the rows
+    ``auto``: what its measured refinement (:mod:`sparcml._model.tuning`) would keep, with the rows
     standing in for its measurements: the contenders the simulator's cost model ranks within
     the margin (after one call, with the overlap that call's result teaches), and of those the
     one whose row in ``rows`` (modeled too when absent) is fastest; that row's time and
     bytes."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
-    from sparcml import AUTO, index_dtype_for, tuning
-    from sparcml.costmodel import overlap_from_result
-    from sparcml.registry import algorithm_names
+    from sparcml import AUTO, index_dtype_for
+    from sparcml._model import tuning
+    from sparcml._model.costmodel import overlap_from_result
+    from sparcml._collectives.registry import algorithm_names
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
@@ -186,9 +187,9 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
 def _estimated_sizes(P, dim, density, pattern) -> dict:
     """Input and result sizes of a cell no algorithm was simulated in (every sparse one
     ``--model-only``): k as :func:`.inputs.make_input` draws it, K the model's expected union
-    (:func:`sparcml.costmodel.union_size`) of independent supports (``random``) or of 90%
+    (:func:`sparcml._model.costmodel.union_size`) of independent supports (``random``) or of 90%
     shared ones (``overlap``); other patterns need one simulated algorithm."""
-    from sparcml.costmodel import union_size
+    from sparcml._model.costmodel import union_size
 
     from .inputs import SHARED_FRACTION
 

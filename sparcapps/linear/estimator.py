@@ -46,7 +46,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import sparcml
-from sparcml.registry import check_algorithm_options
+from sparcml._collectives.registry import check_algorithm_options
 
 from .collective import collective_errors
 from .errors import CheckpointMismatchError, InputDataError, NotBinaryError

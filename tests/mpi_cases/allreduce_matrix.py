@@ -20,7 +20,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
-import sparcml.vector as vector_module
+import sparcml._vector as vector_module
 from sparcml import SparseVector, should_be_dense
 
 comm = MPI.COMM_WORLD

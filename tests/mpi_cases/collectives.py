@@ -105,13 +105,13 @@ for density in (0.0, 1e-3, 0.05, 0.7):
         assert np.array_equal(got.to_dense(), want), ("auto", density)
         cases += 1
 
-# auto's measured refinement (sparcml.tuning): the calls of a shape after its first try the
+# auto's measured refinement (sparcml._model.tuning): the calls of a shape after its first try the
 # near-ties one by one, then keep one; every call agrees across ranks and sums right
 for density in (1e-3, 0.05):
     vec = inputs(50_000, density, np.float32, 7)
     want = np.sum(comm.allgather(vec.to_dense()), axis=0)
     ran = []
-    for _ in range(sparcml.tuning.EXPLORING_CALLS + 3):
+    for _ in range(sparcml._model.tuning.EXPLORING_CALLS + 3):
         stats = sparcml.TrafficStats()
         got = sparcml.allreduce(vec, algorithm="auto", stats=stats)
         assert len(set(comm.allgather(stats.algorithm))) == 1, "auto chose differently"

@@ -1,4 +1,4 @@
-"""sparcml.compression on P ranks, torch-free: for every algorithm that takes a quantizer (and
+"""sparcml.compression._objects on P ranks, torch-free: for every algorithm that takes a quantizer (and
 the dense baseline without one), top-k / per-chunk top-k / no compressor, with and without
 QSGD and error feedback, over a few steps:
 
@@ -18,9 +18,9 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
-from sparcml.compression import (Compression, NoneCompressor, NoneMemory, ResidualMemory,
+from sparcml.compression._objects import (Compression, NoneCompressor, NoneMemory, ResidualMemory,
                                  TopKCompressor)
-from sparcml.registry import get_algorithm
+from sparcml._collectives.registry import get_algorithm
 
 from _mpi_checks import ok, passed
 
@@ -54,7 +54,7 @@ for ci, template in enumerate(configs):
         x = np.random.default_rng([ci, step, rank]).standard_normal(N).astype(np.float32)
         old = c.memory.residual("b")
         g = x + old if old is not None else x.copy()
-        r = c.allreduce_in(sparcml.context.context_for(comm), x, key="b")
+        r = c.allreduce_in(sparcml._runtime.context.context_for(comm), x, key="b")
         what = f"{c.describe()} step {step}"
         ok(same_everywhere(r.result.to_dense()), f"{what}: ranks differ")
         sent = r.sent.to_dense()
@@ -87,7 +87,7 @@ for ci, template in enumerate(configs):
 c = Compression(TopKCompressor(k=3), sparcml.QSGD(4)).fresh(seed=1)
 res = c.allreduce(np.full(N, rank + 1.0, np.float32), key=0, comm=comm)
 ok(same_everywhere(res.to_dense()), "Compression.allreduce: ranks differ")
-full = c.allreduce_in(sparcml.context.context_for(comm), np.full(N, 1.0, np.float32), key=0,
+full = c.allreduce_in(sparcml._runtime.context.context_for(comm), np.full(N, 1.0, np.float32), key=0,
                       full=True)
 ok(np.array_equal(full.result.to_dense(), np.full(N, P, np.float32)), "full: the exact sum")
 

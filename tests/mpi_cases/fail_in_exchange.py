@@ -13,7 +13,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
-from sparcml import arith
+from sparcml._collectives import arith
 
 comm = MPI.COMM_WORLD
 rank, P = comm.rank, comm.size

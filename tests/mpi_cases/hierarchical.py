@@ -23,9 +23,9 @@ from mpi4py import MPI
 
 import sparcml
 from sparcml import SparseVector
-from sparcml.entry import allreduce_in
-from sparcml.context import context_for
-from sparcml.hierarchical import ENV_NODE_SHM, ENV_RANKS_PER_NODE
+from sparcml._collectives.entry import allreduce_in
+from sparcml._runtime.context import context_for
+from sparcml._collectives.hierarchical import ENV_NODE_SHM, ENV_RANKS_PER_NODE
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -156,8 +156,8 @@ def check_grouping(R, with_auto, inputs_used=INPUTS):
     for algorithm, option in (("auto", "auto"), ("auto", True), (ALL[1], "auto")):
         ran = []
         # the calls after the first measure the options the models cannot separate, then
-        # keep one (sparcml.tuning): every call the same choice on every rank, the right sum
-        for _ in range(sparcml.tuning.EXPLORING_CALLS + 2):
+        # keep one (sparcml._model.tuning): every call the same choice on every rank, the right sum
+        for _ in range(sparcml._model.tuning.EXPLORING_CALLS + 2):
             stats = sparcml.TrafficStats()
             got = sparcml.allreduce(vec, algorithm=algorithm, hierarchical=option, stats=stats)
             assert np.array_equal(got.to_dense(), exact), (algorithm, option)
@@ -175,7 +175,7 @@ def check_grouping(R, with_auto, inputs_used=INPUTS):
     vec = inputs(4099, 0.3, np.float32, False, 11)
     exact = np.sum(comm.allgather(vec.to_dense()), axis=0)
     for algorithm in ALL:
-        if not sparcml.registry.get_algorithm(algorithm).accepts_quantizer:
+        if not sparcml._collectives.registry.get_algorithm(algorithm).accepts_quantizer:
             continue
         for bits, quantize_sparse, tolerance in ((8, False, 0.1), (2, True, 3.0)):
             sent = []

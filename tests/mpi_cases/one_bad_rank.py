@@ -78,9 +78,9 @@ for label, call, cls, needle in cases:
 # auto's measured refinement switched off on one rank only: its choices would diverge, so
 # the call is refused on every rank, naming the variable
 if rank == BAD:
-    os.environ[sparcml.tuning.TUNING_ENV] = "0"
+    os.environ[sparcml._model.tuning.TUNING_ENV] = "0"
 every = comm.allgather(outcome(lambda: sparcml.allreduce(good, algorithm="auto")))
-os.environ.pop(sparcml.tuning.TUNING_ENV, None)
+os.environ.pop(sparcml._model.tuning.TUNING_ENV, None)
 if P > 1:
     for r, (got, msg) in enumerate(every):
         assert got == "RankMismatchError", f"tuning env: rank {r} raised {got}: {msg}"

@@ -1,4 +1,4 @@
-"""Balanced partitions (sparcml.partition) on several ranks: run by tests/test_partition.py.
+"""Balanced partitions (sparcml._collectives.partition) on several ranks: run by tests/test_partition.py.
 
 Skewed supports (most entries on low indices, as in url-like minibatch gradients): with the
 balanced policy every owner receives about the same phase-1 bytes; results are bitwise those
@@ -12,9 +12,9 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
-from sparcml import partition
-from sparcml.context import context_for
-from sparcml.registry import algorithm_names
+from sparcml._collectives import partition
+from sparcml._runtime.context import context_for
+from sparcml._collectives.registry import algorithm_names
 
 from outcomes import outcome_everywhere
 

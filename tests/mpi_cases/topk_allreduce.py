@@ -112,11 +112,11 @@ hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (f
 bound = (P - 1) / P * (vec.nnz + k) * entry * 1.1 + hist_bytes + 64 * P
 assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 
-# on one node the exchanges go through a shared-memory window (sparcml.node_exchange) unless
+# on one node the exchanges go through a shared-memory window (sparcml._topk.node_exchange) unless
 # SPARCML_NODE_SHM=0: the same result bits, bytes and messages either way
 import os  # noqa: E402
 
-from sparcml.hierarchical import ENV_NODE_SHM, layout_for  # noqa: E402
+from sparcml._collectives.hierarchical import ENV_NODE_SHM, layout_for  # noqa: E402
 
 if os.environ.get(ENV_NODE_SHM, "1") != "0":
     ways = {}
@@ -130,15 +130,15 @@ if os.environ.get(ENV_NODE_SHM, "1") != "0":
     del os.environ[ENV_NODE_SHM]
     assert ways["0"] == ways["1"], (ways["0"][3:], ways["1"][3:])
     if P > 1:
-        from sparcml.context import context_for  # noqa: E402
+        from sparcml._runtime.context import context_for  # noqa: E402
         window = layout_for(context_for(comm), 0).slots
         assert window is not None and window.win is not None, "the window was not used"
 
 # later calls of a shape start from the threshold the last one found (one step fewer); a
 # guess that misses (the magnitudes moved down) falls back to the exact path, still exact
-from sparcml.context import context_for  # noqa: E402
-from sparcml.costmodel import topk_sync_steps  # noqa: E402
-from sparcml.global_topk import STEPS_KEY  # noqa: E402
+from sparcml._runtime.context import context_for  # noqa: E402
+from sparcml._model.costmodel import topk_sync_steps  # noqa: E402
+from sparcml._topk.topk_allreduce import STEPS_KEY  # noqa: E402
 
 history = context_for(comm).history
 steps = []
@@ -179,7 +179,7 @@ for k in (1, 10, 600 // P + 3):  # ties across the partitions, remembered: lower
         check(SparseVector(600, np.arange(600), ones), k, ("memo ties", k))
 
 # the MPI-collective path of the selection's allgather (taken beyond 16 ranks)
-from sparcml import global_topk  # noqa: E402
+from sparcml._topk import topk_allreduce as global_topk  # noqa: E402
 
 global_topk.DIRECT_MAX_RANKS = 0
 for k in (0, 1, 40, 600):
@@ -198,7 +198,7 @@ for s, req in enumerate(requests):
 
 
 # the compression bundle: global top-k with error feedback keeps everything it does not send
-from sparcml.compression import Compression, GlobalTopKCompressor  # noqa: E402
+from sparcml.compression._objects import Compression, GlobalTopKCompressor  # noqa: E402
 
 for algorithm in ("ssar_split_allgather", "auto"):  # a named algorithm is not used
     comp = Compression(GlobalTopKCompressor(k=40), algorithm=algorithm)
@@ -207,7 +207,7 @@ for algorithm in ("ssar_split_allgather", "auto"):  # a named algorithm is not u
     for step in range(3):
         x = np.random.default_rng([step, rank]).integers(-50, 51, 3000).astype(np.float32)
         inputs_sum += np.sum(comm.allgather(x), axis=0)
-        reduced = comp.allreduce_in(sparcml.context.context_for(comm), x, key="w")
+        reduced = comp.allreduce_in(sparcml._runtime.context.context_for(comm), x, key="w")
         assert same_everywhere(reduced.result)
         got = reduced.result
         nnz = got.count_nonzero() if got.is_dense else got.nnz

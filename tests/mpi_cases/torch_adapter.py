@@ -13,9 +13,9 @@ from mpi4py import MPI
 
 import sparcml
 import sparcml.torch as st
-from sparcml.compression import (Compression, NoneCompressor, NoneMemory, ResidualMemory,
+from sparcml.compression._objects import (Compression, NoneCompressor, NoneMemory, ResidualMemory,
                                  TopKCompressor)
-from sparcml.registry import get_algorithm
+from sparcml._collectives.registry import get_algorithm
 
 from _mpi_checks import ok, passed
 

@@ -17,8 +17,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import sparcml
 import sparcml.torch as st
-from sparcml.compression import Compression, ResidualMemory, TopKCompressor
-from sparcml.torch.hooks import SparcmlHookState, init_process_group, sparcml_hook
+from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
+from sparcml.torch._hooks import SparcmlHookState, init_process_group, sparcml_hook
 
 from _mpi_checks import ok, passed
 

@@ -15,7 +15,7 @@ Execution: threads, one per virtual rank
 ----------------------------------------
 Each rank is a Python thread running the user's function on its own
 :class:`~sparcml.sim.SimComm`, an object with the subset of mpi4py's ``Comm`` interface that
-sparcml calls (``sparcml.sim.comm`` lists it). Blocking calls block the thread on a condition
+sparcml calls (``sparcml.sim._comm`` lists it). Blocking calls block the thread on a condition
 variable. Threads run sparcml's blocking code unchanged -- an ``Mprobe`` in the middle of a
 loop, a collective inside a helper -- where a stepping scheduler or coroutines would need every
 blocking call rewritten as a yield point. The GIL is no obstacle: ranks mostly wait, and
@@ -36,7 +36,7 @@ Modeled time: each rank has a virtual clock.
 
 - Compute: the thread CPU time (``time.thread_time``) a rank spends between two calls into the
   communicator, measured on this machine, times ``compute_scale``. Memoized computations (see
-  :mod:`sparcml.sim.sharing`) charge every rank the CPU time of the one real computation.
+  :mod:`sparcml.sim._sharing`) charge every rank the CPU time of the one real computation.
 - A point-to-point message of n bytes from rank s to rank d (LogGP-style, alpha + n beta): it
   starts when s posts it and s's link is free, occupies s's link for n beta, and arrives
   ``alpha`` after it has also streamed through d's link (d's link serializes the messages it
@@ -45,7 +45,7 @@ Modeled time: each rank has a virtual clock.
   latency). A receive completes at ``max(receiver's clock, arrival)``; a rank ends no earlier
   than its last send has left it.
 - Collectives: synchronizing; from the last rank's entry, the time of MPICH's algorithm for
-  that size (:mod:`sparcml.sim.collective_cost`), on the slowest link they span.
+  that size (:mod:`sparcml.sim._collective_cost`), on the slowest link they span.
 
 Assumptions kept from LogP/LogGP: a per-message latency (L + o folded into alpha), a per-byte
 gap on each endpoint (G = beta), endpoint serialization (one message at a time per link
@@ -59,7 +59,7 @@ a rank's own transfers, the dependence of compute speed on the target's cores an
 compare the modeled times with measured ones on an emulated 1 Gbit network.
 
 Memory: ranks share identical buffers instead of copying them P times
-(:mod:`sparcml.sim.sharing`), so P = 1,024 ranks at N = 16M fit a few GiB. The ``dense``
+(:mod:`sparcml.sim._sharing`), so P = 1,024 ranks at N = 16M fit a few GiB. The ``dense``
 baseline cannot share: its ``MPI_Allreduce`` needs every rank's full vector, P N values;
 ``sparc-bench --simulate`` models it (bytes and time of Rabenseifner's algorithm, no data)
 when P N values do not fit, and says so in its records.
@@ -67,11 +67,11 @@ when P N values do not fit, and says so in its records.
 
 from __future__ import annotations
 
-from .comm import SimComm
-from .model import network_cost_model, use_model
-from .network import NetworkSpec, parse_network
-from .probe import probe_network
-from .runner import SimResult, SimulationError, run
+from ._comm import SimComm
+from ._model import network_cost_model, use_model
+from ._network import NetworkSpec, parse_network
+from ._probe import probe_network
+from ._runner import SimResult, SimulationError, run
 
 __all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
            "network_cost_model", "use_model", "probe_network"]

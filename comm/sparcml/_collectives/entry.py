@@ -1,0 +1,261 @@
+"""The allreduce entry points: validation, agreement, ``auto``, then the chosen algorithm.
+
+:func:`allreduce` and :func:`iallreduce` are the public calls; :func:`allreduce_in` is the same
+on a context (the blocking path's, or the non-blocking engine's thread's). Every call:
+
+1. validates its arguments on this rank (:mod:`sparcml._collectives.validation`), keeping any exception;
+2. agrees with the other ranks (:func:`sparcml._runtime.agreement.agree`: one small ``Allreduce``):
+   equal dim, value dtype, algorithm, quantizer, partition policy (the environment's
+   ``SPARCML_PARTITIONS``: :mod:`sparcml._collectives.partition`), and no rank failed; otherwise every rank
+   raises the same error and the communicator stays usable;
+3. picks the algorithm (``auto``: :mod:`sparcml._model.auto`, refined by measuring near-ties:
+   :mod:`sparcml._model.tuning`, whose trial times ride on step 2's reduction) and runs its
+   registry record.
+
+A rank that fails *during* step 3 (out of memory, a signal) cannot complete the exchange the
+others are in; it aborts the job with its message (:class:`~sparcml.CollectiveFailure`), as
+MPI's default error handler does, rather than leaving them waiting.
+"""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+
+import numpy as np
+from mpi4py import MPI
+
+from . import arith, hierarchical as node_aware
+from .._model import auto, tuning
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
+from .._runtime.context import TrafficStats, clock_of, context_for
+from .._errors import CollectiveFailure
+from .._model.link_costs import index_coding_costs
+from .partition import POLICIES, POLICY_LABELS, partition_policy
+from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
+from .algorithms import DEFAULT_ALGORITHM
+from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
+from .._vector import SparseVector
+from .._wire.codec import Codec
+
+__all__ = ["allreduce", "iallreduce", "allreduce_in", "calibrate", "fail_stop"]
+
+
+def _describe() -> dict:
+    names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
+    names[-1] = "(invalid)"
+    return {"algorithm": names, "value dtype": VALUE_DTYPE_NAMES,
+            "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"},
+            "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"},
+            "partitions": POLICY_LABELS,
+            "auto tuning": {0: f"{tuning.TUNING_ENV}=0", 1: f"{tuning.TUNING_ENV}=1"}}
+
+
+def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
+              quantizer=None, quantize_sparse: bool = False, stats: TrafficStats | None = None,
+              check: bool = True, out: np.ndarray | None = None,
+              hierarchical=None) -> SparseVector:
+    """Sum one sparse vector per rank; every rank gets the same result.
+
+    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) must call, in the same order
+    as its other sparcml calls on ``comm``, with the same ``dim``, value dtype, ``algorithm``
+    and quantizer configuration (checked: :class:`~sparcml.RankMismatchError` on every rank).
+
+    Parameters
+    ----------
+    vec : SparseVector, 1-d float ndarray (made sparse by :meth:`SparseVector.from_dense`),
+        or ``(dim, indices, values)`` (validated here, so that bad input on one rank raises the
+        same exception on every rank instead of leaving the others waiting).
+    algorithm : a name of :data:`sparcml.ALGORITHMS` (the registry), or ``"auto"``: the one
+        the cost model predicts fastest for this call (calibrated on ``comm`` at the first
+        ``auto`` call, collectively; the overlap of the inputs is learnt from earlier ``auto``
+        calls of the same dim).
+    quantizer : a :class:`~sparcml.QSGD`, or None. Dense messages travel quantized (the dense
+        phase of ``dsar_split_allgather``, dense rounds of the other algorithms); with
+        ``quantize_sparse`` the values of sparse messages too. Every rank computes with the
+        values as received (a sender with what it sent, decoded), so the result is the same on
+        every rank; it is an unbiased estimate of the sum. Only with algorithms that accept
+        one (not the MPI_Allreduce baseline). Values QSGD cannot encode (NaN, Inf) raise
+        :class:`~sparcml.QuantizationError` on every rank before anything is sent.
+    stats : a :class:`TrafficStats` to add this call's traffic to.
+    check : with ``True`` (default) a ``(dim, indices, values)`` input is checked (sorted,
+        in range: O(nnz)); ``False`` trusts it. The agreement on dim, dtype, algorithm and
+        quantizer always runs (one small ``Allreduce``): skipping it on some ranks and not
+        on others would deadlock, so it is not optional. ``check`` may differ across ranks.
+    out : a buffer for the result, as MPI's receive buffer: a writeable C-contiguous 1-d
+        ndarray of ``dim`` values of the value dtype, not overlapping ``vec``. The sum is
+        written there in full (zeros included) and the result is dense-backed on ``out``.
+        Each rank passes its own buffer or None, independently of the others.
+    hierarchical : node-aware (:mod:`sparcml._collectives.hierarchical`): ``True`` reduces inside each
+        node (ranks that share memory) first, runs ``algorithm`` among one leader per node,
+        and broadcasts the result in the node; ``False`` runs ``algorithm`` over all ranks;
+        ``"auto"`` lets the cost model choose (calibrating the leaders' links at the first
+        such call, collectively); ``None`` (default) is ``"auto"`` with ``algorithm="auto"``
+        and ``False`` otherwise. Where every node holds one rank the two are the same and the
+        flat one runs; with one node, ``True`` is a reduce to the leader and a broadcast. The
+        grouping is MPI's unless ``SPARCML_RANKS_PER_NODE`` forces one (equal on every rank).
+
+    Returns
+    -------
+    SparseVector of the same dim and value dtype: newly allocated (never aliasing ``vec``), or
+    dense on ``out``.
+    """
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    return allreduce_in(ctx, vec, algorithm=algorithm, quantizer=quantizer,
+                        quantize_sparse=quantize_sparse, stats=stats, check=check, out=out,
+                        hierarchical=hierarchical)
+
+
+def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
+                 quantize_sparse: bool = False, stats: TrafficStats | None = None,
+                 check: bool = True, out: np.ndarray | None = None,
+                 sent: list | None = None, hierarchical=None) -> SparseVector:
+    """:func:`allreduce` on a context (the blocking path's, or the communication thread's).
+
+    ``sent``: a list to which the call appends :class:`~sparcml._wire.codec.Part` objects covering
+    this rank's own input as the other ranks received it (decoded: quantized when a quantizer
+    is used), for error feedback. Where the input never travels on its own (P = 1, the
+    ``dense`` baseline, the partner that adds an extra rank's input in the non-power-of-two
+    fold of recursive doubling) it is the input unchanged.
+    """
+    fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
+              "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1,
+              "node shm": -1, "partitions": -1, "auto tuning": -1}
+    nnz = seed = 0
+    record = None
+    option = False
+    with capture() as failed:
+        record = check_algorithm_options(algorithm, quantizer=quantizer)
+        option = node_aware.check_hierarchical(hierarchical, algorithm)
+        fields["hierarchical"] = node_aware.hierarchical_code(option)
+        forced = fields["ranks per node"] = node_aware.forced_ranks_per_node() \
+            if option is not False else 0
+        fields["node shm"] = node_aware.node_shm_wanted()
+        fields["algorithm"] = algorithm_code(algorithm)
+        fields["quantizer"] = quantizer_code(quantizer)
+        fields["quantize_sparse"] = int(bool(quantize_sparse))
+        fields["partitions"] = partition_policy()
+        fields["auto tuning"] = tuning.enabled()
+        stats = check_stats(stats)
+        vec = coerce_vector(vec, check=check)
+        fields["dim"] = vec.dim
+        fields["value dtype"] = vec.dtype.itemsize
+        nnz = vec.nnz
+        if out is not None:
+            check_out(out, vec)
+        if quantizer is not None and ctx.size > 1:
+            check_quantizable(vec)
+            # one random seed common to all ranks (the maximum of their draws)
+            seed = int(quantizer._rng.integers(0, 2**62))
+    maxima = agree(ctx.comm, fields, failed.error, _describe, waiter=ctx.waiter,
+                   maxima={"nnz": nnz, "seed": seed,
+                           "auto trial ns": tuning.pending_ns(ctx.history)})
+    nnz_max, seed = maxima["nnz"], maxima["seed"]
+    tuning.resolve(ctx.history, maxima["auto trial ns"])
+    tune = bool(fields["auto tuning"])
+    stats.calls += 1
+    ctx.partitions = POLICIES[fields["partitions"]]
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed,
+                  link_costs=index_coding_costs(ctx))
+    layout = None
+    if option is not False and ctx.size > 1:
+        layout = node_aware.layout_for(ctx, forced)
+        chosen, node_phases = auto.choose_node_aware(ctx, layout, vec, nnz_max, codec,
+                                                     _calibration_run, algorithm, option,
+                                                     tune=tune)
+    else:
+        chosen = auto.choose(ctx, vec, nnz_max, codec, _calibration_run, tune=tune) \
+            if record is None else algorithm
+        node_phases = False
+    record = get_algorithm(chosen)
+    stats.algorithm = chosen
+    stats.hierarchical = node_phases
+    if ctx.size == 1:  # nothing travels, so nothing is quantized
+        if sent is not None:
+            sent.append(arith.as_part(vec))
+        if out is not None:
+            return SparseVector._trusted(vec.dim, None, arith.write_dense(vec, out))
+        if record.writes_out:
+            return SparseVector._trusted(vec.dim, None, vec.to_dense())
+        result = arith.normalize(vec, codec)
+        return arith.copy_of(vec) if result is vec else result
+    tuning.begin(ctx.history, clock_of(ctx.comm))
+    with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
+        if node_phases:
+            given = vec if record.writes_out else arith.normalize(vec, codec)
+            result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,
+                                    nnz_max=nnz_max, out=out, sent=sent,
+                                    shm=bool(fields["node shm"]))
+        elif record.writes_out:
+            result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
+        else:
+            result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
+                                out=None, sent=sent)
+    tuning.end(ctx.history)
+    if algorithm == AUTO or option == AUTO:
+        auto.learn_overlap(ctx, vec, nnz_max, result)
+    if out is not None and result.values is not out:
+        result = SparseVector._trusted(vec.dim, None, arith.write_dense(result, out))
+    return result
+
+
+@contextmanager
+def fail_stop(comm, what: str):
+    """``with fail_stop(comm, "bcast"): exchange()``: a rank that fails inside an exchange the
+    other ranks are in prints why and aborts the job (:class:`CollectiveFailure`); at P = 1 or
+    after MPI is finalized the error propagates as it is."""
+    try:
+        yield
+    except BaseException as exc:  # noqa: BLE001 - the exchange cannot be completed
+        _abort_job(comm, what, exc)
+        raise
+
+
+def _abort_job(comm, what: str, exc: BaseException) -> None:
+    if comm.Get_size() == 1 or MPI.Is_finalized():
+        return
+    failure = CollectiveFailure(
+        f"rank {comm.Get_rank()} failed during {what} after the ranks agreed to run it: "
+        f"{type(exc).__name__}: {exc}; the other ranks cannot complete this collective, so "
+        f"the job is aborted")
+    sys.stderr.write(f"[sparcml] {failure}\n")
+    sys.stderr.flush()
+    comm.Abort(1)
+
+
+def _calibration_run(ctx, vec, name):
+    return allreduce_in(ctx, vec, algorithm=name)
+
+
+def calibrate(comm: MPI.Comm | None = None, *, reps: int = 5):
+    """Measure the cost model's parameters on ``comm`` (collective; about 0.5-2 s).
+
+    Every rank returns the same :class:`~sparcml.CostModel` (the maximum over ranks of each
+    parameter), and ``algorithm="auto"`` on ``comm`` uses it from then on (otherwise ``auto``
+    calibrates at its first call).
+    """
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    model = ctx.history["model"] = auto.calibrate_context(ctx, _calibration_run, reps=reps)
+    return model
+
+
+def _submitted(ctx, vec, kwargs):
+    return allreduce_in(ctx, vec, **kwargs)
+
+
+def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
+               quantizer=None, quantize_sparse: bool = False,
+               stats: TrafficStats | None = None, check: bool = True,
+               out: np.ndarray | None = None, hierarchical=None):
+    """Non-blocking :func:`allreduce`: returns a :class:`~sparcml._runtime.nonblocking.Request` at once.
+
+    Same arguments and result (``request.wait()``) as :func:`allreduce`. Collective: every
+    rank must submit its non-blocking calls on ``comm`` in the same order. ``vec`` must not be
+    modified, nor ``out`` read, until the request completes (as with MPI buffers). ``stats``,
+    when given, is updated by the communication thread.
+    """
+    from .._runtime.nonblocking import submit
+
+    kwargs = {"algorithm": algorithm, "quantizer": quantizer, "quantize_sparse": quantize_sparse,
+              "stats": stats, "check": check, "out": out, "hierarchical": hierarchical}
+    return submit(comm, f"iallreduce({algorithm})", _submitted, vec, kwargs)

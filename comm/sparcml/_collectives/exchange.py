@@ -1,0 +1,212 @@
+"""Moving vectors between ranks: the point-to-point and allgather steps the algorithms share.
+
+Package-internal (the algorithms in :mod:`sparcml._collectives.algorithms` and :mod:`sparcml._collectives.gather_scatter`
+use it; users call :func:`sparcml.allreduce`). Every function takes the call's context
+(``ctx``: ``comm``, ``rank``, ``size``, ``waiter``) and its :class:`~sparcml._wire.codec.Codec`, and
+counts what it sends in the call's :class:`~sparcml.TrafficStats`. Vectors travel as one byte
+buffer each (``sparcml._wire.codec``), sizes learnt with ``Mprobe``; nothing is pickled.
+
+A sender keeps computing with what it sent (decoded, when quantized), so that every rank holds
+the same values. ``sent`` (a list, or None) collects the decoded parts of *this rank's own
+input* where they leave the rank on their own (what error feedback must subtract).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _kernels as kernels
+from .._runtime.context import TrafficStats
+from .._errors import InvalidVectorError
+from .._vector import MAX_DIM, SparseVector
+from .._wire.codec import Codec, Part, decode
+
+__all__ = ["recv_bytes", "as_vector", "as_sent", "encode_vector", "send_vector",
+           "recv_vector", "exchange_vector", "allgather_in_place", "allgather_bytes",
+           "allgather_dense_blocks", "block_bounds", "split_parts", "split_reduce"]
+
+TAG_SPLIT = 21  # phase 1 of the split algorithms
+
+
+def recv_bytes(ctx, source, tag, status=None) -> tuple[np.ndarray, int]:
+    """Receive one byte message (its size probed first); ``(buffer, source rank)``."""
+    status = MPI.Status() if status is None else status
+    msg = ctx.waiter.mprobe(ctx.comm, source, tag, status)
+    buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+    ctx.waiter.wait(msg.Irecv([buf, MPI.BYTE]))
+    return buf, status.Get_source()
+
+
+def as_vector(part: Part, dim: int) -> SparseVector:
+    """A decoded message spanning ``[0, dim)`` as a vector (no copy)."""
+    if part.is_dense:
+        return SparseVector._trusted(dim, None, part.values)
+    return SparseVector._trusted(dim, part.indices, part.values)
+
+
+def encode_vector(vec: SparseVector, codec: Codec, seed=None) -> tuple[np.ndarray, bool]:
+    """One message of the whole vector; ``(buffer, went dense)``."""
+    # vectors inside the algorithms are normalized, so a dense-backed one crosses the rule
+    return codec.encode(Part(0, vec.dim, vec.indices, vec.values), known_dense=vec.is_dense,
+                        seed=seed)
+
+
+def as_sent(vec: SparseVector, buf: np.ndarray, codec: Codec) -> SparseVector:
+    """What the receiver of ``buf`` sees: ``vec`` itself, or its decoding when quantized."""
+    return as_vector(decode(buf), vec.dim) if codec.lossy else vec
+
+
+def _note_sent(sent, vec: SparseVector) -> None:
+    if sent is not None:
+        sent.append(Part(0, vec.dim, vec.indices, vec.values))
+
+
+def send_vector(ctx, vec, dest, tag, stats, codec, *, sent=None) -> SparseVector:
+    """Send ``vec`` to ``dest``; returns it as sent (``sent``: see the module docstring)."""
+    buf, dense = encode_vector(vec, codec)
+    ctx.waiter.wait(ctx.comm.Isend([buf, MPI.BYTE], dest, tag))
+    stats.add_message(buf.nbytes, dense)
+    delivered = as_sent(vec, buf, codec)
+    _note_sent(sent, delivered)
+    return delivered
+
+
+def recv_vector(ctx, source, tag, dim, stats=None) -> SparseVector:
+    buf, _ = recv_bytes(ctx, source, tag)
+    if stats is not None:
+        stats.bytes_received += buf.nbytes
+    return as_vector(decode(buf), dim)
+
+
+def exchange_vector(ctx, vec, peer, tag, stats, codec, *, seed=None,
+                    sent=None) -> tuple[SparseVector, SparseVector]:
+    """Send ``vec`` to ``peer`` and receive its vector: ``(vec as sent, peer's vector)``."""
+    buf, dense = encode_vector(vec, codec, seed)
+    req = ctx.comm.Isend([buf, MPI.BYTE], peer, tag)
+    try:
+        rbuf, _ = recv_bytes(ctx, peer, tag)
+    finally:
+        ctx.waiter.wait(req)
+    stats.add_message(buf.nbytes, dense)
+    stats.bytes_received += rbuf.nbytes
+    delivered = as_sent(vec, buf, codec)
+    _note_sent(sent, delivered)
+    return delivered, as_vector(decode(rbuf), vec.dim)
+
+
+def allgather_in_place(ctx, sizes: np.ndarray, write_mine, stats) -> list[np.ndarray]:
+    """Allgatherv of byte messages whose ``sizes`` (one per rank, int64) every rank knows:
+    ``write_mine(slot)`` fills this rank's slot of the receive buffer, which then travels in
+    place. Returns the P messages in rank order (views of one buffer)."""
+    displs = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], out=displs[1:])
+    recv = np.empty(int(sizes.sum()), np.uint8)
+    write_mine(recv[int(displs[ctx.rank]):int(displs[ctx.rank] + sizes[ctx.rank])])
+    ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
+                          [recv, sizes, displs, MPI.BYTE])
+    stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
+    stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])
+    stats.messages += 1
+    return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+
+def allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
+    """Allgatherv of byte buffers of different sizes; returns the P buffers in rank order."""
+    sizes = np.empty(ctx.size, np.int64)
+    ctx.waiter.collective(ctx.comm, "Allgather", np.array([buf.nbytes], np.int64), sizes)
+
+    def write_mine(slot):
+        slot[:] = buf
+
+    return allgather_in_place(ctx, sizes, write_mine, stats)
+
+
+def allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
+                           stats: TrafficStats) -> list[np.ndarray]:
+    """Allgatherv of every rank's dense block message (block j spans ``bounds[j:j+2]``).
+
+    Every size is known from ``bounds``, so no sizes travel first, and this rank encodes
+    straight into its slot of the receive buffer.
+    """
+    sizes = np.array([codec.dense_nbytes(int(bounds[j + 1] - bounds[j]), int(bounds[j]))
+                      for j in range(ctx.size)], np.int64)
+
+    def write_mine(slot):
+        codec.encode_dense(block.values, block.offset, out=slot)
+
+    return allgather_in_place(ctx, sizes, write_mine, stats)
+
+
+@functools.lru_cache(maxsize=64)
+def _bounds(dim: int, size: int) -> np.ndarray:
+    out = np.array([(j * dim) // size for j in range(size + 1)], np.int64)  # exact Python ints
+    out.setflags(write=False)
+    return out
+
+
+def block_bounds(dim: int, size: int) -> np.ndarray:
+    """Start of each rank's block of ``[0, dim)`` and ``dim`` at the end (``size + 1`` int64).
+
+    Block j is ``[floor(j dim / size), floor((j+1) dim / size))``, computed exactly for every
+    ``dim < 2**63`` (a product in int64 would overflow from ``dim * size >= 2**63``). The
+    array is read-only (it is cached).
+    """
+    if isinstance(dim, (bool, np.bool_)) or not isinstance(dim, (int, np.integer)) \
+            or not 0 <= int(dim) <= MAX_DIM:
+        raise InvalidVectorError(f"dim must be an integer in [0, 2**63), got {dim!r}")
+    if isinstance(size, (bool, np.bool_)) or not isinstance(size, (int, np.integer)) \
+            or int(size) < 1:
+        raise InvalidVectorError(f"size must be an integer >= 1, got {size!r}")
+    return _bounds(int(dim), int(size))
+
+
+def split_parts(vec: SparseVector, bounds: np.ndarray) -> list[Part]:
+    """``vec`` cut at ``bounds`` (``P + 1`` increasing): part j covers ``[bounds[j],
+    bounds[j+1])``, views of ``vec``'s arrays (dense blocks or sparse slices)."""
+    size = bounds.shape[0] - 1
+    if vec.is_dense:
+        return [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]), None,
+                     vec.values[bounds[j]:bounds[j + 1]]) for j in range(size)]
+    pos = kernels.split_positions(vec.indices, bounds)
+    return [Part(int(bounds[j]), int(bounds[j + 1] - bounds[j]),
+                 vec.indices[pos[j]:pos[j + 1]], vec.values[pos[j]:pos[j + 1]])
+            for j in range(size)]
+
+
+def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray,
+                 codec: Codec, *, sent=None) -> list[Part]:
+    """Phase 1 of the split algorithms: block j of every input goes to rank j.
+
+    Returns the P parts of this rank's block, in source-rank order.
+    """
+    rank, size = ctx.rank, ctx.size
+    mine = split_parts(vec, bounds)
+    requests = []
+    buffers = []
+    received: list[Part | None] = [None] * size
+    try:
+        for step in range(1, size):  # staggered so that no rank is everybody's first target
+            dest = (rank + step) % size
+            buf, dense = codec.encode(mine[dest])
+            buffers.append(buf)
+            requests.append(ctx.comm.Isend([buf, MPI.BYTE], dest, TAG_SPLIT))
+            stats.add_message(buf.nbytes, dense)
+            if sent is not None:
+                sent.append(decode(buf) if codec.lossy else mine[dest])
+        # my own block goes through the same encoding, so its representation (and hence the
+        # sum) is what every other rank would compute from it
+        own, _ = codec.encode(mine[rank])
+        received[rank] = decode(own)
+        if sent is not None:
+            sent.append(received[rank])
+        status = MPI.Status()
+        for _ in range(size - 1):
+            buf, source = recv_bytes(ctx, MPI.ANY_SOURCE, TAG_SPLIT, status)
+            stats.bytes_received += buf.nbytes
+            received[source] = decode(buf)
+    finally:
+        ctx.waiter.waitall(requests)
+    return received

@@ -1,0 +1,131 @@
+"""The other sparse collectives: allgather, reduce_scatter and bcast of SparseVectors.
+
+Same conventions as :func:`sparcml.allreduce`: collective over ``comm`` (default
+``MPI.COMM_WORLD``), buffers on the wire (never pickled), arguments validated on each rank and
+agreed on collectively, so that bad input on any rank raises the same error on every rank and
+leaves the communicator usable; a rank that fails during the exchange aborts the job.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from . import arith
+from .. import _kernels as kernels
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
+from .._runtime.context import TrafficStats, context_for
+from .entry import fail_stop
+from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, split_reduce
+from .validation import check_quantizable, check_root, check_stats, coerce_vector, quantizer_code
+from .._vector import SparseVector
+from .._wire.codec import Codec, Part, decode
+
+__all__ = ["allgather", "reduce_scatter", "bcast"]
+
+_DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
+
+
+def _checked(ctx, vec, check, quantizer, stats, *, quantized_values: bool):
+    """Validate on this rank, then agree on dim, dtype and quantizer; ``(vec, stats)``."""
+    fields = {"dim": -1, "value dtype": -1, "quantizer": 0}
+    with capture() as failed:
+        fields["quantizer"] = quantizer_code(quantizer)
+        stats = check_stats(stats)
+        vec = coerce_vector(vec, check=check)
+        fields["dim"] = vec.dim
+        fields["value dtype"] = vec.dtype.itemsize
+        if quantizer is not None and quantized_values and ctx.size > 1:
+            check_quantizable(vec)
+    agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter)
+    return vec, stats
+
+
+def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
+              stats: TrafficStats | None = None, check: bool = True) -> list[SparseVector]:
+    """Every rank's vector, in rank order, on every rank.
+
+    Each vector travels in the cheaper representation (switch rule) and comes back in it.
+    With a ``quantizer`` (QSGD) all values travel quantized, and every rank (the sender
+    included) gets the decoded values. ``check`` as for :func:`sparcml.allreduce`.
+    """
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    vec, stats = _checked(ctx, vec, check, quantizer, stats, quantized_values=True)
+    stats.calls += 1
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse=True)
+    mine = arith.normalize(vec, codec)
+    buf, _ = encode_vector(mine, codec)
+    if ctx.size == 1:
+        return [as_vector(decode(buf.copy()), vec.dim)]
+    with fail_stop(ctx.comm, "sparcml.allgather()"):
+        gathered = allgather_bytes(ctx, buf, stats)
+    return [as_vector(decode(b), vec.dim) for b in gathered]
+
+
+def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
+                   quantize_sparse: bool = False, stats: TrafficStats | None = None,
+                   check: bool = True) -> SparseVector:
+    """This rank's block of the sum, with global indices.
+
+    Rank r owns ``[b[r], b[r+1])`` with ``b = sparcml.block_bounds(dim, P)``. Returns a sparse
+    vector of dimension ``dim`` whose indices all lie in that block (a block that went dense
+    during the reduction comes back as its nonzeros). Phase 1 of the split algorithms;
+    ``quantizer`` and ``quantize_sparse`` as for :func:`sparcml.allreduce`.
+    """
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    vec, stats = _checked(ctx, vec, check, quantizer, stats, quantized_values=True)
+    stats.calls += 1
+    bounds = block_bounds(vec.dim, ctx.size)
+    lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse)
+    vec = arith.normalize(vec, codec)
+    if ctx.size == 1:
+        parts = [Part(0, vec.dim, vec.indices, vec.values)]
+    else:
+        with fail_stop(ctx.comm, "reduce_scatter"):
+            parts = split_reduce(ctx, vec, stats, bounds, codec)
+    block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
+    if block.is_dense:
+        idx, val = kernels.dense_to_sparse(block.values, block.offset,
+                                           np.empty(0, vec.index_dtype))
+        return SparseVector._trusted(vec.dim, idx, val)
+    return SparseVector._trusted(vec.dim, block.indices.copy(), block.values.copy())
+
+
+def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
+          stats: TrafficStats | None = None) -> SparseVector:
+    """``root``'s vector on every rank (other ranks pass ``None`` or anything: it is ignored).
+
+    ``root`` must be the same valid rank everywhere; an invalid vector on ``root`` or a bad
+    ``root`` on any rank raises the same error on every rank. With a ``quantizer`` (QSGD;
+    every rank passes the same configuration) the values travel quantized and every rank, the
+    root included, gets the decoded values.
+    """
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    buf = np.empty(0, np.uint8)
+    dense = False
+    fields = {"root": -1, "quantizer": 0}
+    with capture() as failed:
+        fields["quantizer"] = quantizer_code(quantizer)
+        fields["root"] = root = check_root(root, ctx.size)
+        stats = check_stats(stats)
+        if ctx.rank == root:
+            mine = coerce_vector(vec)
+            if quantizer is not None:
+                check_quantizable(mine)
+            codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True)
+            buf, dense = encode_vector(arith.normalize(mine, codec), codec)
+    agree(ctx.comm, fields, failed.error, waiter=ctx.waiter)
+    stats.calls += 1
+    with fail_stop(ctx.comm, "bcast"):
+        size = np.array([buf.nbytes], np.int64)
+        ctx.waiter.collective(ctx.comm, "Bcast", size, root)
+        if ctx.rank != root:
+            buf = np.empty(int(size[0]), np.uint8)
+            stats.bytes_received += buf.nbytes
+        else:
+            buf = buf.copy()  # the result must not alias the root's input
+            stats.add_message(buf.nbytes * (ctx.size - 1), dense)
+        ctx.waiter.collective(ctx.comm, "Bcast", [buf, MPI.BYTE], root)
+    header = decode(buf)
+    return as_vector(header, int(header.offset + header.length))

@@ -1,0 +1,153 @@
+"""``auto``'s measured refinement: try what the cost model cannot separate, keep the fastest.
+
+The cost model (:mod:`sparcml._model.costmodel`) ranks the algorithms from a calibration on small
+inputs. Where its error (up to 2-4x at scale, BENCHMARKS.md "Scaling studies") is larger than
+the gap between its best predictions, it ranks near-ties the wrong way round. Iterative
+training repeats the same call thousands of times, so ``auto`` measures instead of trusting
+the model there:
+
+1. the first call of a vector size runs the model's choice untimed: it teaches ``auto`` the
+   inputs' overlap, which the model needs;
+2. then, per shape (vector dim, input nnz within a factor of sqrt 2, the last result's size
+   over the inputs' within a factor of 2 (:func:`fill_bucket`: how much the inputs overlap),
+   dtypes, quantized or not; the node-aware options for the node-aware choice), the
+   *contenders* -- every candidate predicted within
+   :data:`MARGIN` of the best prediction, at most :data:`MAX_CONTENDERS`, best first -- run
+   one call each;
+3. those within :data:`RETRY` of the fastest measured run once more, in the reverse order (a
+   call's time depends on what ran before it: caches, the allocator's free pages; one slow
+   try must not rule an algorithm out);
+4. the contender with the smallest measured time is kept for that shape from then on.
+
+At most ``1 + MAX_CONTENDERS + MAX_CONTENDERS`` calls of a shape explore
+(:data:`EXPLORING_CALLS`); the exploring calls are correct results like any other.
+
+A call's time is the slowest rank's: each rank times its call on its own clock (the wall
+clock, or a simulated communicator's virtual clock), and the next call on the communicator
+carries that time in the agreement the entry point makes anyway (a maximum over ranks, at no
+extra message). So every rank settles on the same algorithm after the same call, which the
+collective needs. ``SPARCML_AUTO_TUNING=0`` (the same on every rank: it is agreed) keeps the
+model's choice alone.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+
+__all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TUNING_ENV", "enabled",
+           "shape_key", "fill_bucket", "contenders_of", "choose", "begin", "end", "pending_ns",
+           "resolve", "settled"]
+
+MARGIN = 4.0          # a candidate predicted within this factor of the best is tried
+MAX_CONTENDERS = 4    # at most this many are tried per shape
+RETRY = 3.0           # a contender within this factor of the fastest first try runs again
+EXPLORING_CALLS = 1 + 2 * MAX_CONTENDERS  # an upper bound on a shape's calls before it settles
+TUNING_ENV = "SPARCML_AUTO_TUNING"
+
+_TRIAL = "tuning: trial"            # (key, option): the call in flight is a trial
+_STARTED = "tuning: started"        # (key, option, clock, start seconds)
+_MEASURED = "tuning: measured"      # (key, option, nanoseconds) to report at the next call
+
+
+def enabled() -> int:
+    """1 unless ``SPARCML_AUTO_TUNING=0`` (an agreed field of every call: ranks must match)."""
+    return 0 if os.environ.get(TUNING_ENV, "1").strip() == "0" else 1
+
+
+def shape_key(kind: str, vec, nnz_max: int, lossy: bool, *extra) -> tuple:
+    """What identifies "the same call" for tuning: ``nnz_max`` bucketed by factors of sqrt 2
+    (a minibatch gradient's nnz varies call to call)."""
+    bucket = round(2 * math.log2(nnz_max + 1))
+    return ("tuning", kind, vec.dim, bucket, vec.index_dtype.itemsize, vec.dtype.itemsize,
+            bool(lossy)) + tuple(extra)
+
+
+def fill_bucket(history: dict, dim: int, nnz_max: int) -> int:
+    """How much the last ``auto`` result of ``dim`` outgrew its inputs, log2(K / k) rounded
+    (-1 before any): the same input size with other overlap (random vs overlapping supports,
+    a model's phases) is another shape, whose best algorithm may differ."""
+    K = history.get(("result size", dim))
+    return -1 if K is None else round(math.log2((K + 1) / (nnz_max + 1)))
+
+
+def settled(history: dict, key: tuple):
+    """The option kept for ``key``, or None while it is still being explored (or unseen)."""
+    state = history.get(key)
+    return None if state is None else state["settled"]
+
+
+def contenders_of(ranked) -> list:
+    """The options worth measuring: ``(predicted seconds, option)`` pairs within
+    :data:`MARGIN` of the best prediction, at most :data:`MAX_CONTENDERS`, best first."""
+    ranked = sorted(ranked, key=lambda pair: pair[0])
+    best = ranked[0][0]
+    return [opt for t, opt in ranked if t <= MARGIN * best][:MAX_CONTENDERS]
+
+
+def choose(history: dict, key: tuple, rank) -> object:
+    """The option to run for a call of shape ``key`` (the same on every rank, given the same
+    history). ``rank()``: ``(predicted seconds, option)`` pairs for every candidate, called at
+    the shape's first call. Marks the call as a trial when it explores (see :func:`begin`).
+    The caller runs the model's choice instead while the inputs' overlap is unknown
+    (:func:`fill_bucket` -1)."""
+    state = history.get(key)
+    if state is None:
+        contenders = contenders_of(rank())
+        state = history[key] = {"plan": list(contenders), "times": {}, "round": 1,
+                                "settled": contenders[0] if len(contenders) == 1 else None}
+    if state["settled"] is not None:
+        return state["settled"]
+    option = state["plan"][0]
+    history[_TRIAL] = (key, option)
+    return option
+
+
+def begin(history: dict, clock=time.perf_counter) -> None:
+    """Just before the chosen algorithm runs: start timing if this call is a trial."""
+    trial = history.pop(_TRIAL, None)
+    if trial is not None:
+        history[_STARTED] = trial + (clock, clock())
+
+
+def end(history: dict) -> None:
+    """Just after the algorithm returned: keep this rank's time for the next agreement."""
+    started = history.pop(_STARTED, None)
+    if started is not None:
+        key, option, clock, t0 = started
+        history[_MEASURED] = (key, option, max(1, int((clock() - t0) * 1e9)))
+
+
+def pending_ns(history: dict) -> int:
+    """This rank's time of the last trial, in ns (0: none), for the next call's agreement."""
+    measured = history.get(_MEASURED)
+    return 0 if measured is None else measured[2]
+
+
+def resolve(history: dict, slowest_ns: int) -> None:
+    """After the agreement: record the last trial's time (the maximum over ranks) and move its
+    shape's exploration on. Every rank calls it with the same value."""
+    measured = history.pop(_MEASURED, None)
+    if measured is None or slowest_ns <= 0:
+        return
+    key, option, _ = measured
+    state = history.get(key)
+    if state is None or state["settled"] is not None or not state["plan"] \
+            or state["plan"][0] != option:
+        return
+    state["times"].setdefault(option, []).append(slowest_ns * 1e-9)
+    state["plan"].pop(0)
+    if state["plan"]:
+        return
+    fastest = {opt: min(ts) for opt, ts in state["times"].items()}
+    best = min(fastest.values())
+    if state["round"] == 1:
+        state["round"] = 2
+        # in the reverse order: a call's time depends on what ran before it (caches, the
+        # allocator's free pages), so each contender's second try follows another one
+        state["plan"] = [opt for opt, t in reversed(fastest.items()) if t <= RETRY * best]
+        if len(state["plan"]) > 1:
+            return
+    state["settled"] = min(fastest, key=fastest.get)   # ties: the first tried
+    state["plan"] = []

@@ -1,0 +1,236 @@
+"""Collective argument checks: the ranks agree, or every rank raises the same error.
+
+The one agreement API of the project (the comm layer's entry points, the PyTorch adapter, the
+estimator and the CLIs all use it):
+
+- :func:`agree`: integer ``fields`` that must be equal on every rank, this rank's own
+  validation error, and integers whose maximum is wanted, in one small ``Allreduce`` (max of
+  each field and of its negation). Only on failure is more exchanged (the messages, so that
+  every rank can say what went wrong where).
+- :func:`raise_everywhere`: "did any rank fail?" for code that validates something else first
+  (a data file, a checkpoint), and the first failing rank's error raised on every rank.
+- :func:`agree_on_lines`: a description (model structure, options) identical on every rank.
+- :func:`capture`: run a validation step and keep any exception it raises as this rank's error.
+
+Errors of any class are carried: a :class:`~sparcml.SparcmlError` keeps its class; another
+exception (an ``OverflowError`` from NumPy, a Numba typing error) becomes
+:class:`~sparcml.InvalidArgumentError` on every rank, with its class and message, so that one
+rank's surprise never leaves the others waiting in the next collective.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import zlib
+from contextlib import contextmanager
+
+import numpy as np
+from mpi4py import MPI
+
+from .._errors import InvalidArgumentError, RankMismatchError, SparcmlError
+
+__all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
+           "as_sparcml_error", "VALUE_DTYPE_NAMES"]
+
+MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
+MAX_MAXIMA = 4
+VALUE_DTYPE_NAMES = {4: "float32", 8: "float64"}  # "value dtype" fields, for messages
+
+
+def as_sparcml_error(exc: BaseException) -> SparcmlError:
+    """``exc`` itself when it is a :class:`SparcmlError`, else an :class:`InvalidArgumentError`
+    that names its class and message (chained to it)."""
+    if isinstance(exc, SparcmlError):
+        return exc
+    wrapped = InvalidArgumentError(f"{type(exc).__name__}: {exc}")
+    wrapped.__cause__ = exc
+    return wrapped
+
+
+class capture:
+    """``with capture() as failed: validate()``; afterwards ``failed.error`` holds the first
+    exception the block raised (any ``Exception``), or None. Nothing propagates, so that the
+    caller can go on to the collective agreement and raise the same error on every rank."""
+
+    __slots__ = ("error",)
+
+    def __init__(self):
+        self.error: BaseException | None = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is not None and isinstance(exc, Exception):
+            self.error = exc
+            return True
+        return False
+
+
+def _resolve_class(module: str, qualname: str) -> type | None:
+    """The exception class ``module.qualname`` if it can be imported, else None."""
+    try:
+        obj = importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:  # noqa: BLE001 - an unknown class is simply not rebuilt
+        return None
+    return obj if isinstance(obj, type) and issubclass(obj, Exception) else None
+
+
+def _gather_failures(comm, local_error):
+    mine = None
+    if local_error is not None:
+        cls = type(local_error)
+        mine = (cls.__module__, cls.__qualname__, str(local_error))
+    return [(r, f) for r, f in enumerate(comm.allgather(mine)) if f is not None]
+
+
+def _reraise(comm, local_error, *, sparcml_only: bool, prefix_own: bool):
+    failures = _gather_failures(comm, local_error)
+    first_rank, (module, qualname, _) = failures[0]
+    cls = _resolve_class(module, qualname)
+    if sparcml_only and not (cls is not None and issubclass(cls, SparcmlError)):
+        cls = InvalidArgumentError
+    elif cls is None:
+        cls = InvalidArgumentError
+    if len(failures) == 1:
+        _, (_, name, msg) = failures[0]
+        text = f"rank {first_rank}: " + (msg if cls.__qualname__ == name else f"{name}: {msg}")
+    else:
+        text = f"invalid input on {len(failures)} rank(s): " + "; ".join(
+            f"rank {r}: {msg if cls.__qualname__ == name else f'{name}: {msg}'}"
+            for r, (_, name, msg) in failures)
+    if local_error is not None and not prefix_own and isinstance(local_error, cls):
+        raise local_error
+    try:
+        exc = cls(text)
+    except Exception:  # noqa: BLE001 - a class that takes other arguments
+        exc = InvalidArgumentError(text)
+    raise exc from local_error
+
+
+def raise_everywhere(comm, local_error: BaseException | None, *, waiter=None,
+                     keep_class: bool = True) -> None:
+    """Collective: when any rank of ``comm`` passes an error, every rank raises one.
+
+    The raised error has the first failing rank's class (rebuilt by its import path; any
+    exception class with a one-message constructor) and its message prefixed ``rank R:``,
+    chained to the local error on the failing rank. ``keep_class=False`` turns classes that
+    are not :class:`SparcmlError` into :class:`InvalidArgumentError`. Costs one integer
+    ``Allreduce`` when nobody failed. ``comm`` None or of size 1: raises ``local_error``.
+    """
+    if comm is None or comm.Get_size() == 1:
+        if local_error is not None:
+            raise local_error if keep_class else as_sparcml_error(local_error)
+        return
+    flag = np.array([0 if local_error is None else 1], np.int64)
+    if waiter is None:
+        comm.Allreduce(MPI.IN_PLACE, flag, op=MPI.MAX)
+    else:
+        waiter.collective(comm, "Allreduce", MPI.IN_PLACE, flag, MPI.MAX)
+    if flag[0]:
+        _reraise(comm, local_error, sparcml_only=not keep_class, prefix_own=True)
+
+
+def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | None = None,
+          describe=None, *, waiter=None,
+          maxima: dict[str, int] | None = None) -> dict[str, int]:
+    """Check that every rank passed the same integer ``fields`` and that no rank failed.
+
+    Collective over ``comm``. ``local_error`` is this rank's own validation error, if any (any
+    exception): a :class:`SparcmlError` is re-raised here as it is and the other ranks raise
+    the same class naming this rank; any other exception becomes
+    :class:`InvalidArgumentError` on every rank. ``describe`` maps a field's codes to names
+    for the message (or a function returning that mapping, called only when a field differs).
+    ``waiter`` (a :class:`~sparcml._runtime.progress.Waiter`) completes the check's
+    reduction. Raises :class:`RankMismatchError` (on every rank) naming each field whose value
+    differs. ``maxima`` are integers that may differ: their maximum over ranks is returned
+    (same dict keys), at no extra cost. Field values must fit in int64.
+
+    Every call of ``agree`` reduces the same number of integers (at most
+    :data:`MAX_FIELDS` fields and :data:`MAX_MAXIMA` maxima, padded), led by a signature of the
+    field names: ranks that reached different sparcml calls at the same point (one rank's
+    ``topk_allreduce`` against the others' ``allreduce``) get :class:`RankMismatchError`
+    everywhere, naming each rank's call, instead of a reduction of mismatched sizes.
+    """
+    names = list(fields)
+    maxima = maxima or {}
+    if len(names) > MAX_FIELDS or len(maxima) > MAX_MAXIMA:
+        raise ValueError(f"agree: at most {MAX_FIELDS} fields and {MAX_MAXIMA} maxima")
+    vals = np.zeros(2 + MAX_FIELDS, np.int64)
+    vals[0] = 1 if local_error is not None else 0
+    vals[1] = zlib.crc32("|".join(names).encode())
+    vals[2:2 + len(names)] = [fields[n] for n in names]
+    extra = np.zeros(MAX_MAXIMA, np.int64)
+    extra[:len(maxima)] = list(maxima.values())
+    both = np.concatenate([vals, -vals, extra])
+    if waiter is None:
+        comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+    else:
+        waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+    hi, lo = both[:vals.size], -both[vals.size:2 * vals.size]
+    if hi[0]:
+        _reraise(comm, local_error, sparcml_only=True, prefix_own=False)
+    if hi[1] != lo[1]:  # different calls: their fields mean different things
+        calls = comm.allgather(", ".join(names))
+        per_rank = "; ".join(f"rank {r}: ({c})" for r, c in enumerate(calls))
+        raise RankMismatchError(
+            f"ranks reached different sparcml calls at the same point (the arguments each "
+            f"checks: {per_rank}); every rank must make the same collective calls in the same "
+            f"order")
+    differing = [i for i in range(2, 2 + len(names)) if hi[i] != lo[i]]
+    if not differing:
+        return dict(zip(maxima, both[2 * vals.size:2 * vals.size + len(maxima)].tolist()))
+    every = np.array(comm.allgather(vals))
+    describe = (describe() if callable(describe) else describe) or {}
+    parts = []
+    for i in differing:
+        name = names[i - 2]
+        codes = describe.get(name, {})
+        per_rank = ", ".join(f"rank {r}: {codes.get(int(v), int(v))}"
+                             for r, v in enumerate(every[:, i]))
+        parts.append(f"{name} ({per_rank})")
+    raise RankMismatchError("ranks disagree on " + "; ".join(parts) +
+                            "; every rank must pass the same value")
+
+
+def agree_on_lines(comm, lines: list[str], what: str,
+                   local_error: BaseException | None = None) -> None:
+    """Collective: raise the same :class:`RankMismatchError` on every rank unless ``lines``
+    (a description: parameter names and shapes, options) is identical on all ranks of
+    ``comm``; the message names the first differing line and rank. A ``local_error`` (any
+    exception found while building ``lines``) is raised on every rank first, as by
+    :func:`raise_everywhere`. One ``allgather`` of a digest when all agree."""
+    raise_everywhere(comm, local_error)
+    if comm is None or comm.Get_size() == 1:
+        return
+    digest = hashlib.sha256("\n".join(lines).encode()).hexdigest()
+    digests = comm.allgather(digest)
+    if len(set(digests)) == 1:
+        return
+    everyone = comm.allgather(lines)
+    ref = everyone[0]
+    for rank, theirs in enumerate(everyone):
+        if theirs == ref:
+            continue
+        for i in range(max(len(ref), len(theirs))):
+            a = ref[i] if i < len(ref) else "<nothing>"
+            b = theirs[i] if i < len(theirs) else "<nothing>"
+            if a != b:
+                raise RankMismatchError(
+                    f"{what} differ across ranks: entry {i} is {a!r} on rank 0 but {b!r} on "
+                    f"rank {rank}; build the same model and options on every rank (same code, "
+                    f"same arguments)")
+    raise RankMismatchError(f"{what} differ across ranks")  # pragma: no cover - digest collision
+
+
+@contextmanager
+def collective_errors(comm, *, waiter=None, keep_class: bool = True):
+    """``with collective_errors(comm): validate()``: every rank leaves the block, then all
+    raise the first failing rank's error (or none does). Any ``Exception`` counts."""
+    with capture() as failed:
+        yield
+    raise_everywhere(comm, failed.error, waiter=waiter, keep_class=keep_class)
+

@@ -1,0 +1,136 @@
+"""Non-blocking collectives: one communication thread per communicator, requests in order.
+
+Each user communicator gets (on its first non-blocking call, collectively) a second private
+duplicate and a thread that runs the submitted collectives on it one after the other, in
+submission order, so every rank must submit its non-blocking calls in the same order (as with
+MPI's own non-blocking collectives). The Numba kernels release the GIL and the thread waits on
+MPI with short sleeps, so merging and waiting overlap with Python or PyTorch compute on the
+calling thread; ``Request.wait`` blocks on an event and takes no CPU.
+
+Needs MPI initialized with ``MPI_THREAD_MULTIPLE`` (mpi4py's default).
+"""
+
+from __future__ import annotations
+
+import atexit
+import queue
+import threading
+import weakref
+from typing import Any, Callable
+
+from mpi4py import MPI
+
+from .context import CommContext, context_for, new_context
+from .._errors import SparcmlError
+from .progress import BACKGROUND_MAX_SLEEP_SECONDS, Waiter
+
+__all__ = ["Request", "Engine", "submit"]
+
+
+class Request:
+    """Handle of one non-blocking call: ``test()`` polls, ``wait()`` returns the result.
+
+    An error raised by the collective is re-raised by ``wait()`` (collective errors, such as
+    ranks that disagree, are raised on every rank's request alike).
+    """
+
+    __slots__ = ("_done", "_result", "_error", "label")
+
+    def __init__(self, label: str = ""):
+        self._done = threading.Event()
+        self._result = None
+        self._error: BaseException | None = None
+        self.label = label
+
+    def test(self) -> bool:
+        """True once the call has completed (successfully or not); never blocks."""
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None):
+        """Block until completion and return the result (or raise the call's error).
+
+        ``timeout`` (seconds) raises ``TimeoutError`` if the call has not completed by then;
+        the call itself goes on and can be waited for again.
+        """
+        if not self._done.wait(timeout):
+            raise TimeoutError(f"non-blocking {self.label or 'call'} not complete after "
+                               f"{timeout} s")
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+    def _finish(self, result=None, error: BaseException | None = None) -> None:
+        self._result, self._error = result, error
+        self._done.set()
+
+    def __repr__(self) -> str:
+        state = "done" if self.test() else "pending"
+        return f"<sparcml.Request {self.label} {state}>"
+
+
+class Engine:
+    """The communication thread of one communicator (see module docstring)."""
+
+    def __init__(self, ctx: CommContext):
+        self.ctx = ctx
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="sparcml-comm", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                if not MPI.Is_finalized():
+                    self.ctx.free_subcomms()
+                return
+            request, fn, args = item
+            try:
+                result = fn(self.ctx, *args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                request._finish(error=exc)
+            else:
+                request._finish(result=result)
+
+    def submit(self, label: str, fn: Callable[..., Any], *args) -> Request:
+        request = Request(label)
+        self._queue.put((request, fn, args))
+        return request
+
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the thread after the calls already submitted (waiting up to ``timeout``)."""
+        self._queue.put(None)
+        if timeout is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+
+_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+_atexit_registered = False
+
+
+def _close_all() -> None:
+    # registered after mpi4py's own exit hook, so it runs before MPI_Finalize: a thread still
+    # inside MPI at finalize would crash or hang the process
+    for engine in list(_engines):
+        engine.close(timeout=30)
+
+
+def submit(comm: MPI.Comm | None, label: str, fn: Callable[..., Any], *args) -> Request:
+    """Queue ``fn(ctx, *args)`` on ``comm``'s communication thread (created on first use)."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
+        raise SparcmlError(
+            "non-blocking sparcml calls need MPI_THREAD_MULTIPLE; do not lower "
+            "mpi4py.rc.thread_level before importing mpi4py.MPI")
+    ctx = context_for(comm)
+    if ctx.engine is None:
+        # the thread always waits with sleeps, backing off on long waits: spinning or frequent
+        # wake-ups would steal the core of the compute that the call is meant to overlap with
+        global _atexit_registered
+        waiter = Waiter(yield_cpu=True, max_sleep=BACKGROUND_MAX_SLEEP_SECONDS)
+        ctx.engine = Engine(new_context(ctx.comm, waiter))
+        _engines.add(ctx.engine)
+        if not _atexit_registered:
+            atexit.register(_close_all)
+            _atexit_registered = True
+    return ctx.engine.submit(label, fn, *args)

@@ -1,0 +1,470 @@
+"""Gradient compression in GRACE's split: compressor, quantizer, memory, communicator.
+
+Over 400 lines (about 470): the four small object families (compressor, quantizer glue, memory,
+the bundle) are one vocabulary and are read together.
+
+A :class:`Compression` bundles four small, swappable parts that work on flat NumPy arrays (no
+torch), so that :class:`sparcml.torch.DistributedOptimizer`, a DDP communication hook and
+plain mpi4py code share them:
+
+- a **compressor** chooses what to send: :class:`TopKCompressor` (the ``density`` or ``k``
+  largest magnitudes, globally or per ``chunk`` of values), :class:`GlobalTopKCompressor`
+  (the same locally, then only the k largest of the *sum* over ranks travel back:
+  :func:`sparcml.topk_allreduce`) or :class:`NoneCompressor` (all);
+- an optional **quantizer**, a :class:`sparcml.QSGD`: the values travel quantized, encoded
+  once by the wire format of the allreduce (sparse messages too);
+- a **memory** keeps what was not delivered and adds it to the next input (error feedback):
+  :class:`ResidualMemory` (one residual per key: a gradient bucket) or :class:`NoneMemory`;
+- the **communicator**: the name of a registered allreduce algorithm (:mod:`sparcml._collectives.registry`,
+  default :data:`sparcml.DEFAULT_ALGORITHM`) or ``"auto"``.
+
+One reduction of a flat array ``x`` under key ``key`` (:meth:`Compression.allreduce_in`), on
+every rank:
+
+1. ``g = memory.compensate(x, key)``: ``x + residual`` (a copy of ``x`` the first time);
+2. ``v = compressor.compress(g)``: a :class:`~sparcml.SparseVector` (top-k: the kept entries);
+3. the allreduce of ``v`` with the algorithm and quantizer; it reports ``sent``, this rank's
+   ``v`` as the other ranks received it (decoded: quantized once, by the wire codec);
+4. ``memory.update(g, key, sent)``: ``residual = g - sent``, exactly, entry by entry.
+
+So after any number of steps, per rank and key, ``sum of inputs == sum of sent + residual``
+up to the rounding of the additions in step 1, and the residual holds the quantization error
+as well as what top-k left out. Where a rank's input never travels on its own, ``sent`` is the
+input unchanged: at P = 1 (nothing travels, nothing is quantized), with the dense baseline
+``MPI_Allreduce`` (no quantizer), and on the rank that folds an extra rank's input into its own
+in recursive doubling at a P that is not a power of two: that sum is quantized as a whole, and
+its error (unbiased noise) is attributable to neither input, so no residual keeps it.
+
+Example (plain mpi4py and NumPy; see :mod:`sparcml.torch` for PyTorch)::
+
+    from sparcml import QSGD
+    from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
+
+    comp = Compression(TopKCompressor(density=0.01), quantizer=QSGD(4), memory=ResidualMemory())
+    for step in range(steps):
+        total = comp.allreduce(gradient(step), key="w")   # a SparseVector, the same on all ranks
+        w -= lr * total.to_dense() / MPI.COMM_WORLD.Get_size()
+
+The objects validate their options when built (:class:`~sparcml.CompressionError`,
+:class:`~sparcml.UnknownAlgorithmError`, :class:`~sparcml.IncompatibleOptionsError`), so that
+a mistake points at the line that made it.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from typing import NamedTuple
+
+import numpy as np
+from mpi4py import MPI
+
+from .._model import auto
+from .._topk import select_kernels
+from .._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
+from .._runtime.context import TrafficStats, context_for
+from .._model.costmodel import TOPK_STEP
+from .._collectives.entry import allreduce_in
+from .._topk.topk_allreduce import calibration_run, topk_allreduce_in
+from .._errors import CompressionError, IncompatibleOptionsError, UnsupportedDtypeError
+from .._quant.qsgd import QSGD
+from .._collectives.registry import AUTO, check_algorithm_options
+from .._topk.local import TopK
+from .._vector import VALUE_DTYPES, SparseVector
+
+__all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor",
+           "NoneCompressor", "Memory",
+           "ResidualMemory", "NoneMemory", "Reduced", "assemble_parts"]
+
+
+class _NoOptions:
+    """Objects without options: equal when of the same class, printed as ``Class()``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self)
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
+# -- compressors ------------------------------------------------------------------------------
+
+class Compressor(ABC):
+    """What to send of a flat array. Subclasses set :attr:`lossless` and implement
+    :meth:`compress`; they hold configuration only (no state across calls), so one instance
+    serves every bucket and thread."""
+
+    lossless: bool = False
+
+    @abstractmethod
+    def compress(self, x: np.ndarray) -> SparseVector:
+        """The entries of the 1-d float32/float64 array ``x`` to send, as a vector of
+        ``dim = len(x)`` in ``x``'s dtype. Must not modify ``x``."""
+
+    def num_sent(self, n: int) -> int:
+        """How many values :meth:`compress` sends from an array of n values."""
+        return n
+
+    def global_k(self, n: int) -> int | None:
+        """Entries of the sum over ranks to keep (:func:`sparcml.topk_allreduce`), or None:
+        the sum of what every rank sends is reduced exactly."""
+        return None
+
+
+class NoneCompressor(_NoOptions, Compressor):
+    """Send everything: the array as a dense-backed vector (no copy)."""
+
+    lossless = True
+
+    def compress(self, x: np.ndarray) -> SparseVector:
+        return SparseVector.dense(x)
+
+
+class TopKCompressor(Compressor):
+    """Keep the largest magnitudes: a fraction ``density`` in (0, 1], or ``k`` entries (at most
+    the array's length), of the whole array, or of every ``chunk`` consecutive values (512 in
+    the original CNTK integration of SparCML). Exactly one of ``density`` and ``k``. Ties go to
+    the lower index; the counts are those of :class:`sparcml.TopK` (``num_sent`` gives them).
+    Raises :class:`~sparcml.CompressionError` for NaN or Inf in the array."""
+
+    def __init__(self, density: float | None = None, k: int | None = None, *,
+                 chunk: int | None = None):
+        if (density is None) == (k is None):
+            raise CompressionError(f"TopKCompressor takes exactly one of density and k, got "
+                                   f"density={density!r}, k={k!r}")
+        if density is not None and (isinstance(density, (bool, np.bool_)) or not isinstance(
+                density, (int, float, np.integer, np.floating)) or not 0 < density <= 1):
+            raise CompressionError(f"density must be a number in (0, 1], got {density!r}; "
+                                   f"NoneCompressor() sends everything")
+        if k is not None and (isinstance(k, (bool, np.bool_))
+                              or not isinstance(k, (int, np.integer)) or k < 1):
+            raise CompressionError(f"k must be an integer >= 1, got {k!r}")
+        if chunk is not None and (isinstance(chunk, (bool, np.bool_))
+                                  or not isinstance(chunk, (int, np.integer)) or chunk < 1):
+            raise CompressionError(f"chunk must be None or a number of values >= 1, "
+                                   f"got {chunk!r}")
+        self.density = None if density is None else float(density)
+        self.k = None if k is None else int(k)
+        self.chunk = None if chunk is None else int(chunk)
+        # without error feedback a TopK holds configuration only: safe to share
+        self._topk = TopK(k=self.k, density=self.density, error_feedback=False,
+                          bucket_size=self.chunk)
+
+    def compress(self, x: np.ndarray) -> SparseVector:
+        return self._topk.compress(x)
+
+    def num_sent(self, n: int) -> int:
+        return self._topk.num_kept(n)
+
+    def __repr__(self) -> str:
+        what = f"density={self.density}" if self.density is not None else f"k={self.k}"
+        return f"TopKCompressor({what}" + (f", chunk={self.chunk})" if self.chunk else ")")
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and (self.density, self.k, self.chunk) == (
+            other.density, other.k, other.chunk)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.density, self.k, self.chunk))
+
+
+class GlobalTopKCompressor(TopKCompressor):
+    """Global top-k: every rank keeps its local top ``density`` (or ``k``) entries as
+    :class:`TopKCompressor` does (``chunk`` not allowed), and the reduction
+    (:func:`sparcml.topk_allreduce`) returns only the same number of entries of largest
+    ``|sum|`` over ranks, in bytes per rank bounded independently of P. What a rank selected
+    locally but the global selection dropped stays in its memory (error feedback)."""
+
+    def __init__(self, density: float | None = None, k: int | None = None):
+        super().__init__(density=density, k=k)
+
+    def global_k(self, n: int) -> int:
+        return self.num_sent(n)
+
+    def __repr__(self) -> str:
+        return "Global" + super().__repr__()
+
+
+# -- memories ---------------------------------------------------------------------------------
+
+class Memory(ABC):
+    """Error feedback: what was not delivered, per key, added to the key's next input.
+
+    :meth:`compensate` and :meth:`update` are called in pairs for a key, on one thread at a
+    time; :meth:`fresh` gives an empty memory of the same kind (one per optimizer or hook)."""
+
+    error_feedback: bool = True
+
+    @abstractmethod
+    def compensate(self, x: np.ndarray, key) -> np.ndarray:
+        """``x`` plus the key's residual, in an array the memory owns (``x`` is not modified)."""
+
+    @abstractmethod
+    def update(self, compensated: np.ndarray, key, sent: SparseVector) -> None:
+        """Keep ``compensated - sent`` as the key's residual; ``compensated`` is the array
+        :meth:`compensate` returned (the memory takes it over)."""
+
+    def residual(self, key) -> np.ndarray | None:
+        """The key's residual (what has not been delivered yet), or None."""
+        return None
+
+    def reset(self) -> None:
+        """Forget every residual."""
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def fresh(self) -> "Memory":
+        return type(self)()
+
+
+class NoneMemory(_NoOptions, Memory):
+    """No error feedback: what is not sent is dropped."""
+
+    error_feedback = False
+
+    def compensate(self, x: np.ndarray, key) -> np.ndarray:
+        return x
+
+    def update(self, compensated: np.ndarray, key, sent: SparseVector) -> None:
+        pass
+
+
+class ResidualMemory(_NoOptions, Memory):
+    """One residual per key (a bucket), in the inputs' dtype; two buffers per key, reused.
+
+    ``residual = compensated - sent`` entry by entry: zero where a value was delivered exactly,
+    the quantization error where it was delivered quantized, the whole compensated value where
+    nothing was sent. A key's input must keep its length and dtype (:meth:`reset` otherwise).
+    """
+
+    def __init__(self):
+        self._residuals: dict = {}
+        self._scratch: dict = {}
+
+    def compensate(self, x: np.ndarray, key) -> np.ndarray:
+        x = np.asarray(x)
+        if x.dtype not in VALUE_DTYPES or x.ndim != 1:
+            raise UnsupportedDtypeError(f"ResidualMemory takes 1-d float32/float64 arrays, got "
+                                        f"{x.dtype} of shape {x.shape}")
+        r = self._residuals.get(key)
+        if r is None:
+            return x.copy()
+        if r.shape != x.shape or r.dtype != x.dtype:
+            raise CompressionError(
+                f"the residual of {key!r} holds {r.shape[0]} {r.dtype} values, the input has "
+                f"{x.shape[0]} {x.dtype}; call reset() when the arrays change")
+        out = self._scratch.pop(key, None)
+        if out is None:
+            out = np.empty_like(r)
+        return np.add(x, r, out=out)
+
+    def update(self, compensated: np.ndarray, key, sent: SparseVector) -> None:
+        if sent.dim != compensated.shape[0]:
+            raise CompressionError(f"sent covers {sent.dim} values, the input {key!r} has "
+                                   f"{compensated.shape[0]}")
+        if sent.is_dense:
+            np.subtract(compensated, sent.values, out=compensated)
+        elif sent.nnz:
+            compensated[sent.indices] -= sent.values
+        old = self._residuals.get(key)
+        self._residuals[key] = compensated
+        if old is not None and old is not compensated:
+            self._scratch[key] = old  # the next compensate() writes there
+
+    def residual(self, key) -> np.ndarray | None:
+        return self._residuals.get(key)
+
+    def reset(self) -> None:
+        self._residuals.clear()
+        self._scratch.clear()
+
+    def state_dict(self) -> dict:
+        """A copy of every residual, ``{"residuals": {key: array}}`` (for checkpoints)."""
+        return {"residuals": {k: r.copy() for k, r in self._residuals.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`'s residuals (arrays or anything ``np.asarray`` takes,
+        such as CPU tensors)."""
+        residuals = {}
+        for key, r in dict(state.get("residuals") or {}).items():
+            r = np.array(r)
+            if r.ndim != 1 or r.dtype not in VALUE_DTYPES:
+                raise CompressionError(f"the saved residual of {key!r} must be a 1-d float32/"
+                                       f"float64 array, got {r.dtype} of shape {r.shape}")
+            residuals[key] = r
+        self._residuals = residuals
+        self._scratch.clear()
+
+
+# -- what a rank sent -------------------------------------------------------------------------
+
+def assemble_parts(parts, dim: int, dtype) -> SparseVector:
+    """One vector of ``dim`` from the :class:`~sparcml._wire.codec.Part` objects an allreduce reported
+    in ``sent=`` (disjoint ranges of this rank's input): sparse when every part is, else dense
+    (zeros where a sparse part holds no entry). Always a new array."""
+    dtype = np.dtype(dtype)
+    parts = sorted(parts, key=lambda p: p.offset)
+    if all(p.indices is not None for p in parts):
+        if not parts:
+            return SparseVector(dim, np.empty(0, np.int64), np.empty(0, dtype), check=False)
+        idx = np.concatenate([p.indices for p in parts])
+        values = np.concatenate([np.asarray(p.values, dtype) for p in parts])
+        return SparseVector(dim, idx, values, check=False)
+    out = np.zeros(dim, dtype)
+    for p in parts:
+        if p.indices is None:
+            out[p.offset:p.offset + p.length] = p.values
+        else:
+            out[p.indices] = p.values
+    return SparseVector.dense(out)
+
+
+class Reduced(NamedTuple):
+    """What :meth:`Compression.allreduce_in` returns.
+
+    ``result``: the sum over ranks (the same on every rank); ``sent``: this rank's contribution
+    as the other ranks received it (may be a view of the input when it travelled unchanged);
+    ``values_sent``: entries this rank put in (``len(x)`` for a full array);
+    ``compress_seconds``: memory and compressor time on this thread (the quantization runs
+    inside the allreduce)."""
+
+    result: SparseVector
+    sent: SparseVector
+    values_sent: int
+    compress_seconds: float
+
+
+# -- the bundle -------------------------------------------------------------------------------
+
+class Compression:
+    """A compressor, an optional quantizer, a memory and an allreduce algorithm.
+
+    Parameters
+    ----------
+    compressor : Compressor, default ``NoneCompressor()``
+    quantizer : sparcml.QSGD, optional
+        Quantize the values sent, sparse messages included. Not with the dense baseline.
+    memory : Memory, optional
+        Default: :class:`ResidualMemory` when something is lost (a top-k compressor or a
+        quantizer), else :class:`NoneMemory`.
+    algorithm : str, default :data:`sparcml.DEFAULT_ALGORITHM`
+        A registered algorithm (:data:`sparcml.ALGORITHMS`) or ``"auto"``.
+
+    With a :class:`GlobalTopKCompressor` the reduction is :func:`sparcml.topk_allreduce`;
+    ``algorithm="auto"`` then lets the cost model choose per call between it and the best
+    allreduce of the local selections (:meth:`~sparcml.CostModel.choose_topk_step`); a named
+    algorithm is not used.
+
+    :meth:`none` is the uncompressed dense baseline. The memory is the only state; an optimizer
+    or hook works on :meth:`fresh` copies, so one ``Compression`` may configure several.
+    """
+
+    __slots__ = ("compressor", "quantizer", "memory", "algorithm")
+
+    def __init__(self, compressor: Compressor | None = None, quantizer: QSGD | None = None,
+                 memory: Memory | None = None, algorithm: str = DEFAULT_ALGORITHM):
+        compressor = NoneCompressor() if compressor is None else compressor
+        if not isinstance(compressor, Compressor):
+            raise IncompatibleOptionsError(
+                f"compressor must be a sparcml.compression._objects.Compressor (TopKCompressor(...), "
+                f"NoneCompressor()), got {compressor!r}")
+        if quantizer is not None and not isinstance(quantizer, QSGD):
+            raise IncompatibleOptionsError(f"quantizer must be a sparcml.QSGD or None, got "
+                                           f"{quantizer!r}; e.g. quantizer=sparcml.QSGD(4)")
+        if memory is None:
+            lossy = not compressor.lossless or quantizer is not None
+            memory = ResidualMemory() if lossy else NoneMemory()
+        if not isinstance(memory, Memory):
+            raise IncompatibleOptionsError(f"memory must be a sparcml.compression._objects.Memory "
+                                           f"(ResidualMemory(), NoneMemory()), got {memory!r}")
+        check_algorithm_options(algorithm, quantizer=quantizer)
+        if quantizer is not None and compressor.global_k(1) is not None:
+            raise IncompatibleOptionsError(
+                "GlobalTopKCompressor sends exact values (sparcml.topk_allreduce takes no "
+                "quantizer); drop the quantizer or use TopKCompressor")
+        self.compressor, self.quantizer, self.memory = compressor, quantizer, memory
+        self.algorithm = algorithm
+
+    @classmethod
+    def none(cls, algorithm: str = DENSE_BASELINE) -> "Compression":
+        """Full gradients, no quantizer, no memory, through the dense baseline
+        (``MPI_Allreduce``) unless another ``algorithm`` is named."""
+        return cls(NoneCompressor(), None, NoneMemory(), algorithm)
+
+    @property
+    def lossy(self) -> bool:
+        """True when the result is not the exact sum of the inputs (top-k or quantization)."""
+        return not self.compressor.lossless or self.quantizer is not None
+
+    def describe(self) -> str:
+        """One line naming the configuration (no random state): for agreement across ranks and
+        for checkpoints."""
+        q = None if self.quantizer is None else (
+            f"QSGD(bits={self.quantizer.bits}, bucket_size={self.quantizer.bucket_size}, "
+            f"norm={self.quantizer.norm!r})")
+        return (f"Compression(compressor={self.compressor!r}, quantizer={q}, "
+                f"memory={self.memory!r}, algorithm={self.algorithm!r})")
+
+    __repr__ = describe
+
+    def fresh(self, seed=None) -> "Compression":
+        """The same configuration with an empty memory and, with a quantizer, a new QSGD of the
+        same bits, bucket size and norm whose random stream is seeded by ``seed``."""
+        q = None if self.quantizer is None else QSGD.from_code(self.quantizer.code, seed=seed)
+        return Compression(self.compressor, q, self.memory.fresh(), self.algorithm)
+
+    # -- reductions ---------------------------------------------------------------------------
+
+    def allreduce_in(self, ctx, x: np.ndarray, *, key=0, stats: TrafficStats | None = None,
+                     check: bool = True, full: bool = False) -> Reduced:
+        """Compensate, compress, allreduce and update the memory (see the module docstring) on
+        a :class:`~sparcml._runtime.context.CommContext` (the blocking path's or a communication
+        thread's). Collective: every rank, same keys in the same order, arrays of the same
+        length and dtype. ``full=True`` (warm-up steps) sends ``x`` as it is through the dense
+        baseline: no compressor, quantizer or memory."""
+        if full:
+            vec = SparseVector.dense(x)
+            result = allreduce_in(ctx, vec, algorithm=DENSE_BASELINE, stats=stats, check=check)
+            return Reduced(result, vec, vec.nnz, 0.0)
+        t0 = time.perf_counter()
+        g = self.memory.compensate(x, key)
+        vec = self.compressor.compress(g)
+        seconds = time.perf_counter() - t0
+        k_global = self.compressor.global_k(vec.dim)
+        algorithm, use_global = self.algorithm, k_global is not None
+        if use_global and algorithm == AUTO:  # every rank's vec has num_sent(n) items
+            algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
+            use_global = algorithm == TOPK_STEP
+        if use_global:
+            reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check)
+            t0 = time.perf_counter()
+            # sent: the local selection less what the global one dropped (kept in the memory)
+            idx, val = select_kernels.drop_indices(vec.indices, vec.values,
+                                                   reduced.dropped.indices)
+            sent = SparseVector._trusted(vec.dim, idx, val)
+            self.memory.update(g, key, sent)
+            return Reduced(reduced.result, sent, vec.nnz,
+                           seconds + time.perf_counter() - t0)
+        q = self.quantizer
+        parts = [] if q is not None else None
+        result = allreduce_in(ctx, vec, algorithm=algorithm, quantizer=q,
+                              quantize_sparse=q is not None, stats=stats, check=check,
+                              sent=parts)
+        t0 = time.perf_counter()
+        sent = vec if parts is None else assemble_parts(parts, vec.dim, vec.dtype)
+        self.memory.update(g, key, sent)
+        return Reduced(result, sent, vec.nnz, seconds + time.perf_counter() - t0)
+
+    def allreduce(self, x: np.ndarray, key=0, comm: MPI.Comm | None = None, *,
+                  stats: TrafficStats | None = None) -> SparseVector:
+        """Blocking: the sum over the ranks of ``comm`` (default ``COMM_WORLD``) of every
+        rank's compressed ``x``; this object's memory keeps the key's residual. Collective."""
+        ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+        return self.allreduce_in(ctx, x, key=key, stats=stats).result

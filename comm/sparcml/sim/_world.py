@@ -1,0 +1,158 @@
+"""Shared state of one simulation: ranks, their virtual clocks and links, mailboxes, rendezvous.
+
+Package-internal (:mod:`sparcml.sim._comm` is the communicator built on it). One lock guards
+everything; each rank sleeps on a condition of its own (on that lock), so an event wakes only
+the rank it concerns. A small number of *run tokens* (default: the usable cores) bounds how
+many rank threads execute Python or kernels at once: a rank gives its token back while it
+waits. This keeps the memory of transient buffers (a message being decoded, a block being
+merged) to a few ranks' worth instead of P, and makes the measured thread CPU time of a
+rank's compute close to what it would be alone on a core.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+
+import numpy as np
+
+from ._network import NetworkSpec
+from ._sharing import credit_of
+
+__all__ = ["World", "RankState", "SimAborted", "add_rate"]
+
+
+@functools.lru_cache(maxsize=1)
+def add_rate() -> float:
+    """Seconds per byte of a dense float32 ``np.add`` on this machine (the local reductions of
+    a simulated ``Allreduce``), measured once per process: the best of 5 on 4 MiB."""
+    a = np.ones(1 << 20, np.float32)
+    b = np.ones(1 << 20, np.float32)
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        np.add(a, b, out=a)
+        best = min(best, time.perf_counter() - t0)
+    return best / a.nbytes
+
+
+class SimAborted(RuntimeError):
+    """Raised in a rank that waits when another rank failed or called ``Abort``."""
+
+
+class RankState:
+    """One virtual rank: its clock, its link reservations and what it sent."""
+
+    __slots__ = ("rank", "clock", "cpu_mark", "compute", "cond", "wire_bytes", "messages",
+                 "send_done", "node")
+
+    def __init__(self, rank: int, node: int, lock: threading.Lock):
+        self.rank = rank
+        self.node = node
+        self.clock = 0.0          # virtual seconds
+        self.compute = 0.0        # of which measured compute
+        self.cpu_mark = None      # thread CPU time at the last exit from the communicator
+        self.cond = threading.Condition(lock)
+        self.wire_bytes = 0       # point-to-point bytes sent + modeled collective volume
+        self.messages = 0
+        self.send_done = 0.0      # when this rank's last send has left it
+
+
+class World:
+    """The shared state of one run of P virtual ranks on ``network``."""
+
+    def __init__(self, size: int, network: NetworkSpec, *, tokens: int = 2,
+                 compute_scale: float = 1.0):
+        self.size = size
+        self.network = network
+        self.lock = threading.Lock()
+        self.ranks = [RankState(r, network.node_of(r), self.lock) for r in range(size)]
+        self.compute_scale = float(compute_scale)
+        # link reservations: inter-node traffic uses the node's NIC, intra-node the rank's own
+        self.nic_send_free = [0.0] * (network.node_of(size - 1) + 1)
+        self.nic_recv_free = [0.0] * len(self.nic_send_free)
+        self.mem_send_free = [0.0] * size
+        self.mem_recv_free = [0.0] * size
+        self.mailboxes: dict[tuple[int, int], list] = {}   # (comm id, dest rank) -> messages
+        self.rendezvous: dict[tuple[int, int], dict] = {}  # (comm id, sequence) -> state
+        self.next_comm_id = 1
+        self.error: BaseException | None = None
+        self.tokens = threading.Semaphore(max(1, int(tokens)))
+        self.sequence = 0  # global posting order of messages
+        self.gamma_add = add_rate()
+
+    # ---- compute accounting ------------------------------------------------------------------
+    def enter(self, st: RankState) -> None:
+        """A rank enters the communicator: its compute since the last exit goes on its clock."""
+        now = time.thread_time()
+        if st.cpu_mark is not None:
+            spent = (now - st.cpu_mark + credit_of()) * self.compute_scale
+            st.clock += spent
+            st.compute += spent
+        st.cpu_mark = now
+
+    def leave(self, st: RankState) -> None:
+        st.cpu_mark = time.thread_time()
+
+    # ---- waiting -----------------------------------------------------------------------------
+    def wait_until(self, st: RankState, ready) -> None:
+        """Block rank ``st`` (lock held) until ``ready()``; its run token is given back
+        meanwhile. Raises :class:`SimAborted` when the run failed."""
+        if ready():
+            return
+        self.tokens.release()
+        try:
+            while not ready():
+                if self.error is not None:
+                    raise SimAborted(f"rank {st.rank}: another rank failed: {self.error!r}")
+                st.cond.wait(timeout=5.0)
+        finally:
+            self.lock.release()
+            try:
+                self.tokens.acquire()
+            finally:
+                self.lock.acquire()
+
+    def fail(self, exc: BaseException) -> None:
+        """Record the first failure and wake every rank (lock not held)."""
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+            for st in self.ranks:
+                st.cond.notify_all()
+
+    def check(self, st: RankState) -> None:
+        if self.error is not None:
+            raise SimAborted(f"rank {st.rank}: another rank failed: {self.error!r}")
+
+    # ---- the network model -------------------------------------------------------------------
+    def inject(self, src: int, dst: int, nbytes: int, t: float) -> float:
+        """Reserve the sender's link for a message posted at virtual time ``t``; returns when
+        its injection starts (lock held)."""
+        net = self.network
+        if net.node_of(src) == net.node_of(dst):
+            free = self.mem_send_free
+            key = src
+        else:
+            free = self.nic_send_free
+            key = net.node_of(src)
+        _, beta = net.link(src, dst)
+        start = max(t, free[key])
+        free[key] = start + nbytes * beta
+        st = self.ranks[src]
+        st.send_done = max(st.send_done, start + nbytes * beta)
+        return start
+
+    def deliver(self, src: int, dst: int, nbytes: int, start: float) -> float:
+        """Reserve the receiver's link for a message whose injection started at ``start``;
+        returns when its last byte has arrived (lock held)."""
+        net = self.network
+        alpha, beta = net.link(src, dst)
+        if net.node_of(src) == net.node_of(dst):
+            free, key = self.mem_recv_free, dst
+        else:
+            free, key = self.nic_recv_free, net.node_of(dst)
+        rstart = max(start, free[key])
+        free[key] = rstart + nbytes * beta
+        return rstart + nbytes * beta + alpha

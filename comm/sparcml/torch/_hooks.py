@@ -1,0 +1,222 @@
+"""A DDP communication hook: sparcml's compression and sparse allreduce under
+``torch.nn.parallel.DistributedDataParallel``.
+
+Usage (every rank; the process group is DDP's own, here gloo, and carries only DDP's parameter
+broadcast: the gradients travel over MPI, beside it)::
+
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from sparcml.compression._objects import Compression, TopKCompressor
+    from sparcml.torch._hooks import SparcmlHookState, init_process_group, sparcml_hook
+
+    init_process_group()                 # gloo, rank and size from MPI.COMM_WORLD
+    ddp = DDP(model)
+    ddp.register_comm_hook(SparcmlHookState(Compression(TopKCompressor(density=0.01))),
+                           sparcml_hook)
+
+What :func:`sparcml_hook` does with each bucket DDP hands it (a ``GradBucket``: a flat buffer of
+gradients, in DDP's bucket order, which is the same on every rank):
+
+1. the buffer goes to a host array (itself for a CPU float32/float64 buffer; else a float32 or
+   float64 copy, pinned for an accelerator; half precision travels as float32, as in
+   :mod:`.buckets`);
+2. sparcml's communication thread (the one of :func:`sparcml.iallreduce` and
+   :class:`~sparcml.torch.DistributedOptimizer`) reduces it with the state's compression --
+   memory (error feedback per bucket index), compressor, quantizer, allreduce algorithm
+   (:func:`~.reduction.reduce_flat`) -- while ``backward()`` goes on;
+3. the sum divided by P is written back into the buffer; when the step's last bucket is
+   reduced, the ranks agree on buckets that held an Inf or NaN on any rank (those become NaN on
+   every rank, so ``GradScaler`` skips the step everywhere; see :mod:`.reduction`) and every
+   bucket's future completes with its buffer, which DDP copies into the ``.grad`` fields.
+
+With the same compression and seed this is the same computation as
+:class:`~sparcml.torch.DistributedOptimizer` whenever the buckets hold the same parameters in
+the same order (tested). DDP rebuilds its buckets after the first iteration (in the order the
+gradients came): the error-feedback residuals then move with their parameters into the new
+buckets (a :class:`~sparcml.compression._objects.ResidualMemory`; another memory starts empty).
+"""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+from .._runtime.agreement import agree_on_lines, capture
+from ..compression._objects import Compression, ResidualMemory
+from .._runtime.context import TrafficStats
+from .._errors import IncompatibleOptionsError, UnsupportedDtypeError
+from .._runtime.nonblocking import submit
+from ._buckets import COMM_DTYPES, pin_host_buffers
+from ._reduction import NONFINITE, agree_flags, reduce_flat
+
+__all__ = ["SparcmlHookState", "sparcml_hook", "init_process_group"]
+
+
+class SparcmlHookState:
+    """The state of :func:`sparcml_hook`: a :meth:`~sparcml.compression._objects.Compression.fresh`
+    copy of ``compression`` (default ``Compression()``: full gradients, the default algorithm)
+    whose quantizer is seeded by ``seed`` (the same on every rank), the MPI communicator
+    ``comm`` (default ``COMM_WORLD``: its ranks must be the process group's, in the same
+    order), and ``warmup_steps`` (the first N steps send full gradients through the dense
+    baseline, as the optimizer's).
+
+    Collective: every rank builds it with the same options (else
+    :class:`~sparcml.RankMismatchError`, or any rank's invalid option, on every rank).
+    Attributes: ``compression``, ``step`` (steps reduced so far), ``traffic``
+    (:class:`~sparcml.TrafficStats` of this rank, cumulative).
+    """
+
+    def __init__(self, compression: Compression | None = None, *, comm=None,
+                 warmup_steps: int = 0, seed: int = 0):
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
+        lines: list[str] = []
+        with capture() as failed:
+            compression = Compression() if compression is None else compression
+            if not isinstance(compression, Compression):
+                raise IncompatibleOptionsError(
+                    f"compression must be a sparcml.compression._objects.Compression, got "
+                    f"{type(compression).__name__}")
+            for name, value in (("warmup_steps", warmup_steps), ("seed", seed)):
+                if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                    raise IncompatibleOptionsError(f"{name} must be an integer >= 0, "
+                                                   f"got {value!r}")
+            lines = [f"compression={compression.describe()} warmup_steps={warmup_steps} "
+                     f"seed={seed}"]
+        agree_on_lines(self.comm, lines, "the options of SparcmlHookState", failed.error)
+        self.compression = compression.fresh(seed=seed)
+        self.warmup_steps = warmup_steps
+        self.step = 0
+        self.traffic = TrafficStats()
+        self._pending: list[_Bucket] = []
+        self._layout: dict = {}  # bucket index -> (parameter ids, their sizes)
+        self._pieces = None      # per-parameter residuals while DDP's buckets are rebuilt
+
+    def __repr__(self) -> str:
+        return (f"SparcmlHookState({self.compression.describe()}, step={self.step}, "
+                f"P={self.size})")
+
+
+class _Bucket:
+    __slots__ = ("future", "buffer", "host", "index", "finite")
+
+    def __init__(self, future, buffer, host, index):
+        self.future, self.buffer, self.host, self.index = future, buffer, host, index
+        self.finite = True
+
+
+def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
+    """DDP communication hook (``ddp.register_comm_hook(state, sparcml_hook)``): reduce the
+    ``torch.distributed.GradBucket`` with ``state``'s (a :class:`SparcmlHookState`)
+    compression over MPI; returns a ``torch.futures.Future[torch.Tensor]`` that holds the
+    averaged buffer. See the module docstring for the steps."""
+    if not isinstance(state, SparcmlHookState):
+        raise IncompatibleOptionsError(f"sparcml_hook's state must be a SparcmlHookState, "
+                                       f"got {type(state).__name__}")
+    buf = bucket.buffer()
+    wire = COMM_DTYPES.get(buf.dtype)
+    if wire is None:
+        raise UnsupportedDtypeError(f"sparcml_hook reduces float16/bfloat16/float32/float64 "
+                                    f"gradients, got {buf.dtype}")
+    index = bucket.index()
+    params = bucket.parameters()
+    layout = (tuple(id(p) for p in params), tuple(p.numel() for p in params))
+    old = None
+    if state._layout.get(index, layout) != layout:
+        old = dict(state._layout)  # the layouts the residuals were kept in
+    state._layout[index] = layout
+    if buf.device.type == "cpu" and buf.dtype == wire and buf.is_contiguous():
+        host = buf
+    else:
+        host = torch.empty(buf.numel(), dtype=wire, pin_memory=pin_host_buffers(
+            [buf.device], torch.cuda.is_available()))
+        host.copy_(buf.reshape(-1))
+    item = _Bucket(torch.futures.Future(), buf, host, index)
+    state._pending.append(item)
+    pending = None
+    if bucket.is_last():
+        pending, state._pending = state._pending, []
+    full = state.step < state.warmup_steps and state.compression.lossy
+    submit(state.comm, f"sparcml_hook bucket {index}", _reduce, state, item, full,
+           state.step == 0, (old, layout) if old is not None else None, pending)
+    if pending is not None:
+        state.step += 1
+    return item.future
+
+
+def _move_residuals(state: SparcmlHookState, key, old_layouts: dict, layout) -> None:
+    """DDP rebuilt bucket ``key`` as ``layout``: give it the residuals of its parameters as
+    they were kept under ``old_layouts`` (the per-parameter pieces are cut once per rebuild,
+    before any bucket of the new layout updates its residual)."""
+    memory = state.compression.memory
+    if not isinstance(memory, ResidualMemory):
+        memory.reset()
+        return
+    residuals = memory.state_dict()["residuals"]
+    if state._pieces is None:
+        state._pieces = {}
+        for k, (ids, sizes) in old_layouts.items():
+            r = residuals.get(k)
+            if r is not None and r.shape[0] == sum(sizes):
+                offsets = np.cumsum((0,) + sizes)
+                state._pieces.update({pid: r[a:b] for pid, a, b in zip(ids, offsets, offsets[1:])})
+    ids, _ = layout
+    if all(pid in state._pieces for pid in ids):
+        residuals[key] = np.concatenate([state._pieces[pid] for pid in ids])
+    else:
+        residuals.pop(key, None)
+    memory.load_state_dict({"residuals": residuals})
+
+
+def _reduce(ctx, state: SparcmlHookState, item: _Bucket, full: bool, check: bool, moved,
+            pending) -> None:
+    """On the communication thread: reduce one bucket; after the step's last, agree on
+    non-finite buckets and complete every future of the step."""
+    try:
+        if moved is not None:
+            _move_residuals(state, item.index, *moved)
+        flat = item.host.numpy()
+        r, item.finite = reduce_flat(ctx, state.compression, flat, item.index, full=full,
+                                     check=check, stats=state.traffic)
+        r.result.to_dense(out=flat)
+        if state.size > 1:
+            np.divide(flat, state.size, out=flat)
+        if pending is None:
+            return
+        state._pieces = None
+        flags = agree_flags(ctx, np.array([0 if it.finite else NONFINITE for it in pending],
+                                          dtype=np.uint8))
+        for it, flag in zip(pending, flags):
+            if flag & NONFINITE:
+                it.host.fill_(float("nan"))
+            if it.host is not it.buffer:
+                it.buffer.copy_(it.host.view_as(it.buffer))
+            it.future.set_result(it.buffer)
+    except BaseException as exc:
+        for it in pending or [item]:
+            if not it.future.done():
+                it.future.set_exception(exc)
+        raise
+
+
+def init_process_group(backend: str = "gloo", comm=None, **kwargs) -> None:
+    """``torch.distributed.init_process_group`` over the ranks of ``comm`` (default
+    ``COMM_WORLD``), for a script started by ``mpiexec``: rank and world size from MPI, and a
+    TCP rendezvous at a free port of rank 0's host (127.0.0.1 when every rank runs on one
+    host), shared over MPI. Collective. ``kwargs`` go to ``init_process_group`` (``timeout``).
+    """
+    import torch.distributed as dist
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    hosts = comm.allgather(socket.gethostname())
+    addr = "127.0.0.1" if len(set(hosts)) == 1 else hosts[0]
+    port = None
+    if comm.Get_rank() == 0:
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+    port = comm.bcast(port, root=0)
+    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}",
+                            rank=comm.Get_rank(), world_size=comm.Get_size(), **kwargs)
