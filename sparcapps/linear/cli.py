@@ -8,7 +8,9 @@ the summed gradient. ``--algorithm dense`` is the dense-communication baseline.
 
 Checkpoints: ``--checkpoint-every-steps N`` writes the training state every N *steps* (global
 minibatch updates) to ``--checkpoint`` (atomically); ``--resume CKPT`` continues from one and
-ends with the same weights, bit for bit, as an uninterrupted run with the same options.
+ends with the same weights, bit for bit, as an uninterrupted run with the same options; a
+checkpoint that has all ``--epochs`` already is a finished run: rank 0 says so (its epochs,
+loss and accuracies), nothing is trained or recorded, exit status 0.
 ``--stop-after N`` stops after N steps in all (checkpointing first): a planned interruption.
 SIGTERM or SIGUSR1 (Slurm's warning before the time limit, forwarded by mpiexec or srun) stops
 every rank after the same step, about a second later at most, with a checkpoint and exit status
