@@ -9,6 +9,10 @@ Subcommands:
     (its space-separated names) passed on as the app's ``--algorithms`` (or ``--algorithm-flag
     FLAG``, e.g. ``--algorithm-flag --algorithm`` for the training apps). Prints ``JOBID<TAB>NODES<TAB>ALGORITHMS`` per job
     (``--dry-run`` prints the shell-quoted commands instead); ``--wait`` then waits for them all.
+    Both are sparc-jobs' own flags, before ``--`` (after it they are refused: they would reach
+    the app). Node counts above what ``sinfo`` lists are refused before anything is submitted
+    (with ``--dry-run``, a warning). Slurm's logs go to ``RESULTS/%x-%j.out`` (``--results``,
+    else ``$SPARC_RESULTS``, else ``./results``).
 
 ``sparc-jobs run --output FILE [--script-args='ARGS'] -- COMMAND...``
     What a template executes: runs COMMAND (usually ``mpiexec ... sparc-bench ...``), passes its
@@ -42,7 +46,7 @@ from typing import Sequence
 from sparcapps.records import append_record, capture_environment, make_record
 
 __all__ = ["SweepJob", "SlurmError", "TEMPLATE_VARS", "env_prefix", "plan_sweep", "submit",
-           "wait_jobs", "job_states", "run_recorded", "main"]
+           "wait_jobs", "job_states", "cluster_nodes", "run_recorded", "main"]
 
 _JOBID = re.compile(r"^(\d+)(?:;\S+)?$")
 
@@ -141,6 +145,24 @@ def submit(jobs: Sequence[SweepJob], *, env: dict | None = None,
                              f"{proc.stderr.strip() or proc.stdout.strip()}")
         job.job_id = match.group(1)
     return list(jobs)
+
+
+def cluster_nodes(sbatch_args: Sequence[str] = ()) -> int | None:
+    """The number of nodes ``sinfo`` lists (of the partition given in ``sbatch_args``, if
+    any), or None when it cannot tell (no ``sinfo``, an error, no node listed)."""
+    partition = None
+    for i, arg in enumerate(sbatch_args):
+        if arg.startswith(("--partition=", "-p")) and arg not in ("-p", "--partition"):
+            partition = arg.split("=", 1)[1] if arg.startswith("--") else arg[2:]
+        elif arg in ("-p", "--partition") and i + 1 < len(sbatch_args):
+            partition = sbatch_args[i + 1]
+    cmd = ["sinfo", "-h", "-N", "-o", "%N"] + (["-p", partition] if partition else [])
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    names = set(proc.stdout.split())
+    return len(names) if proc.returncode == 0 and names else None
 
 
 def job_states(job_ids: Sequence[str]) -> dict[str, str]:
@@ -386,17 +408,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_recorded(rest, args.output, app=args.app)
         if args.cmd == "wait":
             return _print_states(wait_jobs(args.job_ids, timeout=args.timeout))
+        ours = [a for a in rest if a in ("--dry-run", "--wait")]
+        if ours:
+            raise ValueError(f"{ours[0]} after '--' would go to the app, not to sparc-jobs; "
+                             f"put it before '--' (nothing submitted)")
+        have = cluster_nodes(args.sbatch_arg)
+        too_many = [n for n in args.nodes if have is not None and n > have]
+        if too_many:
+            problem = (f"the cluster has {have} node{'s' if have > 1 else ''} (sinfo), fewer "
+                       f"than --nodes {' '.join(map(str, too_many))}: such jobs would wait in "
+                       f"the queue forever")
+            if not args.dry_run:
+                raise ValueError(f"{problem} (nothing submitted); give --nodes up to {have}")
+            print(f"sparc-jobs: warning: {problem}", file=sys.stderr)
+        # Slurm's logs beside the records: never the submission directory itself
+        logs = args.results or os.environ.get("SPARC_RESULTS") or "results"
         jobs = plan_sweep(args.template, args.nodes, algorithms=args.algorithms,
                           app_args=rest, sbatch_args=args.sbatch_arg,
-                          results=args.results, algorithm_flag=args.algorithm_flag)
+                          results=logs, algorithm_flag=args.algorithm_flag)
         env = dict(os.environ)
         # the sweep as the user ran it (without --wait/--dry-run, which change no result)
         sweep_line = env_prefix(env) + shlex.join(
             ["sparc-jobs", *[a for a in argv if a not in ("--wait", "--dry-run")],
              *(["--", *rest] if rest else [])])
         if args.results is not None:
-            Path(args.results).mkdir(parents=True, exist_ok=True)
             env["SPARC_RESULTS"] = str(args.results)
+        if not args.dry_run:
+            Path(logs).mkdir(parents=True, exist_ok=True)
         if args.dry_run:
             for job in jobs:
                 print(env_prefix(env) + job.command())

@@ -197,6 +197,26 @@ def test_auto_report_judges_auto_and_the_model(tmp_path, capsys):
         auto_report.main([str(tmp_path / "missing.jsonl")])
 
 
+def test_reports_without_their_runs_name_the_run_they_need(tmp_path, capsys):
+    """The README's plain sweep has no auto or --overlap rows: each report says which run
+    makes them (space-separated lists, no deprecated comma form), exit 1."""
+    from sparcapps.bench import auto_report, overlap_report
+    from sparcapps.records import append_record
+
+    path = tmp_path / "bench.jsonl"
+    append_record(path, _bench_record(2, "dense", 0.010, predicted_s=0.012))
+    append_record(path, _bench_record(2, "ssar_recursive_double", 0.002))
+    assert auto_report.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"no cell of {path} has an 'auto' row" in err, err
+    assert "sparc-bench --algorithms ssar_recursive_double " in err and " auto --output" in err
+    assert "," not in err.split("--algorithms")[1], err
+    assert overlap_report.main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert f"no record of {path} is of an --overlap run" in err
+    assert "sparc-bench --overlap 50 100 --output" in err, err
+
+
 def test_topk_rows_time_topk_allreduce_beside_the_algorithms(tmp_path):
     out = tmp_path / "topk.jsonl"
     proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",

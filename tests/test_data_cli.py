@@ -64,3 +64,22 @@ def test_module_help():
     r = subprocess.run([sys.executable, "-m", "sparcapps.data.cli", "--help"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "fetch" in r.stdout and "convert" in r.stdout
+
+
+def test_data_bench_leaves_nothing_in_the_temp_dir(tmp_path, monkeypatch, capsys):
+    """Issue 23: sparc-data-bench left its generated text (105 MB at the README's size) in the
+    temp directory. Without --workdir it works in a temporary directory removed at the end;
+    with --workdir it keeps only the generated text (reused next time)."""
+    import tempfile
+
+    from sparcapps.data.bench_convert import main as bench
+
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    assert bench(["--rows", "200", "--reps", "1", "--skip-sklearn"]) == 0
+    assert "MB/s" in capsys.readouterr().out
+    assert list(tmp.iterdir()) == []
+    work = tmp_path / "work"
+    assert bench(["--rows", "200", "--reps", "1", "--skip-sklearn", "--workdir", str(work)]) == 0
+    assert [p.name for p in work.iterdir()] == ["url-like-200-s0.svm"]

@@ -167,3 +167,31 @@ def test_http_error_and_unknown_name(tmp_path, server):
     from sparcapps.data import UnknownDatasetError
     with pytest.raises(UnknownDatasetError, match="known: toy"):
         fetch("nope", data_home=tmp_path, catalog=cat, log=lambda m: None)
+
+
+def test_no_network_is_called_what_it_is(tmp_path, server, monkeypatch):
+    """Issue 23: a DNS failure was "interrupted", with a resume hint for a .part that did not
+    exist. Name resolution failing and a refused connection are named; nothing is kept."""
+    import socket
+
+    cat = _catalog(tmp_path, server)
+
+    def no_dns(*args, **kwargs):
+        raise socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution")
+
+    with monkeypatch.context() as m:
+        m.setattr(socket, "getaddrinfo", no_dns)
+        with pytest.raises(DownloadError) as info:
+            _fetch(tmp_path, cat, retries=0)
+    text = str(info.value)
+    assert "cannot resolve the host 127.0.0.1 (Temporary failure in name resolution): no " \
+           "network here, or a wrong host name; nothing downloaded" in text, text
+    assert "interrupted" not in text and "resume" not in text and _files(tmp_path) == []
+    port = server.server_address[1]
+    server.shutdown()
+    server.server_close()  # nothing listens on the port any more
+    with pytest.raises(DownloadError) as info:
+        _fetch(tmp_path, cat, retries=1)
+    assert "connection refused by 127.0.0.1" in str(info.value), str(info.value)
+    assert "nothing downloaded" in str(info.value) and _files(tmp_path) == []
+    assert str(port) in str(info.value)  # the URL

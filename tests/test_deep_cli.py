@@ -70,3 +70,27 @@ def test_model_shape_errors_are_one_line_on_rank_0(tmp_path, app, argv, needle):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and proc.stderr.count(needle) == 1, proc.stderr
     assert not (tmp_path / "r.jsonl").exists()
+
+
+def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch, capsys):
+    """Issue 23: sparc-deep-accuracy wrote its records to a random temporary file by default.
+    Now ``results/deep-accuracy.jsonl`` (appended), named first. The runs are faked here."""
+    from sparcapps.deep import accuracy
+    from sparcapps.records import append_record, make_record
+
+    def fake_run(cmd, **kwargs):
+        out = cmd[cmd.index("--output") + 1]
+        append_record(out, make_record("sparc-cnn", config={}, environment={}, algorithm="x",
+                                       P=2, N=10, density=1.0, timings={},
+                                       metrics={"test_accuracy": 0.9, "epochs": [{}]},
+                                       bytes={"sent_per_step": 100}))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(accuracy.subprocess, "run", fake_run)
+    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "--apps", "cnn"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("sparc-deep-accuracy: records appended to "
+                          "results/deep-accuracy.jsonl\n"), out
+    lines = (tmp_path / "results" / "deep-accuracy.jsonl").read_text().splitlines()
+    assert len(lines) == 3  # dense_baseline, topk-ef, topk-noef

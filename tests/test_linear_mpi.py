@@ -23,7 +23,7 @@ def test_estimator_same_weights_on_every_rank_and_for_every_P(nprocs):
 def test_cli_resume_is_bitwise_dense_baseline_and_bad_input(nprocs, tmp_path):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "linear_cli.py"),
                                  str(tmp_path)], timeout=240)
-    assert "LINEAR-CLI 8 OK" in proc.stdout, proc.stdout + proc.stderr
+    assert "LINEAR-CLI 9 OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_console_scripts(tmp_path):

@@ -417,6 +417,32 @@ def test_sparc_bench_network_needs_simulate():
         main(["--compute-scale", "2"])
 
 
+def test_sparc_bench_network_without_node_count_and_bad_spec(tmp_path, capsys):
+    """Issue 23: ``--simulate 4 --network 1gbit`` was a traceback. The node count defaults to
+    what the largest P needs (one rank per node, or ppn=R); a bad spec is one line, exit 2."""
+    import json
+
+    from sparcapps.bench.cli import main
+
+    out = tmp_path / "sim.jsonl"
+    for spec, nodes, ppn in (("1gbit", 5, 1), ("1gbit,ppn=2", 3, 2)):
+        assert main(["--simulate", "3", "5", "--network", spec, "--N", "4096", "--density",
+                     "0.01", "--reps", "1", "--warmup", "0", "--algorithms",
+                     "ssar_recursive_double", "--no-model", "--output", str(out)]) == 0
+        records = [json.loads(line) for line in out.read_text().splitlines()]
+        out.unlink()
+        assert {r["network"] for r in records} == {
+            sim.parse_network(f"{nodes}x{spec}").text}, records[0]["network"]
+        assert {r["ranks_per_node"] for r in records} == {ppn}
+    capsys.readouterr()
+    for spec in ("1gbot", "4x1gbit,ppm=2", ""):
+        with pytest.raises(SystemExit) as info:
+            main(["--simulate", "4", "--network", spec])
+        assert info.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("sparc-bench: error: --network: "), err
+
+
 @pytest.mark.parametrize("scale", [0, -1.0, float("nan"), "2"])
 def test_compute_scale_must_be_a_positive_number(scale):
     with pytest.raises(InvalidArgumentError, match="compute_scale"):

@@ -43,6 +43,51 @@ def test_plan_sweep_quotes_and_grid(tmp_path):
         plan_sweep(tmp_path / "nope.sbatch", [1])
 
 
+def _fake_slurm(tmp_path, monkeypatch, nodes):
+    """``sinfo`` listing ``nodes`` nodes (each twice: two partitions) and an ``sbatch`` that
+    logs its arguments to ``calls`` and answers a job id."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "calls"
+    names = " ".join(f"n{i} n{i}" for i in range(nodes))
+    (bindir / "sinfo").write_text(f'#!/bin/sh\necho "$*" >> {calls}.sinfo\n'
+                                  f'for n in {names}; do echo $n; done\n')
+    (bindir / "sbatch").write_text(f'#!/bin/sh\necho "$*" >> {calls}\necho 42\n')
+    for f in bindir.iterdir():
+        f.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    monkeypatch.chdir(tmp_path)
+    return calls
+
+
+def test_sweep_refuses_what_would_never_run(tmp_path, monkeypatch, capsys):
+    """Issue 23: ``--dry-run`` after ``--`` submitted real jobs; node counts beyond the cluster
+    queued jobs that never start (and ``--wait`` hung). Both refused, nothing submitted."""
+    from sparcapps import jobs
+
+    calls = _fake_slurm(tmp_path, monkeypatch, nodes=2)
+    tmpl = str(REPO / "jobs" / "bench-strong.sbatch")
+    for flag in ("--dry-run", "--wait"):
+        assert jobs.main(["sweep", tmpl, "--nodes", "1", "--", "--N", "1024", flag]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} after '--' would go to the app, not to sparc-jobs" in err, err
+    assert jobs.main(["sweep", tmpl, "--nodes", "1", "2", "4", "8", "--wait"]) == 2
+    err = capsys.readouterr().err
+    assert "the cluster has 2 nodes (sinfo), fewer than --nodes 4 8" in err, err
+    assert "nothing submitted" in err and not calls.exists()
+    assert jobs.main(["sweep", tmpl, "--nodes", "2", "4", "--sbatch-arg=--partition=p1",
+                      "--dry-run"]) == 0
+    out = capsys.readouterr()
+    assert "warning: the cluster has 2 nodes (sinfo), fewer than --nodes 4" in out.err
+    assert len(out.out.splitlines()) == 2 and not calls.exists()
+    assert "-p p1" in (tmp_path / "calls.sinfo").read_text()  # the partition's nodes
+    # within the cluster: submitted, the Slurm log under ./results, not the submission dir
+    assert jobs.main(["sweep", tmpl, "--nodes", "1", "2", "--", "--N", "1024"]) == 0
+    submitted = calls.read_text().splitlines()
+    assert len(submitted) == 2 and all("--output=results/%x-%j.out" in c for c in submitted)
+    assert (tmp_path / "results").is_dir()
+
+
 def test_run_recorded_writes_failure_records(tmp_path):
     out = tmp_path / "r.jsonl"
     py = sys.executable

@@ -439,8 +439,29 @@ def run_overlap(args) -> int:
     return 0
 
 
+def _network_spec(parser, args) -> None:
+    """``--network`` of ``--simulate``, checked now: a spec without its node count gets as many
+    nodes as the largest P needs (one rank per node, or ``ppn=R``); a bad spec is a usage error
+    (one line, exit 2), not a traceback from the simulator."""
+    import re
+
+    import sparcml.sim as sim
+    from sparcml import InvalidArgumentError
+
+    spec = args.network.strip()
+    if spec and not re.match(r"^[1-9][0-9]*x", spec, re.IGNORECASE):
+        ppn = re.search(r",\s*ppn\s*=\s*([1-9][0-9]*)\s*(?:,|$)", spec)
+        spec = f"{-(-max(args.simulate) // int(ppn.group(1) if ppn else 1))}x{spec}"
+    try:
+        sim.parse_network(spec)
+    except InvalidArgumentError as exc:
+        parser.error(f"--network: {exc}")
+    args.network = spec
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.kernels:
         return run_kernels(args)
     if args.probe_network:
@@ -449,6 +470,8 @@ def main(argv=None) -> int:
         raise SystemExit("sparc-bench: --network needs --simulate P [P ...]")
     if args.compute_scale != 1.0 and not args.simulate:
         raise SystemExit("sparc-bench: --compute-scale needs --simulate P [P ...]")
+    if args.network is not None:
+        _network_spec(parser, args)
     from sparcml import abort_on_error
 
     with abort_on_error():

@@ -80,7 +80,9 @@ def main(argv=None) -> int:
     records = read_records_or_exit(args.results)
     s = summarize_overlap(records, args.tolerance)
     if not s["rows"]:
-        print("no sparc-bench-overlap records: run sparc-bench --overlap ... --output FILE")
+        print(f"sparc-bench-overlap: no record of {' '.join(args.results)} is of an --overlap "
+              "run: it compares runs such as mpiexec -n 4 sparc-bench --overlap 50 100 "
+              "--output results/overlap.jsonl (one per P)", file=sys.stderr)
         return 1
     ps = s["process_counts"]
     head = f"{'network':>14} {'compute':>7} {'N':>9} {'density':>7} {'algorithm':>22} {'target':>6}"

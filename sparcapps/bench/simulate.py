@@ -36,7 +36,8 @@ def add_arguments(p) -> None:
                            "carry \"simulated\": true and the network spec")
     p.add_argument("--network", default=None, metavar="SPEC",
                    help="with --simulate: NODESxRATE[,ppn=R][,intra=RATE][,latency=TIME]"
-                        "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us "
+                        "[,intra-latency=TIME], e.g. 128x10gbit,ppn=8,latency=2us; without "
+                        "NODESx (e.g. 1gbit), the nodes the largest P needs "
                         "(default: one node per rank on 10 Gbit/s links)")
     add_list_argument(p, "--model-only", item_type=algorithm_name, default=[],
                       metavar="ALGORITHM",

@@ -2,7 +2,8 @@
 
     python -m sparcapps.data.bench_convert --rows 1000000 --workdir /tmp/sparc-bench --reps 3
 
-Generates (once) a url-like LIBSVM text file of ``--rows`` rows, then runs each loader in a
+Generates a url-like LIBSVM text file of ``--rows`` rows (once per ``--workdir``; without it,
+in a temporary directory removed at the end), then runs each loader in a
 fresh subprocess ``--reps`` times, alternating, and reports per tool the median wall time, the
 throughput in MB of text per second and the peak RSS of the process (``ru_maxrss``), and the
 ratios side by side. Each subprocess first imports its libraries and (for convert) loads the
@@ -16,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 __all__ = ["main"]
@@ -60,14 +62,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = make_parser("sparc-data-bench", __doc__.split("\n\n")[0])
     ap.add_argument("--rows", type=positive_int, default=1_000_000, help="rows of the url twin")
     ap.add_argument("--seed", type=int, default=0, help="generator seed")
-    ap.add_argument("--workdir", default="/tmp/sparc-bench-convert", help="scratch directory")
+    ap.add_argument("--workdir", default=None,
+                    help="scratch directory, kept with the generated text for the next run "
+                         "(default: a temporary directory, removed at the end)")
     ap.add_argument("--reps", type=positive_int, default=3, help="repetitions")
     ap.add_argument("--chunk-mb", type=float, default=16.0, help="MiB of text parsed at a time")
     ap.add_argument("--skip-sklearn", action="store_true",
                     help="skip scikit-learn's load_svmlight_file")
     args = ap.parse_args(argv)
-    work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
+    if args.workdir is not None:
+        work = Path(args.workdir)
+        work.mkdir(parents=True, exist_ok=True)
+        try:
+            return _bench(args, work)
+        finally:
+            (work / "out.h5").unlink(missing_ok=True)
+    with tempfile.TemporaryDirectory(prefix="sparc-data-bench-") as tmp:
+        return _bench(args, Path(tmp))
+
+
+def _bench(args, work: Path) -> int:
     src = work / f"url-like-{args.rows}-s{args.seed}.svm"
     if not src.exists():
         from .synth import make_url_like

@@ -25,14 +25,17 @@ plain file names, so nothing is written outside the data home.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import json
 import os
 import re
+import socket
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -285,12 +288,32 @@ def _download(url: str, part: Path, *, expected_size: int | None, retries: int, 
             if isinstance(exc, DownloadError):
                 raise
             attempt += 1
+            what = _failure(url, exc)
             if attempt > retries:
                 have = part.stat().st_size if part.exists() else 0
-                raise DownloadError(f"{url}: download interrupted ({exc}); {have} bytes kept "
-                                    f"in {part}, run the fetch again to resume") from None
-            log(f"{label}: interrupted ({exc}); retry {attempt}/{retries}")
+                if not have:
+                    raise DownloadError(f"{url}: {what}; nothing downloaded") from None
+                raise DownloadError(f"{url}: {what}; {have} bytes kept in {part}, run the "
+                                    f"fetch again to resume") from None
+            log(f"{label}: {what}; retry {attempt}/{retries}")
             time.sleep(min(0.2 * 2**attempt, 5.0))
+
+
+def _failure(url: str, exc: BaseException) -> str:
+    """What went wrong, in the user's words: a host that cannot be resolved (no network, or a
+    wrong name), a refused or unreachable connection, a timeout, else an interruption."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    host = urllib.parse.urlsplit(url).hostname
+    if isinstance(reason, socket.gaierror):
+        return (f"cannot resolve the host {host} ({reason.strerror or reason}): no network "
+                f"here, or a wrong host name")
+    if isinstance(reason, ConnectionRefusedError):
+        return f"connection refused by {host} (no server on that port)"
+    if isinstance(reason, OSError) and reason.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+        return f"cannot reach {host} ({reason.strerror}): no network route there"
+    if isinstance(reason, (TimeoutError, socket.timeout)):
+        return f"no answer from {host} in time ({reason or 'timed out'})"
+    return f"download interrupted ({exc})"
 
 
 def _copy(resp, part: Path, mode: str, offset: int, total: int | None, progress: bool,

@@ -7,7 +7,8 @@ allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef
 without error feedback); ``--configs`` adds ``global-topk-ef`` (the top 1% of the gradients'
 sum over ranks, ``--global-topk``, exact values, error feedback). It prints the final test accuracy of each run, the mean per
 configuration and the difference to dense in points, and the bytes sent per step and rank.
-Records go to ``--output`` (default: a temporary file), one per run, as the apps write them.
+Records go to ``--output`` (default: ``results/deep-accuracy.jsonl``, appended; the path is
+printed first), one per run, as the apps write them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import argparse
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -52,13 +52,16 @@ def main(argv=None) -> int:
     add_list_argument(p, "--configs", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
                       metavar="CONFIG",
                       help="configurations to run (dense_baseline is always run: the reference)")
-    p.add_argument("--output", default=None, help="records file (JSONL, appended)")
+    p.add_argument("--output", default="results/deep-accuracy.jsonl",
+                   help="records file (JSONL, appended)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = p.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
     configs = {name: CONFIGS[name] for name in CONFIGS
                if name == "dense_baseline" or name in args.configs}
-    out = Path(args.output or tempfile.mkstemp(suffix=".jsonl", prefix="accuracy-")[1])
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"sparc-deep-accuracy: records appended to {out}", flush=True)
     table: dict = {}
     for app in args.apps:
         for seed in args.seeds:

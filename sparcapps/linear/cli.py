@@ -8,7 +8,9 @@ the summed gradient. ``--algorithm dense`` is the dense-communication baseline.
 
 Checkpoints: ``--checkpoint-every-steps N`` writes the training state every N *steps* (global
 minibatch updates) to ``--checkpoint`` (atomically); ``--resume CKPT`` continues from one and
-ends with the same weights, bit for bit, as an uninterrupted run with the same options.
+ends with the same weights, bit for bit, as an uninterrupted run with the same options; a
+checkpoint that has all ``--epochs`` already is a finished run: rank 0 says so (its epochs,
+loss and accuracies), nothing is trained or recorded, exit status 0.
 ``--stop-after N`` stops after N steps in all (checkpointing first): a planned interruption.
 SIGTERM or SIGUSR1 (Slurm's warning before the time limit, forwarded by mpiexec or srun) stops
 every rank after the same step, about a second later at most, with a checkpoint and exit status
@@ -228,6 +230,20 @@ def _resume_state(args, est, comm, n_features, global_batch, train_rows):
     return state
 
 
+def _finished(args, prog: str, state, rank: int) -> int:
+    """``--resume`` of a checkpoint that has all ``--epochs`` already: say so and what it
+    holds, train nothing, append no record (the finished run wrote its own), exit 0."""
+    if rank == 0:
+        last = state.history[-1] if state.history else {}
+        held = ", ".join(f"{key.replace('_', ' ')} {last[key]:.4f}"
+                         for key in ("loss", "train_accuracy", "test_accuracy") if key in last)
+        print(f"{prog}: {args.resume} is a finished run ({state.epoch} epochs"
+              + (f"; after the last: {held}" if held else "") + f"), --epochs {args.epochs}: "
+              f"nothing to train, no record appended (raise --epochs to train further)",
+              flush=True)
+    return 0
+
+
 def run(args, prog: str) -> int:
     from mpi4py import MPI
 
@@ -271,6 +287,8 @@ def run(args, prog: str) -> int:
         done = 0
         if args.resume:
             state = _resume_state(args, est, comm, int(Xtr.shape[1]), global_batch, train_rows)
+            if state.epoch >= args.epochs:  # the same on every rank (the checkpoint's)
+                return _finished(args, prog, state, rank)
             done = state.epoch * (-(-train_rows // global_batch)) + state.step
         stopper = StopOnSignal(comm)
         monitor = _Monitor(args, comm, Xte, yte, done, _checkpoint_path(args), stopper)

@@ -11,7 +11,7 @@ import io
 import os
 import signal
 import sys
-from contextlib import redirect_stderr
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import h5py
@@ -63,6 +63,18 @@ for key in ("loss", "train_accuracy", "test_accuracy", "compute_seconds", "comm_
 assert 0.5 < epochs[-1]["test_accuracy"] <= 1.0
 assert epochs[0]["wall_seconds"] < epochs[1]["wall_seconds"]
 STEPS_PER_EPOCH = epochs[0]["steps"]
+cases += 1
+
+# resuming the finished run (its checkpoint has all --epochs): says so and what the checkpoint
+# holds on rank 0, trains nothing, appends no record, exit 0
+said = io.StringIO()
+with redirect_stdout(said):
+    run("--resume", str(d / "full.ckpt.h5"), "--output", str(d / "r.jsonl"))
+said = comm.allgather(said.getvalue())
+assert f"full.ckpt.h5 is a finished run (2 epochs; after the last: loss " in said[0], said[0]
+assert "nothing to train, no record appended" in said[0] and "epoch 1:" not in said[0], said[0]
+assert all(s == "" for s in said[1:]), said
+assert len(read_records([d / "r.jsonl"])[0]) == 1
 cases += 1
 
 # stopped inside epoch 1, resumed, stopped at the end of epoch 1, resumed to the end
