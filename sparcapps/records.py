@@ -211,14 +211,24 @@ def make_record(app: str, *, config: dict, environment: dict, algorithm: str | N
     return rec
 
 
-def append_record(path: str | os.PathLike, record: dict) -> None:
-    """Append ``record`` as one JSON line with a single ``write`` on an ``O_APPEND`` descriptor.
+def append_record(path: str | os.PathLike, record: dict) -> Path:
+    """Append ``record`` as one JSON line with a single ``write`` on an ``O_APPEND`` descriptor;
+    returns the file written.
 
     One write of one complete line: concurrent writers (several jobs, one file) never interleave
-    partial lines, and a crash leaves either the whole line or nothing.
+    partial lines, and a crash leaves either the whole line or nothing. When ``path`` cannot be
+    written (its directory vanished or became read-only during the run, the disk is full), the
+    line goes to :func:`sparcapps.output_paths.fallback_path` instead, with one line on stderr
+    saying where: a finished run's record is never lost to a traceback.
     """
+    from sparcapps.output_paths import write_with_fallback
+
     line = (json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode()
-    path = Path(path)
+    return write_with_fallback(path, lambda p: _append_line(p, line),
+                               prog=Path(sys.argv[0]).name or "sparcapps", what="record")
+
+
+def _append_line(path: Path, line: bytes) -> None:
     if path.parent != Path(""):
         path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
