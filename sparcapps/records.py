@@ -272,7 +272,38 @@ def _check_record(obj: Any) -> str | None:
     if not isinstance(timings, dict) or any(
             not isinstance(t, dict) or "median" not in t for t in timings.values()):
         return "timings must map names to summaries with a median"
+    if any(not _is_number(t["median"]) for t in timings.values()):
+        return "timings' medians must be numbers"
+    for key, ok, what in _FIELD_TYPES:
+        if key in obj and not ok(obj[key]):
+            return f"{key!r} must be {what}, got {obj[key]!r}"
     return None
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)) or x is None
+
+
+# the typed fields of a record (a line that parses but has, say, "P": "four" is skipped with
+# this reason instead of failing the report of every other record)
+_FIELD_TYPES = (
+    ("app", lambda x: isinstance(x, str), "a string"),
+    ("algorithm", lambda x: x is None or isinstance(x, str), "a string or null"),
+    ("P", lambda x: _is_int(x) and x >= 1, "an integer >= 1"),
+    ("nodes", lambda x: _is_int(x) and x >= 1, "an integer >= 1"),
+    ("ranks_per_node", lambda x: x is None or (_is_int(x) and x >= 1),
+     "an integer >= 1 or null"),
+    ("N", lambda x: x is None or (_is_int(x) and x >= 0), "an integer >= 0 or null"),
+    ("density", _is_number, "a number or null"),
+    ("metrics", lambda x: isinstance(x, dict), "an object"),
+    ("bytes", lambda x: isinstance(x, dict), "an object"),
+    ("config", lambda x: isinstance(x, dict), "an object"),
+    ("environment", lambda x: isinstance(x, dict), "an object"),
+)
 
 
 def read_records(paths: Iterable[str | os.PathLike], *, strict: bool = False

@@ -159,3 +159,57 @@ def test_save_replay_is_atomic_and_names_its_file(tmp_path):
     written = save_replay(tmp_path / "g", "x", 10, [(np.array([3]), np.array([1.0]))])
     assert written.endswith("g.npz") and load_replay(written).count == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["g.npz"]
+
+
+# -- issue 25 item 6: widths the suite cannot train, typed fields of records ---------------
+
+def _sparc(tool, *args, cwd, timeout=300):
+    return subprocess.run([sys.executable, "-c", f"import sys; from sparcapps.entry import "
+                           f"{tool.replace('-', '_')} as m; sys.exit(m())", *args],
+                          capture_output=True, text=True, timeout=timeout, cwd=cwd)
+
+
+def test_convert_refuses_a_feature_index_beyond_the_trainable_width(tmp_path):
+    (tmp_path / "huge.svm").write_text("1 3:1.0 1099511627776:2.0\n0 5:1.0\n")
+    proc = _sparc("sparc-data", "convert", "huge.svm", "-o", "huge.h5", cwd=tmp_path)
+    assert proc.returncode != 0
+    assert "huge.svm:1: feature index 1099511627776" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.svm"], "nothing half-written"
+
+
+def test_linear_on_a_foreign_file_wider_than_memory_is_one_line(tmp_path):
+    import h5py
+
+    (tmp_path / "small.svm").write_text("1 3:1.0 7:2.0\n0 5:1.0\n1 2:1\n0 4:1\n")
+    assert _sparc("sparc-data", "convert", "small.svm", "-o", "small.h5",
+                  cwd=tmp_path).returncode == 0
+    with h5py.File(tmp_path / "small.h5", "r+") as f:  # a file someone else wrote
+        f.attrs["n_features"] = 2**40
+    proc = run_mpi(2, args=[sys.executable, "-c", "import sys; from sparcapps.entry import "
+                            "sparc_linear as m; sys.exit(m())", "--data", "small.h5",
+                            "--epochs", "1", "--no-progress"],
+                   timeout=240, check=False, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "1099511627776 features" in lines[0], proc.stderr
+
+
+def test_report_skips_a_record_with_wrongly_typed_fields(tmp_path):
+    from sparcapps.records import make_record, read_records
+
+    good = make_record("sparc-bench", config={}, environment={"hosts": ["h"]},
+                       algorithm="dense", P=2, N=10, density=0.1,
+                       timings={"total": {"median": 0.1}})
+    bad = dict(good, P="four")
+    worse = dict(good, timings={"total": {"median": "slow"}})
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in (good, bad, worse, good)))
+    records, problems = read_records([path])
+    assert len(records) == 2
+    assert [p.line for p in problems] == [2, 3]
+    assert "'P' must be an integer >= 1, got 'four'" in problems[0].reason
+    proc = _sparc("sparc-report", str(path), "-o", "rep", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "rep" / "report.md").exists()
+    assert "r.jsonl:2" in proc.stderr and "r.jsonl:3" in proc.stderr
