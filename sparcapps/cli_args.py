@@ -17,6 +17,8 @@ The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_par
   :func:`add_checkpoint_every_argument`, the old ``--checkpoint-every`` kept as an alias);
 - ``--data-home`` wherever data are read (:func:`add_data_home_argument`);
 - help shows each default once, and none where there is none (:class:`HelpFormatter`);
+- output paths are checked when the command line is read (:func:`output_file`,
+  :func:`output_dir`), so that a run never ends in an unwritable path;
 - a usage error is one line, ``PROG: error: MESSAGE (see PROG --help)``, printed once per job
   (rank 0), exit status 2 (:class:`Parser`).
 """
@@ -30,7 +32,8 @@ import sys
 __all__ = ["positive_int", "nonnegative_int", "fraction", "algorithm_name", "algorithm_list",
            "algorithm_help", "make_parser", "HelpFormatter", "ListAction", "BITS_CHOICES",
            "add_bits_argument", "add_checkpoint_every_argument", "add_data_home_argument",
-           "add_list_argument", "deprecation_note", "first_rank", "Parser"]
+           "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
+           "output_dir"]
 
 BITS_CHOICES = (0, 2, 4, 8)
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -197,6 +200,30 @@ def fraction(text: str) -> float:
         return check_density(float(text), name="value")
     except (ValueError, SparcmlError) as exc:
         raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from exc
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file the run can write or append to, checked before any work
+    (:func:`sparcapps.output_paths.check_output_file`); the text is returned unchanged."""
+    from .output_paths import OutputPathError, check_output_file
+
+    try:
+        check_output_file(text)
+    except OutputPathError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def output_dir(text: str) -> str:
+    """argparse type: a directory the run can write into (existing or creatable), checked
+    before any work (:func:`sparcapps.output_paths.check_output_dir`)."""
+    from .output_paths import OutputPathError, check_output_dir
+
+    try:
+        check_output_dir(text)
+    except OutputPathError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def algorithm_name(text: str) -> str:

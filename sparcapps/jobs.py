@@ -222,12 +222,12 @@ def _job_script(env: dict) -> str:
     """The batch script of the Slurm job ``env["SLURM_JOB_ID"]`` as submitted (``scontrol``'s
     ``Command=``), relative to the submission directory when under it; ``TEMPLATE`` when Slurm
     cannot say."""
-    try:
-        proc = subprocess.run(["scontrol", "-o", "show", "job", env["SLURM_JOB_ID"]],
+    try:  # the multi-line form: Command= has a line of its own, so a path with spaces is whole
+        proc = subprocess.run(["scontrol", "show", "job", env["SLURM_JOB_ID"]],
                               capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return "TEMPLATE"
-    m = re.search(r"\bCommand=(\S+)", proc.stdout)
+    m = re.search(r"^\s*Command=(.+?)\s*$", proc.stdout, re.M)
     if not m:
         return "TEMPLATE"
     script = Path(m.group(1))
@@ -249,8 +249,72 @@ def submission_command(script_args: str, env: dict | None = None) -> str | None:
     argv.append(f"--ntasks-per-node={per_node}" if per_node
                 else f"--ntasks={env.get('SLURM_NTASKS', 1)}")
     argv.append(_job_script(env))
-    script_args = script_args.strip()
-    return env_prefix(env) + shlex.join(argv) + (" " + script_args if script_args else "")
+    words = bash_words(script_args)
+    return env_prefix(env) + shlex.join(argv + words)
+
+
+_ANSI_C = {"a": "\a", "b": "\b", "e": "\x1b", "E": "\x1b", "f": "\f", "n": "\n", "r": "\r",
+           "t": "\t", "v": "\v", "\\": "\\", "'": "'", '"': '"', "?": "?"}
+
+
+def bash_words(text: str) -> list[str]:
+    """The words of ``text`` as bash quotes them with ``${*@Q}`` ('...', $'...' with C escapes
+    for tabs and newlines, backslash-escaped characters): what the sbatch templates pass as
+    ``--script-args``. Re-quoted with :func:`shlex.join` they read back with
+    :func:`shlex.split` (which does not know $'...'). Raises ValueError on an unterminated
+    quote."""
+    words: list[str] = []
+    cur: list[str] | None = None
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\n":
+            if cur is not None:
+                words.append("".join(cur))
+                cur = None
+            i += 1
+            continue
+        cur = [] if cur is None else cur
+        if c == "'":
+            end = text.find("'", i + 1)
+            if end < 0:
+                raise ValueError(f"unterminated quote in {text!r}")
+            cur.append(text[i + 1:end])
+            i = end + 1
+        elif text.startswith("$'", i):
+            i += 2
+            while i < n and text[i] != "'":
+                if text[i] == "\\" and i + 1 < n:
+                    esc = text[i + 1]
+                    if esc in _ANSI_C:
+                        cur.append(_ANSI_C[esc])
+                        i += 2
+                    elif esc == "x":
+                        m = re.match(r"[0-9a-fA-F]{1,2}", text[i + 2:])
+                        cur.append(chr(int(m.group(), 16)) if m else "\\x")
+                        i += 2 + (len(m.group()) if m else 0)
+                    elif esc in "01234567":
+                        m = re.match(r"[0-7]{1,3}", text[i + 1:])
+                        cur.append(chr(int(m.group(), 8)))
+                        i += 1 + len(m.group())
+                    else:
+                        cur.append("\\" + esc)
+                        i += 2
+                else:
+                    cur.append(text[i])
+                    i += 1
+            if i >= n:
+                raise ValueError(f"unterminated $'...' in {text!r}")
+            i += 1
+        elif c == "\\" and i + 1 < n:
+            cur.append(text[i + 1])
+            i += 2
+        else:
+            cur.append(c)
+            i += 1
+    if cur is not None:
+        words.append("".join(cur))
+    return words
 
 
 def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str | None = None,

@@ -211,14 +211,24 @@ def make_record(app: str, *, config: dict, environment: dict, algorithm: str | N
     return rec
 
 
-def append_record(path: str | os.PathLike, record: dict) -> None:
-    """Append ``record`` as one JSON line with a single ``write`` on an ``O_APPEND`` descriptor.
+def append_record(path: str | os.PathLike, record: dict) -> Path:
+    """Append ``record`` as one JSON line with a single ``write`` on an ``O_APPEND`` descriptor;
+    returns the file written.
 
     One write of one complete line: concurrent writers (several jobs, one file) never interleave
-    partial lines, and a crash leaves either the whole line or nothing.
+    partial lines, and a crash leaves either the whole line or nothing. When ``path`` cannot be
+    written (its directory vanished or became read-only during the run, the disk is full), the
+    line goes to :func:`sparcapps.output_paths.fallback_path` instead, with one line on stderr
+    saying where: a finished run's record is never lost to a traceback.
     """
+    from sparcapps.output_paths import write_with_fallback
+
     line = (json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode()
-    path = Path(path)
+    return write_with_fallback(path, lambda p: _append_line(p, line),
+                               prog=Path(sys.argv[0]).name or "sparcapps", what="record")
+
+
+def _append_line(path: Path, line: bytes) -> None:
     if path.parent != Path(""):
         path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -262,7 +272,38 @@ def _check_record(obj: Any) -> str | None:
     if not isinstance(timings, dict) or any(
             not isinstance(t, dict) or "median" not in t for t in timings.values()):
         return "timings must map names to summaries with a median"
+    if any(not _is_number(t["median"]) for t in timings.values()):
+        return "timings' medians must be numbers"
+    for key, ok, what in _FIELD_TYPES:
+        if key in obj and not ok(obj[key]):
+            return f"{key!r} must be {what}, got {obj[key]!r}"
     return None
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_number(x) -> bool:
+    return (isinstance(x, (int, float)) and not isinstance(x, bool)) or x is None
+
+
+# the typed fields of a record (a line that parses but has, say, "P": "four" is skipped with
+# this reason instead of failing the report of every other record)
+_FIELD_TYPES = (
+    ("app", lambda x: isinstance(x, str), "a string"),
+    ("algorithm", lambda x: x is None or isinstance(x, str), "a string or null"),
+    ("P", lambda x: _is_int(x) and x >= 1, "an integer >= 1"),
+    ("nodes", lambda x: _is_int(x) and x >= 1, "an integer >= 1"),
+    ("ranks_per_node", lambda x: x is None or (_is_int(x) and x >= 1),
+     "an integer >= 1 or null"),
+    ("N", lambda x: x is None or (_is_int(x) and x >= 0), "an integer >= 0 or null"),
+    ("density", _is_number, "a number or null"),
+    ("metrics", lambda x: isinstance(x, dict), "an object"),
+    ("bytes", lambda x: isinstance(x, dict), "an object"),
+    ("config", lambda x: isinstance(x, dict), "an object"),
+    ("environment", lambda x: isinstance(x, dict), "an object"),
+)
 
 
 def read_records(paths: Iterable[str | os.PathLike], *, strict: bool = False

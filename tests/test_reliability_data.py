@@ -189,7 +189,8 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_response(200)
         if s.send_length:
-            self.send_header("Content-Length", str(len(body) - start))
+            claim = getattr(s, "claim_length", None)
+            self.send_header("Content-Length", str(claim or len(body) - start))
         if s.etag:
             self.send_header("ETag", s.etag)
         if s.modified:
@@ -660,3 +661,24 @@ def test_lock_file_is_json_lines(tmp_path, server):
     rec = [json.loads(x) for x in lines if not x.startswith("#")]
     assert rec == [{"key": "toy/a b.bin", "sha256": hashlib.sha256(PAYLOAD).hexdigest(),
                     "size": len(PAYLOAD)}]
+
+
+# -- issue 25 item 6: a download never runs past the catalog's size --------------------------
+
+def test_announced_size_beyond_the_catalog_is_refused_before_downloading(tmp_path, server):
+    server.claim_length = 10**15                   # a lying or wrong server
+    cat = _catalog(tmp_path, server, size=1000)
+    with pytest.raises(DownloadError, match="announces 1000000000000000 bytes, the catalog "
+                                            "says 1000"):
+        _fetch(tmp_path, cat)
+    home = tmp_path / "home" / "toy"
+    assert not (home / "data.bin.part").exists() and not (home / "data.bin").exists()
+
+
+def test_body_past_the_catalog_size_is_stopped_there(tmp_path, server):
+    server.send_length = False                     # no Content-Length: only the body tells
+    cat = _catalog(tmp_path, server, size=1000)    # the body is 512 kB
+    with pytest.raises(DownloadError, match="more than the catalog's 1000 bytes"):
+        _fetch(tmp_path, cat)
+    home = tmp_path / "home" / "toy"
+    assert not (home / "data.bin.part").exists() and not (home / "data.bin").exists()

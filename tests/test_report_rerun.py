@@ -70,9 +70,9 @@ def test_sbatch_line_rebuilt_inside_a_job(monkeypatch):
     """A plain ``sbatch`` of a template: the job rebuilds its line from Slurm's variables."""
     env = {"SLURM_JOB_ID": "999999999", "SLURM_JOB_NUM_NODES": "4",
            "SLURM_NTASKS_PER_NODE": "2", "SPARC_GLOBAL_BATCH": "64"}
-    line = jobs.submission_command("sparc-linear '--data' 'a b.h5'", env)
+    line = jobs.submission_command("sparc-linear '--data' 'a b.h5'", env)  # bash's ${*@Q}
     assert line.startswith("SPARC_GLOBAL_BATCH=64 sbatch --nodes=4 --ntasks-per-node=2 ")
-    assert line.endswith(" sparc-linear '--data' 'a b.h5'")
+    assert line.endswith(" sparc-linear --data 'a b.h5'")  # re-quoted by shlex.join
     assert jobs.submission_command("", {}) is None  # outside Slurm: the mpiexec level
 
 
@@ -155,3 +155,26 @@ def test_rerun_of_slurm_levels_waits_and_writes_elsewhere(tmp_path):
     del rec["environment"]["submitted"]
     argv, _ = _executable(command_of(rec), new, results)
     assert argv == ["mpiexec", "-n", "2", "sparc-bench", "--output", str(new)]
+
+
+def test_failed_rerun_names_its_command_shell_quoted(tmp_path, monkeypatch):
+    """The error of a rerun command that failed prints it as a shell would need it: an argument
+    ``$(...)`` stays quoted, so pasting the line runs the same command (issue 25 item 7)."""
+    from sparcapps.records import make_record
+    from sparcapps.report import rerun_figure
+    from sparcapps.report.build import all_figures
+
+    env = {"hosts": ["h"], "launcher": None,
+           "command": [sys.executable, "-c", "import sys; sys.exit(3)", "$(touch pwned)"]}
+    recs = [make_record("sparc-bench", config={"N": 1000, "pattern": "random",
+                                               "dtype": "float32"},
+                        environment=env, algorithm=alg, P=2, N=1000, density=d,
+                        timings={"allreduce": {"median": 0.01, "q25": 0.01, "q75": 0.01}})
+            for d in (0.01, 0.1) for alg in ("dense", "allgather")]
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    (fig,) = all_figures(read_records([path])[0])[2]
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception, match=r"exited with status 3: .* '\$\(touch pwned\)'"):
+        rerun_figure([path], fig.id, tmp_path / "out")
+    assert not (tmp_path / "pwned").exists()

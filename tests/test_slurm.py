@@ -7,6 +7,7 @@ and checks the records. Needs root; skipped with the reason otherwise.
 
 import os
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -185,9 +186,19 @@ def test_templates_under_slurm(slurm, tmp_path):
                            capture_output=True, text=True, timeout=60)
     assert plain.returncode == 0, plain.stderr
     plain_id = plain.stdout.strip().split(";")[0]
+    spaced = tmp_path / "my jobs" / "bench strong.sbatch"
+    spaced.parent.mkdir()
+    spaced.write_text((REPO / "jobs" / "bench-strong.sbatch").read_text())
+    proc = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks-per-node=2",
+                           "--time=5", f"--output={res}/%x-%j.out", str(spaced),
+                           *TINY, "--algorithms", "allgather"],
+                          env={**env, "SPARC_RESULTS": str(res)}, cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    spaced_id = proc.stdout.strip().split(";")[0]
     assert [row[1:] for row in strong] == [["1", "allgather"], ["1", "ssar_split_allgather"]]
     ids = [row[0] for row in strong + weak + app + linear + cnn]
-    ids += [plain_id, bad[0][0]]
+    ids += [plain_id, spaced_id, bad[0][0]]
     wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "240", *ids], env=env,
                           capture_output=True, text=True, timeout=300)
     states = dict(line.split("\t") for line in wait.stdout.splitlines())
@@ -229,9 +240,13 @@ def test_templates_under_slurm(slurm, tmp_path):
         assert "--nodes=1" in sub["sbatch"] and "--ntasks-per-node=2" in sub["sbatch"], sub
     (rec, _) = records(plain_id)
     assert rec["environment"]["submitted"] == {"sbatch": (
-        f"SPARC_N_PER_RANK=1024 SPARC_RESULTS={res} sbatch --nodes=1 --ntasks-per-node=2 "
-        "jobs/bench-strong.sbatch "
-        + " ".join(f"'{a}'" for a in [*TINY, "--algorithms", "allgather"]))}, rec["environment"]
+        f"SPARC_N_PER_RANK=1024 SPARC_RESULTS={res} " + shlex.join(
+            ["sbatch", "--nodes=1", "--ntasks-per-node=2", "jobs/bench-strong.sbatch", *TINY,
+             "--algorithms", "allgather"]))}, rec["environment"]
+    (rec, _) = records(spaced_id)  # a template whose path has a space: recorded whole
+    line = rec["environment"]["submitted"]["sbatch"]
+    assert shlex.split(line)[-len(TINY) - 3:] == [str(spaced), *TINY, "--algorithms",
+                                                   "allgather"], line
 
     md, problems = build_report([res], tmp_path / "report")
     text = md.read_text()
@@ -275,3 +290,31 @@ def test_time_limit_warning_checkpoints_under_slurm(slurm, tmp_path):
     resumed = run_mpi(2, args=[str(BIN / train[0]), *train[1:], "--resume", str(ck),
                                "--stop-after", str(steps + 2)], timeout=120)
     assert f"stopped after {steps + 2} steps" in resumed.stdout, resumed.stdout + resumed.stderr
+
+
+def test_job_script_with_spaces_and_script_args_with_tabs(tmp_path, monkeypatch):
+    """The sbatch line a job rebuilds for its records: a template path with spaces stays whole
+    (scontrol's Command= line), and arguments that bash quotes as $'...' (tabs, newlines)
+    come back from shlex.split unchanged (issue 25 item 7). No Slurm needed: a stand-in
+    scontrol prints the multi-line form."""
+    from sparcapps.jobs import bash_words, submission_command
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "scontrol"
+    fake.write_text("#!/bin/sh\nprintf 'JobId=7 JobName=x\\n   Command=/home/u/my jobs/a b.sbatch"
+                    "\\n   WorkDir=/home/u\\n'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    args = ["--name", "tab\there", "new\nline", "it's", "$(touch pwned)", "", "a b"]
+    quoted = subprocess.run(["bash", "-c", 'printf %s "${*@Q}"', "bash", *args],
+                            capture_output=True, text=True, check=True).stdout
+    assert "$'" in quoted  # bash's ANSI-C form, which shlex.split misreads
+    assert bash_words(quoted) == args
+    line = submission_command(quoted, {"SLURM_JOB_ID": "7", "SLURM_NNODES": "2",
+                                       "SLURM_NTASKS_PER_NODE": "4",
+                                       "SLURM_SUBMIT_DIR": "/elsewhere"})
+    assert shlex.split(line) == ["sbatch", "--nodes=2", "--ntasks-per-node=4",
+                                 "/home/u/my jobs/a b.sbatch", *args], line
+    with pytest.raises(ValueError, match="unterminated"):
+        bash_words("'open")

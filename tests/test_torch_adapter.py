@@ -32,6 +32,17 @@ def test_distributed_optimizer(nprocs):
     assert found and int(found.group(1)) >= MIN_CHECKS[nprocs], proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
+def test_load_state_dict_is_collective(nprocs):
+    """Rank 0's state on every rank, other options or another step on one rank: every rank
+    raises and keeps its state, and the next steps run (no -m mpi4py: a rank that raised
+    alone would leave the others waiting until the timeout)."""
+    proc = run_mpi(nprocs, args=[sys.executable, str(REPO / "tests" / "mpi_cases" /
+                                                     "optimizer_state.py")],
+                   timeout=240, env={"OMP_NUM_THREADS": "1"})
+    assert "OPTIMIZER-STATE OK" in proc.stdout, proc.stdout + proc.stderr
+
+
 def _optimizer(**kwargs):
     from mpi4py import MPI
 

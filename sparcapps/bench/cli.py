@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     from sparcapps.cli_args import (add_bits_argument, add_list_argument, algorithm_help,
                                     algorithm_name, fraction, make_parser, nonnegative_int,
-                                    positive_int)
+                                    output_file, positive_int)
 
     from .inputs import PATTERNS
 
@@ -92,7 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=nonnegative_int,
                    help=f"untimed repetitions per case ({preset('warmup')})")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of QSGD")
-    p.add_argument("--output", help="append one JSON record per row to this file")
+    p.add_argument("--output", type=output_file,
+                   help="append one JSON record per row to this file")
     p.add_argument("--kernels", action="store_true",
                    help="benchmark merge-add (allocating, and into a reused workspace) against "
                         "scipy.sparse instead, in a warm and a fresh allocation history "

@@ -103,12 +103,14 @@ def cnn_topk_gradients(count: int, *, width: int = 100, batch_size: int = 32,
 def main(argv=None) -> int:
     from .replay import save_replay
 
-    from sparcapps.cli_args import fraction, make_parser, positive_int
+    from sparcapps.output_paths import write_with_fallback
+    from sparcapps.cli_args import fraction, make_parser, output_file, positive_int
 
     p = make_parser("sparc-record-gradients", description=__doc__.splitlines()[0])
     p.add_argument("stream", choices=["linear", "cnn"])
     p.add_argument("--count", type=positive_int, default=1024, help="gradients to record")
-    p.add_argument("--output", required=True, help="the replay file (.npz) to write")
+    p.add_argument("--output", required=True, type=output_file,
+                   help="the replay file (.npz) to write")
     p.add_argument("--batch-size", type=positive_int,
                    help="rows per minibatch (default: linear 256, cnn 32)")
     p.add_argument("--train-rows", type=positive_int, default=50_000,
@@ -127,9 +129,12 @@ def main(argv=None) -> int:
                                                 batch_size=a.batch_size or 32, topk=a.topk,
                                                 warm_steps=a.warm_steps)
         name = "cnn-topk"
-    save_replay(a.output, name, dim, vectors, source=text)
+    written = write_with_fallback(
+        a.output if a.output.endswith(".npz") else a.output + ".npz",
+        lambda path: save_replay(path, name, dim, vectors, source=text),
+        prog="sparc-record-gradients", what="replay file")
     nnz = [v[0].size for v in vectors]
-    print(f"{a.output}: {name}, {len(vectors)} vectors of dimension {dim}, nnz "
+    print(f"{written}: {name}, {len(vectors)} vectors of dimension {dim}, nnz "
           f"{min(nnz)}-{max(nnz)} (mean density {np.mean(nnz) / dim:.4%}); {text}")
     return 0
 

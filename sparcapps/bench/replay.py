@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import os
+import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from sparcml import SparseVector
+from sparcapps.atomicfile import atomic_write
 
 __all__ = ["FORMAT", "ReplayStream", "ReplayFileError", "save_replay", "load_replay"]
 
@@ -62,9 +64,10 @@ class ReplayStream:
         return SparseVector(self.dim, idx, self.values[lo:hi].astype(dtype, copy=True))
 
 
-def save_replay(path, name: str, dim: int, vectors, *, source: str = "") -> None:
+def save_replay(path, name: str, dim: int, vectors, *, source: str = "") -> str:
     """Write ``vectors`` (an iterable of ``(indices, values)`` pairs, any order of indices,
-    no duplicates) as a replay file at ``path`` (``.npz`` appended by NumPy if missing)."""
+    no duplicates) as a replay file at ``path`` (``.npz`` appended if missing), atomically;
+    returns the path written."""
     parts_i, parts_v, indptr = [], [], [0]
     for idx, val in vectors:
         idx = np.asarray(idx, np.int64)
@@ -82,10 +85,15 @@ def save_replay(path, name: str, dim: int, vectors, *, source: str = "") -> None
         indptr.append(indptr[-1] + idx.size)
     if len(indptr) < 2:
         raise ReplayFileError("save_replay needs at least one vector")
-    np.savez_compressed(path, format=np.array(FORMAT), name=np.array(name),
-                        source=np.array(source), dim=np.int64(dim),
-                        indptr=np.asarray(indptr, np.int64),
-                        indices=np.concatenate(parts_i), values=np.concatenate(parts_v))
+    path = os.fspath(path)
+    if not path.endswith(".npz"):  # as np.savez_compressed names it
+        path += ".npz"
+    with atomic_write(path) as tmp, open(tmp, "wb") as fh:
+        np.savez_compressed(fh, format=np.array(FORMAT), name=np.array(name),
+                            source=np.array(source), dim=np.int64(dim),
+                            indptr=np.asarray(indptr, np.int64),
+                            indices=np.concatenate(parts_i), values=np.concatenate(parts_v))
+    return path
 
 
 @functools.lru_cache(maxsize=4)
@@ -96,10 +104,18 @@ def _load(path: str, mtime: float) -> ReplayStream:
                 raise ReplayFileError(f"{path} is not a replay file of format {FORMAT}")
             stream = ReplayStream(str(f["name"]), str(f["source"]), int(f["dim"]),
                                   f["indptr"], f["indices"], f["values"])
-    except (OSError, KeyError, ValueError) as exc:
-        if isinstance(exc, ReplayFileError):
-            raise
-        raise ReplayFileError(f"cannot read replay file {path}: {exc}") from exc
+    except ReplayFileError:
+        raise
+    except (OSError, EOFError, zipfile.BadZipFile, KeyError, ValueError, TypeError) as exc:
+        # an empty file is EOFError, a truncated one BadZipFile: neither is an OSError
+        why = str(exc) or type(exc).__name__
+        raise ReplayFileError(f"cannot read replay file {path} (empty, truncated or not a "
+                              f"replay file: {why}); record it again with "
+                              f"'sparc-record-gradients'") from exc
+    if any(a.ndim != 1 for a in (stream.indptr, stream.indices, stream.values)) \
+            or stream.dim < 1 or not np.issubdtype(stream.indices.dtype, np.integer):
+        raise ReplayFileError(f"{path}: dim, indptr, indices or values have the wrong shape "
+                              f"or type")
     p = stream.indptr
     if (p.size < 2 or p[0] != 0 or p[-1] != stream.indices.size
             or stream.values.size != stream.indices.size or np.any(np.diff(p) < 0)):

@@ -40,6 +40,10 @@ from .errors import DataFormatError, SameFileError
 
 __all__ = ["convert_libsvm", "ConvertResult", "open_text"]
 
+# The widest data set this suite converts: the linear apps keep dense weights of n_features
+# float64 values, and the comm layer sends int32 indices below 2**31.
+MAX_FEATURES = 2**31 - 1
+
 _BINARY_PAIRS = ((-1.0, 1.0), (0.0, 1.0), (1.0, 2.0))
 _MAX_TRACKED_LABELS = 1000
 _SLOW_CAPACITY = 1 << 14
@@ -381,6 +385,13 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
             nf = int(n_features)
         else:
             nf = max(parser.max_raw + (1 if base == 0 else 0), 0)
+        if nf > MAX_FEATURES:
+            raise DataFormatError(
+                src, parser.max_line,
+                f"feature index {parser.max_raw} makes {nf} features, more than the "
+                f"{MAX_FEATURES} (2**31 - 1) this suite trains on: the linear models keep a "
+                f"dense weight vector of n_features values ({nf * 8 / 2**40:.3g} TiB here); "
+                f"hash the features into a smaller space before converting")
         if writer.n_rows == 0:
             raise DataFormatError(src, None, "no data rows: the file is empty or holds only "
                                   "comments and blank lines")

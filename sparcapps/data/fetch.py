@@ -269,7 +269,13 @@ def _download(url: str, part: Path, *, expected_size: int | None, retries: int, 
                 raise DownloadError(f"{url}: HTTP {exc.code} {exc.reason}") from None
             with resp:
                 mode, offset, total = _start(url, part, resp, offset, meta, label, log)
-                _copy(resp, part, mode, offset, total, progress, label)
+                if expected_size is not None and total is not None and total != expected_size:
+                    _discard_part(part)
+                    raise DownloadError(
+                        f"{url}: the server announces {total} bytes, the catalog says "
+                        f"{expected_size}; not downloading (the catalog entry or the URL is "
+                        f"out of date, or the server is not the one the catalog means)")
+                _copy(resp, part, mode, offset, total, progress, label, limit=expected_size)
             size = part.stat().st_size
             bound = total if total is not None else expected_size
             if bound is not None and size < bound or total is not None and size != total:
@@ -317,8 +323,11 @@ def _failure(url: str, exc: BaseException) -> str:
 
 
 def _copy(resp, part: Path, mode: str, offset: int, total: int | None, progress: bool,
-          label: str) -> None:
-    """Append (``mode="ab"``) or write the response body to ``part``, with a progress bar."""
+          label: str, *, limit: int | None = None) -> None:
+    """Append (``mode="ab"``) or write the response body to ``part``, with a progress bar.
+
+    ``limit`` (the catalog's size): a body that runs past it is stopped there, the part
+    discarded and :class:`DownloadError` raised, instead of filling the disk."""
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -326,10 +335,18 @@ def _copy(resp, part: Path, mode: str, offset: int, total: int | None, progress:
                    desc=label, leave=False)
     try:
         with open(part, mode) as fh:
+            have = offset
             while chunk := resp.read(_BLOCK):
+                have += len(chunk)
+                if limit is not None and have > limit:
+                    break
                 fh.write(chunk)
                 if bar is not None:
                     bar.update(len(chunk))
+        if limit is not None and have > limit:
+            _discard_part(part)
+            raise DownloadError(f"{resp.geturl()}: the server sent more than the catalog's "
+                                f"{limit} bytes; stopped there and discarded the download")
     finally:
         if bar is not None:
             bar.close()

@@ -41,7 +41,7 @@ def _mpiexec() -> str:
 def main(argv=None) -> int:
     from sparcapps.records import read_records
 
-    from sparcapps.cli_args import add_list_argument, make_parser, positive_int
+    from sparcapps.cli_args import add_list_argument, make_parser, output_file, positive_int
 
     p = make_parser("sparc-deep-accuracy", __doc__)
     p.add_argument("--nprocs", type=positive_int, default=4, help="ranks of each run")
@@ -52,7 +52,7 @@ def main(argv=None) -> int:
     add_list_argument(p, "--configs", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
                       metavar="CONFIG",
                       help="configurations to run (dense_baseline is always run: the reference)")
-    p.add_argument("--output", default="results/deep-accuracy.jsonl",
+    p.add_argument("--output", default="results/deep-accuracy.jsonl", type=output_file,
                    help="records file (JSONL, appended)")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = p.parse_args(argv)

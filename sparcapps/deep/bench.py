@@ -38,7 +38,7 @@ __all__ = ["main", "build_parser"]
 
 def build_parser():
     from sparcapps.cli_args import (add_bits_argument, algorithm_name, fraction, make_parser,
-                                    nonnegative_int, positive_int)
+                                    nonnegative_int, output_file, positive_int)
 
     p = make_parser("sparc-deep-bench", __doc__)
     p.add_argument("--width", type=positive_int, default=100,
@@ -56,7 +56,7 @@ def build_parser():
                    help="allreduce algorithm of the top-k configuration (default: sparcml's)")
     p.add_argument("--bucket-mb", type=float, default=4.0, help="gradient MiB per bucket")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per rank")
-    p.add_argument("--output", default=None, help="append records here")
+    p.add_argument("--output", default=None, type=output_file, help="append records here")
     return p
 
 

@@ -106,7 +106,7 @@ def main(argv=None) -> int:
     from mpi4py import MPI
 
     from sparcapps.cli_args import (add_data_home_argument, add_list_argument, algorithm_help,
-                                    algorithm_name, make_parser, positive_int)
+                                    algorithm_name, make_parser, output_file, positive_int)
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     p = make_parser("sparc-linear-bench", __doc__.split("\n\n")[0])
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     p.add_argument("--throughput", action="store_true",
                    help="one process: ours against SGDClassifier instead")
     p.add_argument("--reps", type=positive_int, default=3, help="repetitions of --throughput")
-    p.add_argument("--output", help="append records here")
+    p.add_argument("--output", type=output_file, help="append records here")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()

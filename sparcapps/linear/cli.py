@@ -33,7 +33,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
                                     add_data_home_argument, algorithm_help, algorithm_name,
-                                    make_parser, positive_int)
+                                    make_parser, output_file, positive_int)
 
     from .data import SYNTH_PRESETS
     from .schedule import SCHEDULES
@@ -83,8 +83,10 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     c.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
     o = p.add_argument_group("output")
-    o.add_argument("--output", metavar="FILE.jsonl", help="append the result record here")
-    o.add_argument("--save-model", metavar="FILE.h5", help="write the final model here")
+    o.add_argument("--output", metavar="FILE.jsonl", type=output_file,
+                   help="append the result record here")
+    o.add_argument("--save-model", metavar="FILE.h5", type=output_file,
+                   help="write the final model here")
     o.add_argument("--checkpoint", metavar="FILE.h5",
                    help="checkpoint file (default: MODEL.ckpt.h5 beside --save-model, else "
                         "sparc-linear.ckpt.h5)")
@@ -256,6 +258,8 @@ def run(args, prog: str) -> int:
     from .data import ensure_synth, load_split
     from .errors import LinearModelError
     from .estimator import SparseLinearClassifier
+    from sparcapps.output_paths import write_with_fallback
+
     from .io import save_model
 
     comm = MPI.COMM_WORLD
@@ -316,8 +320,9 @@ def run(args, prog: str) -> int:
     history = est.history_
     if rank == 0:
         if args.save_model:
-            save_model(est, args.save_model)
-            print(f"{prog}: model written to {args.save_model}")
+            written = write_with_fallback(args.save_model, lambda path: save_model(est, path),
+                                          prog=prog, what="model")
+            print(f"{prog}: model written to {written}")
         if args.output and history:
             last = history[-1]
             train_s = [h["train_seconds"] for h in history]

@@ -252,6 +252,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                 f"{classes[:10].tolist()}{' ...' if n > 10 else ''}; for more classes wrap "
                 f"it in sklearn.multiclass.OneVsRestClassifier (one process)")
         n_features = features[0]
+        _check_width_fits(n_features)
         if reset:
             self.classes_ = classes
             self.n_features_in_ = n_features
@@ -463,3 +464,26 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         # sklearn.multiclass.OneVsRestClassifier wraps it (tested)
         tags.classifier_tags.multi_class = False
         return tags
+
+
+# dense float64 arrays of n_features values a fit holds at once: the weights, coef_, the
+# gradient's dense scatter and the reduced sum (a bound, not an exact count)
+_DENSE_ARRAYS = 4
+
+
+def _check_width_fits(n_features: int) -> None:
+    """An :class:`InputDataError` (raised alike on every rank: the width is agreed) when the
+    dense weights of ``n_features`` cannot fit in this machine's memory, instead of a
+    ``MemoryError`` traceback from deep inside the first allocation."""
+    import os
+
+    need = int(n_features) * 8 * _DENSE_ARRAYS
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return
+    if need > have:
+        raise InputDataError(
+            f"X has {n_features} features: training keeps about {_DENSE_ARRAYS} dense float64 "
+            f"vectors of that length ({need / 2**30:.3g} GiB), more than this machine's "
+            f"{have / 2**30:.3g} GiB of memory; hash the features into a smaller space")

@@ -36,13 +36,15 @@ __all__ = ["build_report", "collective_rows", "command_of", "rerun_command", "re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from sparcapps.cli_args import make_parser
+    from sparcapps.cli_args import make_parser, output_dir
+    from sparcapps.output_paths import write_with_fallback
 
     p = make_parser("sparc-report", "Turn result records into a Markdown + HTML report with "
                     "tables, figures, environment and the commands to rerun each group of "
                     "figures.")
     p.add_argument("results", nargs="+", help="records files (.jsonl) or directories of them")
-    p.add_argument("-o", "--output", required=True, help="report directory (created)")
+    p.add_argument("-o", "--output", required=True, type=output_dir,
+                   help="report directory (created)")
     p.add_argument("--title", default="SparCML results", help="the report's title")
     p.add_argument("--strict", action="store_true",
                    help="exit non-zero when any line had to be skipped")
@@ -59,7 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    timeout=args.timeout_seconds)
             print(md)
             return 0
-        md, problems = build_report(args.results, args.output, title=args.title)
+        built = {}
+
+        def build(out):
+            built["md"], built["problems"] = build_report(args.results, out, title=args.title)
+
+        write_with_fallback(args.output, build, prog="sparc-report", what="report")
+        md, problems = built["md"], built["problems"]
     except RecordError as exc:
         print(f"sparc-report: {exc}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -114,7 +115,7 @@ def rerun_figure(paths: Sequence[str | Path], figure_id: str, out_dir: str | Pat
             raise ReportError(f"rerun command failed: {exc}") from exc
         if proc.returncode != 0:
             raise ReportError(f"rerun command exited with status {proc.returncode}: "
-                              + " ".join(argv))
+                              + shlex.join(argv))
         ran.append(cmd.with_output(new_records, results=results).line())
     sources = [p for p in (new_records, results) if p.exists()]
     new_recs, _ = read_records(sources) if sources else ([], [])

@@ -205,8 +205,10 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
             # lossless node messages would, so then everything may be dense
             early = codec.quantize_sparse
             result_items = vec.dim if record.writes_out or early else ctx.size * nnz_max
-            slots.ensure(node, _HEAD + codec.message_bound(result_items, vec.dim),
-                         codec.message_bound(vec.dim if early else nnz_max, vec.dim))
+            if not slots.ensure(node, _HEAD + codec.message_bound(result_items, vec.dim),
+                                codec.message_bound(vec.dim if early else nnz_max, vec.dim)):
+                slots = None  # no room in the node's shared memory (agreed in the node)
+        if slots is not None:
             total = _node_reduce_shared(node, slots, vec, codec, intra)
         elif layout.is_leader:
             total = _node_reduce(node, vec, codec)

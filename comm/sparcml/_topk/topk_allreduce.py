@@ -245,7 +245,8 @@ def _one_node(ctx, fields, items, dim, codec) -> _OneNode | None:
         return None
     split = split_region_bytes(ctx.size, items, dim, codec)
     gather = gather_region_bytes(min(ctx.size * items, dim), dim, codec)
-    layout.slots.ensure(layout.node, split + gather, split + gather)
+    if not layout.slots.ensure(layout.node, split + gather, split + gather):
+        return None  # no room in the node's shared memory: messages (agreed, warned once)
     return _OneNode(layout, split, gather)
 
 

@@ -13,6 +13,7 @@ wrapped optimizer; the memory and the step count stay as they are).
 from __future__ import annotations
 
 from .._errors import SparcmlError
+from .._runtime.agreement import raise_everywhere
 
 __all__ = ["state_dict", "load_state_dict", "config"]
 
@@ -36,12 +37,47 @@ def state_dict(opt) -> dict:
 
 
 def load_state_dict(opt, state: dict) -> None:
+    """Load ``state`` on every rank of the optimizer's communicator, or on none (collective).
+
+    Each rank checks its own state and loads it (a snapshot of what it had kept aside); then
+    the ranks agree: when any rank's state does not fit (another rank's residuals, as when
+    every rank loads rank 0's file; other options; another step count than the others'),
+    every rank restores its snapshot and raises the same :class:`SparcmlError` naming the
+    failing ranks, so that no rank goes on alone and the next step cannot hang."""
+    error = None
+    snapshot = None
+    step = -1
+    try:
+        snapshot = _snapshot(opt)
+        step = _load_local(opt, state)
+    except Exception as exc:  # noqa: BLE001 - agreed on below, whatever its class
+        error = exc
+    try:
+        raise_everywhere(opt.comm, error)
+        steps = opt.comm.allgather(step) if opt.size > 1 else [step]
+        if step >= 0 and len(set(steps)) > 1:
+            by_step: dict[int, list[int]] = {}
+            for r, s in enumerate(steps):
+                by_step.setdefault(s, []).append(r)
+            raise SparcmlError(
+                "the ranks loaded states of different steps ("
+                + "; ".join(f"step {s}: rank{'s' if len(rs) > 1 else ''} "
+                            f"{', '.join(map(str, rs))}" for s, rs in sorted(by_step.items()))
+                + "): give every rank its own state from the same checkpoint")
+    except BaseException:
+        if snapshot is not None:
+            _restore(opt, snapshot)
+        raise
+
+
+def _load_local(opt, state) -> int:
+    """Check and load this rank's ``state``; its step count (-1 for a plain optimizer's)."""
     if not isinstance(state, dict):
         raise SparcmlError(f"load_state_dict() takes a dict, got {type(state).__name__}")
     mine = state.get("sparcml")
     if mine is None:  # a plain optimizer's state
         opt.optimizer.load_state_dict(state)
-        return
+        return -1
     if mine.get("config") != config(opt):
         raise SparcmlError(f"the state was saved with {mine.get('config')}, this optimizer "
                            f"has {config(opt)}; use the same options and model")
@@ -57,3 +93,22 @@ def load_state_dict(opt, state: dict) -> None:
     if opt.compression.quantizer is not None:
         opt.compression.quantizer.load_state_dict(mine["quantizer"])
     opt._step = int(mine["step"])
+    return opt._step
+
+
+def _snapshot(opt) -> dict:
+    import copy
+
+    q = opt.compression.quantizer
+    return {"optimizer": copy.deepcopy(opt.optimizer.state_dict()),
+            "memory": copy.deepcopy(opt.compression.memory.state_dict()),
+            "quantizer": None if q is None else copy.deepcopy(q.state_dict()),
+            "step": opt._step}
+
+
+def _restore(opt, snapshot: dict) -> None:
+    opt.optimizer.load_state_dict(snapshot["optimizer"])
+    opt.compression.memory.load_state_dict(snapshot["memory"])
+    if opt.compression.quantizer is not None:
+        opt.compression.quantizer.load_state_dict(snapshot["quantizer"])
+    opt._step = snapshot["step"]
