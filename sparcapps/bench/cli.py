@@ -117,7 +117,7 @@ def auto_note(algorithms) -> str:
     if AUTO not in algorithms:
         return ""
     return (f"; auto: +{tuning.EXPLORING_CALLS} untimed calls that settle its measured "
-            f"choice, sparcml._model.tuning")
+            f"choice")
 
 
 def _fmt_bytes(n: float) -> str:

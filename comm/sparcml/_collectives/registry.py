@@ -5,7 +5,7 @@ public :data:`sparcml.ALGORITHMS`, argparse ``choices=`` and help texts of the C
 messages, the cost model and ``auto``. Adding an algorithm is one module that builds an
 :class:`Algorithm` and calls :func:`register` (see ``sparcml/algorithms/`` for the built-in
 ones). Third-party packages may register theirs on import, or through the entry-point group
-``sparcml._collectives.algorithms`` (each entry point names a module or callable; it is loaded by
+``sparcml.algorithms`` (each entry point names a module or callable; it is loaded by
 :func:`load_plugins`, which the CLIs call).
 
 An algorithm's ``run`` contract (called on every rank of the communicator, after the ranks
@@ -78,7 +78,7 @@ _REGISTRY: dict[str, Algorithm] = {}
 def register(algorithm: Algorithm, *, replace: bool = False) -> Algorithm:
     """Add ``algorithm`` to the registry (``replace=True`` to overwrite one of that name)."""
     if not isinstance(algorithm, Algorithm):
-        raise SparcmlError(f"register() takes a sparcml._collectives.registry.Algorithm, got "
+        raise SparcmlError(f"register() takes a sparcml.Algorithm, got "
                            f"{type(algorithm).__name__}")
     if algorithm.name in _REGISTRY and not replace:
         raise SparcmlError(f"an algorithm named {algorithm.name!r} is already registered; "
@@ -145,7 +145,7 @@ def help_text() -> str:
     return "; ".join(lines)
 
 
-def load_plugins(group: str = "sparcml._collectives.algorithms") -> list[str]:
+def load_plugins(group: str = "sparcml.algorithms") -> list[str]:
     """Import the algorithms other installed packages declare under the entry-point ``group``.
 
     Returns the names of the entry points loaded. A plugin that fails to import raises
