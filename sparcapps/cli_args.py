@@ -33,7 +33,7 @@ __all__ = ["positive_int", "nonnegative_int", "fraction", "algorithm_name", "alg
            "algorithm_help", "make_parser", "HelpFormatter", "ListAction", "BITS_CHOICES",
            "add_bits_argument", "add_checkpoint_every_argument", "add_data_home_argument",
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
-           "output_dir"]
+           "output_dir", "positive_float", "nonnegative_float"]
 
 BITS_CHOICES = (0, 2, 4, 8)
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -189,6 +189,29 @@ def positive_int(text: str) -> int:
 def nonnegative_int(text: str) -> int:
     """argparse type: an integer >= 0."""
     return _int_at_least(text, 0)
+
+
+def _finite_float(text: str, low: float, strict: bool) -> float:
+    import math
+
+    what = f"a finite number {'>' if strict else '>='} {low:g}"
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if not math.isfinite(value) or value < low or (strict and value == low):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (not nan, not inf)."""
+    return _finite_float(text, 0.0, strict=True)
+
+
+def nonnegative_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    return _finite_float(text, 0.0, strict=False)
 
 
 def fraction(text: str) -> float:

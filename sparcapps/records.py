@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import socket
@@ -223,9 +224,23 @@ def append_record(path: str | os.PathLike, record: dict) -> Path:
     """
     from sparcapps.output_paths import write_with_fallback
 
-    line = (json.dumps(record, sort_keys=True, allow_nan=True) + "\n").encode()
+    line = (json.dumps(_json_safe(record), sort_keys=True, allow_nan=False) + "\n").encode()
     return write_with_fallback(path, lambda p: _append_line(p, line),
                                prog=Path(sys.argv[0]).name or "sparcapps", what="record")
+
+
+def _json_safe(obj):
+    """``obj`` with every NaN or infinite float replaced by None: records stay valid JSON
+    (``NaN`` / ``Infinity`` are not JSON, and other readers refuse them)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return _json_safe(obj.item())
+    return obj
 
 
 def _append_line(path: Path, line: bytes) -> None:

@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     from sparcml import ALGORITHMS, DENSE_BASELINE
 
     from sparcapps.cli_args import (add_bits_argument, add_list_argument, algorithm_help,
-                                    algorithm_name, fraction, make_parser, nonnegative_int,
-                                    output_file, positive_int)
+                                    algorithm_name, fraction, make_parser, nonnegative_float,
+                                    nonnegative_int, output_file, positive_int)
 
     from .inputs import PATTERNS
 
@@ -98,7 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="benchmark merge-add (allocating, and into a reused workspace) against "
                         "scipy.sparse instead, in a warm and a fresh allocation history "
                         "(one process)")
-    add_list_argument(p, "--overlap", item_type=float, metavar="COMPUTE_MS",
+    add_list_argument(p, "--overlap", item_type=nonnegative_float, metavar="COMPUTE_MS",
                    help="instead of the sweep: time iallreduce overlapped with this much compute "
                         "(milliseconds; several values allowed), against each alone")
     p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
@@ -454,9 +454,14 @@ def _network_spec(parser, args) -> None:
         ppn = re.search(r",\s*ppn\s*=\s*([1-9][0-9]*)\s*(?:,|$)", spec)
         spec = f"{-(-max(args.simulate) // int(ppn.group(1) if ppn else 1))}x{spec}"
     try:
-        sim.parse_network(spec)
+        net = sim.parse_network(spec)
     except InvalidArgumentError as exc:
         parser.error(f"--network: {exc}")
+    if max(args.simulate) > net.nodes * net.ppn:
+        parser.error(f"--network {net.text} has {net.nodes} nodes x {net.ppn} ranks = "
+                     f"{net.nodes * net.ppn} ranks, fewer than --simulate "
+                     f"{max(args.simulate)}; give more nodes (or leave the node count out: "
+                     f"one rank per node)")
     args.network = spec
 
 
@@ -468,9 +473,9 @@ def main(argv=None) -> int:
     if args.probe_network:
         return run_probe(args)
     if args.network is not None and not args.simulate:
-        raise SystemExit("sparc-bench: --network needs --simulate P [P ...]")
+        parser.error("--network needs --simulate P [P ...]")
     if args.compute_scale != 1.0 and not args.simulate:
-        raise SystemExit("sparc-bench: --compute-scale needs --simulate P [P ...]")
+        parser.error("--compute-scale needs --simulate P [P ...]")
     if args.network is not None:
         _network_spec(parser, args)
     from sparcml import abort_on_error

@@ -28,7 +28,8 @@ __all__ = ["run_simulated_sweep", "add_arguments"]
 
 def add_arguments(p) -> None:
     """The ``--simulate`` options of ``sparc-bench``'s parser ``p``."""
-    from sparcapps.cli_args import add_list_argument, algorithm_name, positive_int
+    from sparcapps.cli_args import (add_list_argument, algorithm_name, positive_float,
+                                    positive_int)
 
     add_list_argument(p, "--simulate", item_type=positive_int, metavar="P",
                       help="instead of timing real ranks: run the sweep on P simulated ranks "
@@ -47,10 +48,10 @@ def add_arguments(p) -> None:
                            "cells too slow to simulate (the split algorithms send P^2 messages)")
     p.add_argument("--model-only-from", type=positive_int, default=1, metavar="P",
                    help="with --model-only: the smallest P modeled only (default 1: every P)")
-    p.add_argument("--sim-memory", type=float, default=8.0, metavar="GIB",
+    p.add_argument("--sim-memory", type=positive_float, default=8.0, metavar="GIB",
                    help="with --simulate: run the dense baseline only while P x N values fit "
                         "in this many GiB (three copies counted); beyond, it is modeled")
-    p.add_argument("--compute-scale", type=float, default=1.0, metavar="FACTOR",
+    p.add_argument("--compute-scale", type=positive_float, default=1.0, metavar="FACTOR",
                    help="with --simulate: multiply the compute measured here by FACTOR (the "
                         "target's cores are FACTOR times slower; or ranks share cores)")
     p.add_argument("--probe-network", action="store_true",

@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true")
     _add_common(p)
 
+    from sparcapps.cli_args import positive_float, positive_int
+
     p = sub.add_parser("synth", help="write a synthetic twin (HDF5, or LIBSVM by suffix)")
     p.add_argument("name", nargs="?",
                    help="catalog name (url, webspam) or preset (url_like, webspam_like); "
@@ -92,12 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True,
                    help="output: .h5/.hdf5 for HDF5, else LIBSVM text (.bz2/.xz/.gz compress)")
     size = p.add_mutually_exclusive_group()
-    size.add_argument("--rows", type=int, help="number of rows")
-    size.add_argument("--scale", type=float,
+    size.add_argument("--rows", type=positive_int, help="number of rows")
+    size.add_argument("--scale", type=positive_float,
                       help="fraction of the catalog's row count (default 0.01)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--features", type=int, help="override the feature count")
-    p.add_argument("--nnz-per-row", type=float, help="mean nonzeros per row")
+    p.add_argument("--features", type=positive_int, help="override the feature count")
+    p.add_argument("--nnz-per-row", type=positive_float, help="mean nonzeros per row")
     p.add_argument("--zipf", type=float, help="power-law exponent of feature frequencies")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
     p.add_argument("--no-progress", action="store_true",

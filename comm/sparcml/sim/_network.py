@@ -76,7 +76,11 @@ def _rate(text: str, what: str, spec: str) -> float:
             f"network spec {spec!r}: {what} must be a rate such as 10gbit, 100mbit or 12.5gB, "
             f"got {text!r}")
     bytes_per_s = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
-    return bytes_per_s / 8 if m.group(3).lower() == "bit" else bytes_per_s
+    bytes_per_s = bytes_per_s / 8 if m.group(3).lower() == "bit" else bytes_per_s
+    if not _MIN_RATE <= bytes_per_s <= _MAX_RATE:  # also nan and inf
+        raise InvalidArgumentError(
+            f"network spec {spec!r}: {what} {text!r} is outside 1 kbit to 1 Pbit per second")
+    return bytes_per_s
 
 
 def _time(text: str, what: str, spec: str) -> float:
@@ -85,7 +89,17 @@ def _time(text: str, what: str, spec: str) -> float:
         raise InvalidArgumentError(
             f"network spec {spec!r}: {what} must be a time such as 2us, 0.5us or 1ms, "
             f"got {text!r}")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _TIME_UNITS[m.group(2)]
+    if not 0.0 <= seconds <= _MAX_TIME:  # also nan and inf (a latency of 400 nines)
+        raise InvalidArgumentError(
+            f"network spec {spec!r}: {what} {text!r} is outside 0 to {_MAX_TIME:g} s")
+    return seconds
+
+
+# what a spec may say: beyond these no modeled time is meaningful (and inf or nan would reach
+# the records as invalid JSON)
+_MIN_RATE, _MAX_RATE = 1e3 / 8, 1e15 / 8
+_MAX_TIME = 60.0
 
 
 def parse_network(spec: str) -> NetworkSpec:
