@@ -408,13 +408,13 @@ def test_sparc_bench_simulate_writes_simulated_records(tmp_path, capsys):
     assert "~" in capsys.readouterr().out
 
 
-def test_sparc_bench_network_needs_simulate():
+def test_sparc_bench_network_needs_simulate(capsys):
     from sparcapps.bench.cli import main
 
-    with pytest.raises(SystemExit, match="--simulate"):
-        main(["--network", "4x1gbit"])
-    with pytest.raises(SystemExit, match="--simulate"):
-        main(["--compute-scale", "2"])
+    for argv in (["--network", "4x1gbit"], ["--compute-scale", "2"]):
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        assert exc.value.code == 2 and "needs --simulate" in capsys.readouterr().err
 
 
 def test_sparc_bench_network_without_node_count_and_bad_spec(tmp_path, capsys):
