@@ -40,7 +40,8 @@ def linear_gradients(count: int, *, batch_size: int = 256, train_rows: int = 50_
     rows = train_rows + count * batch_size
     X, y = make_url_like(rows, seed=seed)
     X = X.tocsr()
-    est = SparseLinearClassifier("log", alpha=alpha, batch_size=batch_size, epochs=1, seed=seed)
+    est = SparseLinearClassifier("log", alpha=alpha, batch_size=batch_size, max_iter=1,
+                                 tol=None, seed=seed)
     est.fit(X[:train_rows], y[:train_rows])
     w, b = est.coef_.ravel(), float(est.intercept_[0])
     dim = X.shape[1] + 1

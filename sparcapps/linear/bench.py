@@ -89,7 +89,8 @@ def _alternate(out, Xtr, ytr, *, epochs, batch_size, loss, alpha, reps) -> None:
         for name in ("ours", "sklearn"):
             if name == "ours":
                 est = SparseLinearClassifier(loss, alpha=alpha, batch_size=batch_size,
-                                             epochs=epochs, comm=MPI.COMM_SELF, seed=rep)
+                                             max_iter=epochs, tol=None, comm=MPI.COMM_SELF,
+                                             seed=rep)
             else:
                 est = SGDClassifier(loss={"log": "log_loss"}.get(loss, loss), alpha=alpha,
                                     max_iter=epochs, tol=None, random_state=rep)
