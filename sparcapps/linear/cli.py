@@ -30,8 +30,9 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     import sparcml
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_data_home_argument, algorithm_help, algorithm_name,
-                                    make_parser, positive_int)
+                                    add_data_home_argument, add_records_output_argument,
+                                    algorithm_help, algorithm_name, make_parser,
+                                    positive_int)
 
     from .data import SYNTH_PRESETS
     from .schedule import SCHEDULES
@@ -84,7 +85,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     c.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
     o = p.add_argument_group("output")
-    o.add_argument("--output", metavar="FILE.jsonl", help="append the result record here")
+    add_records_output_argument(o)
     o.add_argument("--save-model", metavar="FILE.h5", help="write the final model here")
     o.add_argument("--checkpoint", metavar="FILE.h5",
                    help="checkpoint file (default: MODEL.ckpt.h5 beside --save-model, else "
