@@ -202,7 +202,8 @@ def _run(args) -> int:
         d, t = summary["dense_baseline"], summary["topk"]
         print(f"dense / top-k: step time {d['step'] / t['step']:.2f}x, communication alone "
               f"{d['comm'] / t['comm']:.2f}x, exposed wait {d['wait'] / max(t['wait'], 1e-9):.2f}x,"
-              f" bytes {d['bytes'] / t['bytes']:.1f}x", flush=True)
+              f" bytes " + (f"{d['bytes'] / t['bytes']:.1f}x" if t["bytes"] else "- (P = 1: none "
+                            "sent)"), flush=True)
     return 0
 
 
