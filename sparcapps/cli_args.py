@@ -16,9 +16,20 @@ The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_par
 - flags that count say their unit (``--checkpoint-every-steps``, ``--checkpoint-every-epochs``;
   :func:`add_checkpoint_every_argument`, the old ``--checkpoint-every`` kept as an alias);
 - ``--data-home`` wherever data are read (:func:`add_data_home_argument`);
+- one meaning per flag name across the tools (``tests/test_cli_vocabulary.py`` holds the table):
+  ``--topk K`` a count of entries, ``--density`` a fraction in (0, 1], ``--N`` vector
+  dimensions, ``--seed`` an integer seed, ``--reps`` / ``--warmup`` timed / untimed
+  repetitions, ``--output`` what the tool writes, named by its metavar (``FILE.jsonl``: records,
+  appended; :func:`add_records_output_argument`), ``--timeout-seconds``
+  (:func:`add_timeout_argument`); time and size flags name their unit (``--bucket-mb``,
+  ``--chunk-mb``, ``--timeout-seconds``) or say it in the help;
+- a renamed flag keeps its old spelling as a hidden alias that still works and prints one
+  ``PROG: deprecated: --old is now --new`` line (:func:`add_deprecated_alias`);
 - help shows each default once, and none where there is none (:class:`HelpFormatter`);
 - output paths are checked when the command line is read (:func:`output_file`,
   :func:`output_dir`), so that a run never ends in an unwritable path;
+  descriptions are plain text: docstrings' reStructuredText markup is stripped and their
+  paragraphs and ``-`` lists kept (:func:`plain_text`);
 - a usage error is one line, ``PROG: error: MESSAGE (see PROG --help)``, printed once per job
   (rank 0), exit status 2 (:class:`Parser`).
 """
@@ -27,13 +38,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+import textwrap
 
 __all__ = ["positive_int", "nonnegative_int", "fraction", "algorithm_name", "algorithm_list",
            "algorithm_help", "make_parser", "HelpFormatter", "ListAction", "BITS_CHOICES",
            "add_bits_argument", "add_checkpoint_every_argument", "add_data_home_argument",
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
-           "output_dir", "positive_float", "nonnegative_float"]
+           "output_dir", "positive_float", "nonnegative_float", "add_deprecated_alias",
+           "add_timeout_argument", "add_records_output_argument", "plain_text"]
 
 BITS_CHOICES = (0, 2, 4, 8)
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -54,16 +68,63 @@ def deprecation_note(prog: str, message: str) -> None:
         print(f"{prog}: deprecated: {message}", file=sys.stderr, flush=True)
 
 
+_RST_ROLE = re.compile(r":(?:mod|func|class|meth|attr|data|exc|obj|ref|doc):`~?([^`]+)`")
+_RST_LITERAL = re.compile(r"``([^`]+)``")
+
+
+def plain_text(text: str | None) -> str | None:
+    """``text`` (a docstring) without reStructuredText markup: ````x```` and ``:role:`x```
+    become ``x``, a paragraph's closing ``::`` becomes ``:``."""
+    if text is None:
+        return None
+    text = _RST_ROLE.sub(r"\1", text)
+    text = _RST_LITERAL.sub(r"\1", text)
+    return re.sub(r"::(\s*\n)", r":\1", text)
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """``(default: X)`` after an option's help, unless X is None or False (nothing to show; a
-    preset or the app fills it, and the help says so) or the help already names its default."""
+    preset or the app fills it, and the help says so) or the help already names its default.
+    Descriptions keep their paragraphs (blank lines), ``- `` list items and indented blocks
+    (examples); help texts lose reStructuredText markup (:func:`plain_text`)."""
+
+    def _fill_text(self, text, width, indent):
+        blocks = []
+        for para in re.split(r"\n\s*\n", plain_text(text).strip("\n")):
+            lines = para.splitlines()
+            if all(line.startswith("    ") for line in lines):  # a literal block: as is
+                blocks.append("\n".join(indent + line for line in lines))
+                continue
+            items, current = [], []
+            for line in lines:
+                if line.lstrip().startswith("- ") and current:
+                    items.append(current)
+                    current = []
+                current.append(line.strip())
+            items.append(current)
+            filled = []
+            for item in items:
+                joined = " ".join(item)
+                hang = "  " if joined.startswith("- ") else ""
+                filled.append(textwrap.fill(joined, width, initial_indent=indent,
+                                            subsequent_indent=indent + hang,
+                                            break_on_hyphens=False))
+            blocks.append("\n".join(filled))
+        return "\n\n".join(b for b in blocks if b.strip())
+
+    def _split_lines(self, text, width):
+        # a name such as sparc-record-gradients or --checkpoint-every-steps stays whole
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action):
-        text = action.help or ""
+        text = plain_text(action.help or "")
         default = action.default
         if default is None or default is False or default is argparse.SUPPRESS \
                 or "default" in text.lower():
             return text
+        if isinstance(default, (list, tuple)):  # as it is typed: space-separated
+            shown = " ".join(map(str, default)).replace("%", "%%")
+            return f"{text} (default: {shown})"
         return super()._get_help_string(action)
 
 
@@ -82,7 +143,7 @@ def make_parser(prog: str, description: str | None = None, **kwargs) -> argparse
     :class:`HelpFormatter` (unless another ``formatter_class`` is given)."""
     kwargs.setdefault("formatter_class", HelpFormatter)
     kwargs.setdefault("allow_abbrev", False)
-    return Parser(prog=prog, description=description, **kwargs)
+    return Parser(prog=prog, description=plain_text(description), **kwargs)
 
 
 class ListAction(argparse.Action):
@@ -126,11 +187,12 @@ def add_list_argument(parser, *flags, item_type=str, choices=None, **kwargs):
 
 
 class _DeprecatedAlias(argparse.Action):
-    """An old flag name: stores into the new flag's dest and says the new name."""
+    """An old flag name: stores into the new flag's dest (a one-item list where the new flag
+    takes a list) and says the new name."""
 
-    def __init__(self, option_strings, dest, new_flag, type=None, **kwargs):
+    def __init__(self, option_strings, dest, new_flag, type=None, as_list=False, **kwargs):
         super().__init__(option_strings, dest, nargs=1, help=argparse.SUPPRESS, **kwargs)
-        self.new_flag, self.convert = new_flag, type
+        self.new_flag, self.convert, self.as_list = new_flag, type, as_list
 
     def __call__(self, parser, namespace, values, option_string=None):
         deprecation_note(parser.prog, f"{option_string} is now {self.new_flag}")
@@ -140,7 +202,49 @@ class _DeprecatedAlias(argparse.Action):
                 value = self.convert(value)
             except (argparse.ArgumentTypeError, ValueError) as exc:
                 raise argparse.ArgumentError(self, str(exc) or f"invalid value {value!r}")
-        setattr(namespace, self.dest, value)
+        setattr(namespace, self.dest, [value] if self.as_list else value)
+
+
+def add_deprecated_alias(parser, old: str, new: argparse.Action):
+    """``old`` (a flag users may have in scripts) as a hidden alias of the option ``new`` (the
+    action ``add_argument`` returned): it stores the same value (converted by ``new``'s type
+    and choices) and prints ``PROG: deprecated: OLD is now NEW`` once per job."""
+    as_list = isinstance(new, ListAction)
+    convert = new.item_type if as_list else new.type
+    choices = new.item_choices if as_list else new.choices
+
+    def checked(text):
+        value = convert(text) if convert is not None else text
+        if choices is not None and value not in choices:
+            raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from "
+                                             f"{', '.join(map(str, choices))})")
+        return value
+
+    return parser.add_argument(old, action=_DeprecatedAlias, dest=new.dest,
+                               new_flag=new.option_strings[-1], type=checked, as_list=as_list)
+
+
+def add_timeout_argument(parser, *, default: float | None, what: str, old: str | None = None):
+    """``--timeout-seconds SECONDS``: a limit in seconds on ``what``; ``old`` (e.g.
+    ``--timeout``) a deprecated alias."""
+    action = parser.add_argument("--timeout-seconds", type=positive_float, default=default,
+                                 metavar="SECONDS", help=f"limit in seconds on {what}")
+    if old:
+        add_deprecated_alias(parser, old, action)
+    return action
+
+
+def add_records_output_argument(parser, *, per: str = "run", default: str | None = None,
+                                default_text: str = ""):
+    """``--output FILE.jsonl``: append one JSON record per ``per`` to this file (the records of
+    :mod:`sparcapps.records`, which ``sparc-report`` reads), checked writable when the command
+    line is read (:func:`output_file`); ``default`` is used without the flag (None: nothing
+    is written), ``default_text`` says what happens then when it is not the path itself."""
+    shown = default_text or default
+    note = f" (default: {shown})" if shown else ""
+    return parser.add_argument("--output", metavar="FILE.jsonl", type=output_file,
+                               default=default,
+                               help=f"append one JSON record per {per} to this file{note}")
 
 
 def add_bits_argument(parser, *, default: int = 0, what: str = "dense messages"):

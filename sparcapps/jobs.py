@@ -381,7 +381,8 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sparcapps.cli_args import HelpFormatter, add_list_argument, make_parser, positive_int
+    from sparcapps.cli_args import (HelpFormatter, add_list_argument, add_timeout_argument,
+                                    make_parser, positive_int)
 
     p = make_parser(
         "sparc-jobs", "Submit sweeps of the jobs/*.sbatch templates; run a job "
@@ -411,11 +412,12 @@ def _parser() -> argparse.ArgumentParser:
                         "template's ./results); Slurm logs go there too")
     s.add_argument("--dry-run", action="store_true", help="print the sbatch commands only")
     s.add_argument("--wait", action="store_true", help="wait for the jobs and print their states")
-    s.add_argument("--timeout", type=float, default=24 * 3600, help="for --wait, seconds")
+    add_timeout_argument(s, default=24 * 3600, what="--wait", old="--timeout")
 
     r = sub.add_parser("run", help="run a command; a failure appends a failed record",
                        **common)
-    r.add_argument("--output", required=True, help="the records file the command appends to")
+    r.add_argument("--output", required=True, metavar="FILE.jsonl",
+                   help="the records file the command appends to (a failure appends one)")
     r.add_argument("--app", default=None, help="app name for the failure record")
     r.add_argument("--script-args", default=None, metavar="'ARGS'",
                    help="inside a template: its own arguments, shell-quoted (--script-args="
@@ -423,8 +425,8 @@ def _parser() -> argparse.ArgumentParser:
                         "when it was not submitted by sparc-jobs sweep")
 
     w = sub.add_parser("wait", help="wait for Slurm jobs to leave the queue", **common)
-    w.add_argument("job_ids", nargs="+")
-    w.add_argument("--timeout", type=float, default=24 * 3600, help="seconds")
+    w.add_argument("job_ids", nargs="+", help="Slurm job ids")
+    add_timeout_argument(w, default=24 * 3600, what="the wait", old="--timeout")
     return p
 
 
@@ -471,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     os.environ.pop("SPARC_SUBMIT_SWEEP", None)
             return run_recorded(rest, args.output, app=args.app)
         if args.cmd == "wait":
-            return _print_states(wait_jobs(args.job_ids, timeout=args.timeout))
+            return _print_states(wait_jobs(args.job_ids, timeout=args.timeout_seconds))
         ours = [a for a in rest if a in ("--dry-run", "--wait")]
         if ours:
             raise ValueError(f"{ours[0]} after '--' would go to the app, not to sparc-jobs; "
@@ -506,7 +508,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for job in submit(jobs, env=env, sweep_command=sweep_line):
             print(f"{job.job_id}\t{job.nodes}\t{job.algorithms or '-'}", flush=True)
         if args.wait:
-            return _print_states(wait_jobs([j.job_id for j in jobs], timeout=args.timeout))
+            return _print_states(wait_jobs([j.job_id for j in jobs],
+                                           timeout=args.timeout_seconds))
         return 0
     except (ValueError, SlurmError, TimeoutError) as exc:
         print(f"sparc-jobs: {exc}", file=sys.stderr)

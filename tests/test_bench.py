@@ -158,9 +158,9 @@ def test_compress_bench_times_every_variant_on_a_small_input(capsys):
         assert r["ratio"] == pytest.approx(200_000 / r["bytes"])
     t = compress_bench.bench_topk(n=50_000, density=0.01, reps=1)
     assert t["k"] == 500 and t["kernel_s"] > 0 and t["argpartition_s"] > 0
-    compress_bench.main(["--n", "20000", "--reps", "1"])
+    compress_bench.main(["--N", "20000", "--reps", "1"])
     out = capsys.readouterr().out
-    assert "streaming ms" in out and "TopK, 20000 float32 values, k = 200" in out
+    assert "streaming ms" in out and "TopK, 20000 float32 values, density 0.01, k = 200" in out
 
 
 def _bench_record(P, algorithm, median_s, ran=None, predicted_s=None):

@@ -16,7 +16,8 @@ from unittest import mock
 
 import pytest
 
-from sparcapps.cli_args import BITS_CHOICES, ListAction
+from sparcapps.cli_args import (BITS_CHOICES, ListAction, add_data_home_argument,
+                                algorithm_name, fraction, nonnegative_int, positive_int)
 from sparcapps.entry import SCRIPTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -200,7 +201,14 @@ def test_the_docs_have_commands():
 
 
 @pytest.mark.parametrize("prog,argv", DOCUMENTED)
-def test_documented_command_parses(prog, argv):
+def test_documented_command_parses(prog, argv, capsys):
+    """Each documented command parses, in the vocabulary's spelling (no deprecation note)."""
+    _parses(prog, argv)
+    err = capsys.readouterr().err
+    assert "deprecated" not in err, err
+
+
+def _parses(prog, argv):
     assert prog in SCRIPTS, f"{prog} is not a console script"
     parser = parser_of(prog)
     if prog == "sparc-jobs":
@@ -223,3 +231,273 @@ def test_documented_command_parses(prog, argv):
             parser_of(app).parse_args(app_argv)
         return
     parser.parse_args(argv)
+
+
+# -- one meaning per flag name (issue 23) -----------------------------------------------------
+
+def _walk(prog):
+    """``(path, parser)`` of ``prog``'s parser and its subcommands' (path: the subcommand
+    words that reach it)."""
+    def go(parser, path):
+        yield path, parser
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from go(sub, path + [name])
+    yield from go(parser_of(prog), [])
+
+
+def _visible(parser):
+    return [a for a in parser._actions if a.help != argparse.SUPPRESS]
+
+
+def _type_of(action):
+    return action.item_type if isinstance(action, ListAction) else action.type
+
+
+def _data_home_help():
+    p = argparse.ArgumentParser()
+    return add_data_home_argument(p).help
+
+
+# flag -> (what it means, a check of the action); every tool that has the flag must pass it
+CANONICAL = {
+    "--topk": ("a count K of entries kept (a fraction is --density)",
+               lambda a: _type_of(a) in (positive_int, nonnegative_int) and a.metavar == "K"),
+    "--density": ("a fraction in (0, 1] of the values", lambda a: _type_of(a) is fraction),
+    "--N": ("vector dimensions, a list", lambda a: isinstance(a, ListAction)
+            and a.item_type is positive_int),
+    "--seed": ("an integer seed", lambda a: _type_of(a) in (int, nonnegative_int)),
+    "--timeout-seconds": ("a limit in seconds", lambda a: a.metavar == "SECONDS"
+                          and "seconds" in a.help),
+    "--data-home": ("where data sets live", lambda a: a.help == _data_home_help()),
+    "--output": ("what the tool writes, named by its metavar; records are appended",
+                 lambda a: a.metavar in ("FILE.jsonl", "DIR", "FILE.h5", "FILE.npz", "FILE")
+                 and (a.metavar != "FILE.jsonl" or "append" in a.help)),
+    "--reps": ("timed repetitions", lambda a: a.type is positive_int
+               and "repetitions" in a.help),
+    "--warmup": ("untimed repetitions", lambda a: a.type is nonnegative_int
+                 and "untimed repetitions" in a.help),
+    "--batch-size": ("rows/examples per rank per step", lambda a: a.type is positive_int),
+    "--epochs": ("passes over the data", lambda a: a.type is positive_int),
+    "--algorithm": ("one registered algorithm", lambda a: a.type is algorithm_name),
+    "--algorithms": ("registered algorithms, a list",
+                     lambda a: _type_of(a) is algorithm_name or a.dest == "algorithms"
+                     and isinstance(a, argparse._AppendAction)),
+    "--tol": ("SGDClassifier's tol", lambda a: a.type is float),
+}
+
+# headers that are labels or counts: their unit is what they name
+LABEL_COLUMNS = {"N", "P", "algorithm", "pattern", "config", "kernel", "history", "network",
+                 "backend", "fastest", "auto ran", "name", "task", "rows", "features", "nnz",
+                 "nnz per row", "indices", "max index"}
+_HEADER_UNIT = re.compile(r"\bms\b|\bs\b|\bus\b|\bB\b|KiB|MiB|GiB|bytes|/|\(x\)|%|\bshare\b|"
+                          r"density")
+_FLAG_UNIT = re.compile(r"\b(seconds?|ms|milliseconds|minutes|us|MiB|GiB|KiB|MB|GB|bytes|"
+                        r"values|rows|examples|entries)\b", re.I)
+_TIME_OR_SIZE = re.compile(r"timeout|time|latency|duration|interval|delay|memory|size|bytes|"
+                           r"-mb$|-gb$")
+_RST = re.compile(r"``|:(mod|func|class|meth|attr|data|exc):`")
+
+
+def test_every_console_script_is_checked():
+    import tomllib
+
+    scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
+    assert set(scripts) == set(SCRIPTS), set(scripts) ^ set(SCRIPTS)
+
+
+# other spellings of the vocabulary's flags (hidden deprecated aliases aside)
+SYNONYMS = {"--n": "--N", "--timeout": "--timeout-seconds", "--workdir": "--synth-cache",
+            "--data-dir": "--data-home", "--out": "--output", "--outdir": "--output"}
+
+
+@pytest.mark.parametrize("prog", VOCABULARY)
+def test_one_meaning_per_flag(prog):
+    for _, p in _walk(prog):
+        for action in _visible(p):
+            for flag in action.option_strings:
+                assert flag not in SYNONYMS, f"{p.prog} {flag}: the vocabulary says " \
+                                             f"{SYNONYMS[flag]}"
+                if flag in CANONICAL:
+                    meaning, ok = CANONICAL[flag]
+                    assert ok(action), f"{p.prog} {flag}: the vocabulary's {flag} is {meaning}"
+
+
+@pytest.mark.parametrize("prog", VOCABULARY)
+def test_units_and_help_text(prog):
+    for _, p in _walk(prog):
+        for action in _visible(p):
+            if isinstance(action, argparse._SubParsersAction):
+                continue  # its subcommands have their help
+            where = f"{p.prog} {'/'.join(action.option_strings) or action.dest}"
+            assert action.help, f"{where}: no help"
+            for flag in action.option_strings:
+                name = flag.lstrip("-")
+                if _TIME_OR_SIZE.search(name):
+                    assert _FLAG_UNIT.search(name.replace("-", " ")) or \
+                        re.search(r"-(mb|gb|seconds|ms)$", name) or \
+                        _FLAG_UNIT.search(action.help) or \
+                        _FLAG_UNIT.search(str(action.metavar or "")), \
+                        f"{where}: a time or size without its unit in the name or the help"
+        text = p.format_help()
+        assert not _RST.search(text), f"{p.prog} --help: reStructuredText markup " \
+                                      f"{_RST.search(text).group(0)!r}"
+        assert "python -m sparcapps" not in text, f"{p.prog} --help: name the console script"
+
+
+def _tool_refs(text):
+    """``(tool, flag)`` for each ``sparc-x [sub] --flag`` in ``text`` (flag None if none)."""
+    for m in re.finditer(r"\b(sparc-[a-z]+(?:-[a-z]+)*)\b((?:\s+[a-z]+)?)(\s+--[a-z][a-z-]*)?",
+                         text):
+        yield m.group(1), (m.group(3) or "").strip() or None
+
+
+def _flags_of(prog):
+    return {s for _, p in _walk(prog) for a in p._actions for s in a.option_strings}
+
+
+@pytest.mark.parametrize("prog", VOCABULARY)
+def test_help_names_real_tools_and_their_flags(prog):
+    """A tool's help that names another tool (or itself) names a console script and, with a
+    flag, one that tool has: no help text left behind by a rename or copied from elsewhere."""
+    for _, p in _walk(prog):
+        text = " ".join(p.format_help().split())
+        for tool, flag in _tool_refs(text):
+            assert tool in SCRIPTS, f"{p.prog} --help names {tool}, not a console script"
+            if flag is not None:
+                assert flag in _flags_of(tool), f"{p.prog} --help: {tool} has no {flag}"
+
+
+def test_no_help_copied_across_tools():
+    """The same flag with the same help in two tools is either one of the vocabulary's flags
+    (defined once) or the same option of the same kind of tool (the linear apps, the deep
+    apps); anything else is help carried over from another tool (sparc-bench-overlap
+    --tolerance read like sparc-bench-auto's)."""
+    families = [{"sparc-linear", "sparc-logreg", "sparc-svm", "sparc-linear-bench",
+                 "sparc-linear-compare"}, {"sparc-cnn", "sparc-lstm"}, {"sparc-data"}]
+    seen = {}
+    for prog in VOCABULARY:
+        for _, p in _walk(prog):
+            for action in _visible(p):
+                for flag in action.option_strings:
+                    if flag in CANONICAL or flag in ("-h", "--help"):
+                        continue
+                    seen.setdefault((flag, action.help), set()).add(prog)
+    for (flag, _), progs in seen.items():
+        if len(progs) > 1:
+            # options of the same meaning in training and benchmark tools alike
+            assert any(progs <= f for f in families) or flag in (
+                "--quantize-sparse", "--no-progress", "--bucket-mb"), \
+                f"{flag}: the same help in {sorted(progs)}"
+
+
+def _module_files(prog):
+    """The source files of ``prog``'s main module and the sibling modules it imports."""
+    module = importlib.import_module(SCRIPTS[prog].split(":")[0])
+    path = Path(module.__file__)
+    files = [path]
+    for sibling in re.findall(r"from \.(\w+) import", path.read_text()):
+        if (path.parent / f"{sibling}.py").exists():
+            files.append(path.parent / f"{sibling}.py")
+    return files
+
+
+def _printed_headers(prog):
+    """The literal table headers ``prog`` prints (``{'header':>8}`` in an f-string)."""
+    out = set()
+    for f in _module_files(prog):
+        for h in re.findall(r"\{'([^'{}]*)':[<>^]?\d*s?\}", f.read_text()):
+            if h.strip(" -") and not h.startswith("("):  # '(...)': a note under a header
+                out.add(h)
+    return out
+
+
+@pytest.mark.parametrize("prog", VOCABULARY)
+def test_table_columns_have_units(prog):
+    for h in _printed_headers(prog):
+        assert h in LABEL_COLUMNS or _HEADER_UNIT.search(h), \
+            f"{prog} prints a column {h!r} without its unit"
+
+
+@pytest.mark.parametrize("prog", VOCABULARY)
+def test_help_points_at_printed_columns(prog):
+    headers = _printed_headers(prog)
+    for _, p in _walk(prog):
+        text = " ".join(p.format_help().split())
+        for name in re.findall(r"['\"]([^'\"]+)['\"] column|column ['\"]([^'\"]+)['\"]", text):
+            name = name[0] or name[1]
+            assert name in headers, f"{p.prog} --help points at a column {name!r} that it " \
+                                    f"does not print ({sorted(headers)})"
+
+
+# -- renamed flags: the old spelling still works, with one line ------------------------------
+
+# the arguments a parser needs besides the flag (required options, a subcommand)
+_BASE = {"sparc-record-gradients": ["cnn", "--output", "x.npz"],
+         "sparc-linear": ["--synth", "url"], "sparc-logreg": ["--synth", "url"],
+         "sparc-svm": ["--synth", "url"], "sparc-data fetch": ["url"],
+         "sparc-jobs wait": ["1"], "sparc-jobs sweep": ["t.sbatch", "--nodes", "1"]}
+_VALUE = {"--n": "1000", "--topk": "0.05", "--timeout": "5", "--workdir": "/tmp/x",
+          "--checkpoint-every": "3"}
+
+
+def _aliases():
+    out = []
+    for prog in VOCABULARY:
+        for path, p in _walk(prog):
+            for a in p._actions:
+                if type(a).__name__ == "_DeprecatedAlias":
+                    out.append(pytest.param(prog, path, a.option_strings[0], a.new_flag,
+                                            id=f"{' '.join([prog, *path])} {a.option_strings[0]}"))
+    return out
+
+
+ALIASES = _aliases()
+
+
+def test_the_renames_have_aliases():
+    got = {(prog, old, new) for prog, _, old, new in (a.values for a in ALIASES)}
+    assert {("sparc-bench-compress", "--n", "--N"),
+            ("sparc-record-gradients", "--topk", "--density"),
+            ("sparc-data", "--timeout", "--timeout-seconds"),
+            ("sparc-jobs", "--timeout", "--timeout-seconds"),
+            ("sparc-data-bench", "--workdir", "--synth-cache")} <= got, got
+
+
+@pytest.mark.parametrize("prog,path,old,new", ALIASES)
+def test_deprecated_alias_works_and_says_so(prog, path, old, new, capsys):
+    parser = parser_of(prog)
+    base = path + _BASE.get(" ".join([prog, *path]), _BASE.get(prog, []) if not path else [])
+    value = _VALUE[old]
+    with_old = parser.parse_args(base + [old, value])
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"{' '.join([prog, *path])}: deprecated: {old} is now {new}"], err
+    with_new = parser.parse_args(base + [new, value])
+    assert vars(with_old) == vars(with_new)
+    assert capsys.readouterr().err == ""
+
+
+def _doc_lines():
+    """Each line of README.md, jobs/README.md, BENCHMARKS.md and the sbatch templates."""
+    files = [REPO / "README.md", REPO / "jobs" / "README.md", REPO / "BENCHMARKS.md",
+             *sorted((REPO / "jobs").glob("*.sbatch"))]
+    for f in files:
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            yield f"{f.relative_to(REPO)}:{n}", line
+
+
+def test_docs_use_no_renamed_flag():
+    """No line of the docs or templates runs a tool with a flag it renamed."""
+    modules = {SCRIPTS[p].split(":")[0]: p for p in SCRIPTS}
+    old_of = {}
+    for prog, _, old, _ in (a.values for a in ALIASES):
+        old_of.setdefault(prog, set()).add(old)
+    bad = []
+    for where, line in _doc_lines():
+        for m in re.finditer(r"(sparc-[a-z]+(?:-[a-z]+)*|python -m ([\w.]+))(.*)", line):
+            prog = m.group(1) if not m.group(2) else modules.get(m.group(2))
+            for old in old_of.get(prog, ()):
+                if re.search(rf"(^|\s){re.escape(old)}(\s|=|$|`)", m.group(3)):
+                    bad.append(f"{where}: {prog} {old}")
+    assert not bad, bad

@@ -142,7 +142,8 @@ def test_schedules_per_sample_and_batch():
 def test_batch_of_one_is_sgdclassifier(small, loss, learning_rate):
     """batch_size=1, no shuffling: scikit-learn's per-sample update (float32 gradient aside)."""
     X, y = small[0][:300], small[1][:300]
-    ours = SparseLinearClassifier(loss, alpha=1e-4, batch_size=1, epochs=2, shuffle=False,
+    ours = SparseLinearClassifier(loss, alpha=1e-4, batch_size=1, max_iter=2, tol=None,
+                                  shuffle=False,
                                   learning_rate=learning_rate, eta0=0.05).fit(X, y)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -211,7 +212,7 @@ def test_direct_path_step_by_step_is_bitwise_the_whole_epoch(small):
             return False
 
     X, y = small[0], small[1]
-    kw = dict(alpha=1e-4, batch_size=100, epochs=3, seed=1)
+    kw = dict(alpha=1e-4, batch_size=100, max_iter=3, tol=None, seed=1)
     whole = SparseLinearClassifier("hinge", **kw).fit(X, y)
     stepped = SparseLinearClassifier("hinge", **kw).fit(X, y, monitor=Watch())
     assert Watch.steps == 3 * 12
@@ -263,9 +264,9 @@ def test_global_batches_do_not_depend_on_P(shuffle):
 
 def test_sklearn_contract(small):
     Xtr, ytr, Xte, yte = small
-    clf = SparseLinearClassifier("hinge", alpha=1e-3, batch_size=32, epochs=3)
+    clf = SparseLinearClassifier("hinge", alpha=1e-3, batch_size=32, max_iter=3, tol=None)
     assert clone(clf).get_params() == clf.get_params()
-    assert clf.set_params(epochs=2) is clf and clf.epochs == 2
+    assert clf.set_params(max_iter=2) is clf and clf.max_iter == 2
     labels = np.where(ytr > 0, "spam", "ham")
     assert clf.fit(Xtr, labels) is clf
     assert list(clf.classes_) == ["ham", "spam"] and clf.coef_.shape == (1, 4000)
@@ -275,7 +276,8 @@ def test_sklearn_contract(small):
     assert clf.score(Xte, np.where(yte > 0, "spam", "ham")) > 0.7
     np.testing.assert_allclose(clf.decision_function(Xte.toarray()), clf.decision_function(Xte))
     assert not hasattr(clf, "predict_proba")
-    logreg = SparseLinearClassifier("log", batch_size=32, epochs=1).fit(Xtr, (ytr > 0) * 1)
+    logreg = SparseLinearClassifier("log", batch_size=32, max_iter=1, tol=None).fit(
+        Xtr, (ytr > 0) * 1)
     proba = logreg.predict_proba(Xte)
     assert proba.shape == (Xte.shape[0], 2) and np.allclose(proba.sum(axis=1), 1)
     import pickle
@@ -307,13 +309,19 @@ def test_bad_parameters_and_labels(small):
 
 def test_tol_and_convergence_warning(small):
     X, y = small[0], small[1]
-    with pytest.warns(ConvergenceWarning, match="Maximum number of epochs"):
-        SparseLinearClassifier(epochs=2, tol=1e-3).fit(X, y)
+    with pytest.warns(ConvergenceWarning, match=r"Maximum number of epochs \(max_iter=2\)"):
+        SparseLinearClassifier(max_iter=2).fit(X, y)  # tol=1e-3, as SGDClassifier
     with warnings.catch_warnings():
         warnings.simplefilter("error", ConvergenceWarning)
-        SparseLinearClassifier(epochs=2).fit(X, y)  # tol=None: no warning
-        stopped = SparseLinearClassifier(epochs=50, tol=1e9, n_iter_no_change=2).fit(X, y)
+        SparseLinearClassifier(max_iter=2, tol=None).fit(X, y)  # tol=None: no warning
+        stopped = SparseLinearClassifier(max_iter=50, tol=1e9, n_iter_no_change=2).fit(X, y)
     assert stopped.n_iter_ == 3  # epoch 1 sets the best loss, 2 and 3 do not improve
+    # the rule watches the objective (as SGDClassifier's in scikit-learn 1.9: loss + L2 term),
+    # the "loss" of history_: stopping happens where it stops improving by tol
+    run = SparseLinearClassifier(max_iter=200, n_iter_no_change=3).fit(X, y)
+    losses = [h["loss"] for h in run.history_]
+    assert run.n_iter_ < 200
+    assert min(losses[-3:]) > min(losses[:-3]) - 1e-3
 
 
 # -- files -------------------------------------------------------------------------------------
@@ -324,14 +332,14 @@ def test_class_weight_survives_a_model_file(small, tmp_path, class_weight):
     strings: {0: 3.0} came back as {"0": 3.0}, weighing no class); NumPy keys are saved."""
     Xtr, ytr, Xte, _ = small
     labels = (ytr > 0).astype(np.int64)
-    clf = SparseLinearClassifier("log", batch_size=64, epochs=1,
+    clf = SparseLinearClassifier("log", batch_size=64, max_iter=1, tol=None,
                                  class_weight=class_weight).fit(Xtr, labels)
     save_model(clf, tmp_path / "m.h5")
     back = load_model(tmp_path / "m.h5")
     assert back.class_weight == {int(k): v for k, v in class_weight.items()}
     assert all(type(k) is int for k in back.class_weight)
     refit = back.set_params(warm_start=False).fit(Xtr, labels)
-    again = SparseLinearClassifier("log", batch_size=64, epochs=1,
+    again = SparseLinearClassifier("log", batch_size=64, max_iter=1, tol=None,
                                    class_weight=class_weight).fit(Xtr, labels)
     assert np.array_equal(refit.coef_, again.coef_)
     save_checkpoint(tmp_path / "c.h5", clf, clf._state, partials=[], global_batch=64,
@@ -341,7 +349,7 @@ def test_class_weight_survives_a_model_file(small, tmp_path, class_weight):
 
 def test_model_and_checkpoint_roundtrip(small, tmp_path):
     Xtr, ytr, Xte, _ = small
-    clf = SparseLinearClassifier("log", batch_size=64, epochs=1).fit(Xtr, ytr)
+    clf = SparseLinearClassifier("log", batch_size=64, max_iter=1, tol=None).fit(Xtr, ytr)
     save_model(clf, tmp_path / "m.h5")
     back = load_model(tmp_path / "m.h5")
     assert np.array_equal(back.coef_, clf.coef_) and back.get_params() == clf.get_params()
@@ -383,7 +391,8 @@ def test_url_like_accuracy_close_to_sgdclassifier():
     X, y = make_url_like(6000, seed=2, features=20000)
     Xtr, ytr, Xte, yte = X[:5000], y[:5000], X[5000:], y[5000:]
     for loss in ("log", "hinge"):
-        ours = SparseLinearClassifier(loss, alpha=1e-3, batch_size=64, epochs=5).fit(Xtr, ytr)
+        ours = SparseLinearClassifier(loss, alpha=1e-3, batch_size=64, max_iter=5,
+                                      tol=None).fit(Xtr, ytr)
         theirs = np.mean([sklearn_accuracy(Xtr, ytr, Xte, yte, loss=loss, alpha=1e-3, epochs=5,
                                            seed=s) for s in range(3)])
         assert ours.score(Xte, yte) >= theirs - 0.02, (loss, ours.score(Xte, yte), theirs)
@@ -415,3 +424,14 @@ def test_bench_script_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "best sparse: ssar_recursive_double" in out and "comm share" in out
     assert (tmp_path / "b.jsonl").read_text().count("\n") == 2  # dense + the sparse one
+
+
+def test_model_file_params_before_max_iter():
+    """A model file written before ``max_iter`` holds ``epochs`` (tol None): read as max_iter,
+    so a loaded estimator refits as it was trained (no deprecation)."""
+    from sparcapps.linear.io import params_from_json
+
+    assert params_from_json('{"epochs": 5, "tol": null, "alpha": 0.001}') == \
+        {"max_iter": 5, "tol": None, "alpha": 0.001}
+    assert params_from_json('{"max_iter": 7, "tol": 0.001, "epochs": null}') == \
+        {"max_iter": 7, "tol": 0.001, "epochs": None}

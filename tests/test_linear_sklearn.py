@@ -18,22 +18,62 @@ from sparcapps.data import make_url_like
 from sparcapps.linear import NotBinaryError, SparseLinearClassifier
 
 
+# the two checks that SGDClassifier fails too (test_sgdclassifier_fails_the_same_checks): a
+# minibatch SGD whose sample counter drives the learning rate takes other steps when rows are
+# repeated instead of weighted (equal in expectation, not in value)
+_SGD_ALSO_FAILS = ("check_sample_weight_equivalence_on_dense_data",
+                   "check_sample_weight_equivalence_on_sparse_data")
+
+
 def _expected_failed_checks(estimator):
-    # the same two checks that scikit-learn expects SGDClassifier to fail: a minibatch SGD
-    # whose sample counter drives the learning rate takes other steps when rows are repeated
-    # instead of weighted (equal in expectation, not in value)
     reason = "sample_weight is not equivalent to removing/repeating samples (as SGDClassifier)"
-    return {"check_sample_weight_equivalence_on_dense_data": reason,
-            "check_sample_weight_equivalence_on_sparse_data": reason}
+    return dict.fromkeys(_SGD_ALSO_FAILS, reason)
 
 
-# The checked instances: scikit-learn's checks run SGDClassifier with max_iter=1000 where they
-# need a converged fit (check_class_weight_classifiers); epochs and batch_size play that role.
-@parametrize_with_checks([SparseLinearClassifier(batch_size=8, epochs=20),
-                          SparseLinearClassifier("hinge", batch_size=8, epochs=20)],
+# The defaults, as scikit-learn's checks see them: SGDClassifier's stopping rule (max_iter=1000,
+# tol=1e-3 on the objective, n_iter_no_change) lets check_class_weight_classifiers' 50-row fit
+# converge; with the old fixed 5 epochs it was 5 steps and failed
+@parametrize_with_checks([SparseLinearClassifier(), SparseLinearClassifier("hinge")],
                          expected_failed_checks=_expected_failed_checks)
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_sgdclassifier_fails_the_same_checks():
+    """What is expected to fail here fails for SGDClassifier at its defaults too."""
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(SGDClassifier(), on_fail=None)
+    failed = {r["check_name"] for r in results if r["status"] == "failed"}
+    assert set(_SGD_ALSO_FAILS) <= failed, failed
+
+
+def test_class_weight_check_needs_the_stopping_rule():
+    """check_class_weight_classifiers at the defaults passes by the stopping rule: the same
+    fit limited to 5 epochs (the old default) does not."""
+    from sklearn.utils.estimator_checks import check_class_weight_classifiers
+
+    check_class_weight_classifiers("SparseLinearClassifier", SparseLinearClassifier())
+    with pytest.raises(AssertionError):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            check_class_weight_classifiers("SparseLinearClassifier",
+                                           SparseLinearClassifier(epochs=5))
+
+
+def test_deprecated_epochs_is_max_iter_without_tol(data):
+    """``epochs=E`` (deprecated) runs exactly E epochs as it did, with a FutureWarning."""
+    X, y, _ = data
+    with pytest.warns(FutureWarning, match="epochs is deprecated: write max_iter=3, tol=None"):
+        old = SparseLinearClassifier(batch_size=64, epochs=3).fit(X, y)
+    new = SparseLinearClassifier(batch_size=64, max_iter=3, tol=None).fit(X, y)
+    assert old.n_iter_ == 3 and np.array_equal(old.coef_, new.coef_)
+    with pytest.warns(FutureWarning, match="max_iter=50, tol=1000000000.0"):
+        stopped = SparseLinearClassifier(batch_size=64, epochs=50, tol=1e9,
+                                         n_iter_no_change=2).fit(X, y)
+    assert stopped.n_iter_ == 3
 
 
 def test_multiclass_is_refused_by_name_and_works_one_vs_rest():
@@ -41,7 +81,7 @@ def test_multiclass_is_refused_by_name_and_works_one_vs_rest():
     y3 = np.arange(600) % 3
     with pytest.raises(NotBinaryError, match="Only binary classification is supported"):
         SparseLinearClassifier().fit(X, y3)
-    ovr = OneVsRestClassifier(SparseLinearClassifier(epochs=2)).fit(X, y3)
+    ovr = OneVsRestClassifier(SparseLinearClassifier(max_iter=2, tol=None)).fit(X, y3)
     assert ovr.predict(X).shape == (600,) and set(ovr.classes_) == {0, 1, 2}
 
 
@@ -58,7 +98,8 @@ def _sgd(**kw):
 
 
 def _ours(**kw):
-    return SparseLinearClassifier("log", alpha=1e-4, batch_size=1, epochs=2, shuffle=False,
+    return SparseLinearClassifier("log", alpha=1e-4, batch_size=1, max_iter=2, tol=None,
+                                  shuffle=False,
                                   learning_rate="invscaling", eta0=0.05, **kw)
 
 
@@ -84,8 +125,8 @@ def test_weights_are_sgdclassifiers(data, class_weight):
 
 def test_unit_weights_are_bitwise_no_weights(data):
     X, y, _ = data
-    a = SparseLinearClassifier(batch_size=32, epochs=2).fit(X, y)
-    b = SparseLinearClassifier(batch_size=32, epochs=2, class_weight={1.0: 1.0}).fit(
+    a = SparseLinearClassifier(batch_size=32, max_iter=2, tol=None).fit(X, y)
+    b = SparseLinearClassifier(batch_size=32, max_iter=2, tol=None, class_weight={1.0: 1.0}).fit(
         X, y, sample_weight=np.ones(X.shape[0]))
     assert np.array_equal(a.coef_, b.coef_) and np.array_equal(a.intercept_, b.intercept_)
 
@@ -118,14 +159,11 @@ def test_weight_errors(data):
         SparseLinearClassifier(class_weight="balanced").partial_fit(X, y)
 
 
-def test_readme_names_the_checked_instance_and_the_expected_failures():
-    """README's check_estimator claim says which instance passes and what is expected to fail
-    (a plain ``check_estimator(SparseLinearClassifier())`` also fails the class-weight check:
-    its 50-row fit is 5 steps at the defaults)."""
+def test_readme_says_the_defaults_pass():
+    """README's check_estimator claim names the defaults and the expected failures."""
     from pathlib import Path
 
     text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
-    assert "passes `check_estimator` as `SparseLinearClassifier(batch_size=8, epochs=20)`" \
-        in text
+    assert "passes `check_estimator` at its defaults" in text
     assert "sample-weight equivalence checks" in text and "expected failures" in text
     assert len(_expected_failed_checks(None)) == 2  # the two README names

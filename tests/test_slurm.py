@@ -199,7 +199,8 @@ def test_templates_under_slurm(slurm, tmp_path):
     assert [row[1:] for row in strong] == [["1", "allgather"], ["1", "ssar_split_allgather"]]
     ids = [row[0] for row in strong + weak + app + linear + cnn]
     ids += [plain_id, spaced_id, bad[0][0]]
-    wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "240", *ids], env=env,
+    wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout-seconds", "240", *ids],
+                          env=env,
                           capture_output=True, text=True, timeout=300)
     states = dict(line.split("\t") for line in wait.stdout.splitlines())
     logs = "\n".join(f"--- {p.name}\n{p.read_text()}" for p in res.glob("*.out"))
@@ -277,7 +278,7 @@ def test_time_limit_warning_checkpoints_under_slurm(slurm, tmp_path):
         time.sleep(0.2)
     subprocess.run(["scancel", "--batch", "--signal=TERM", job], env=slurm, check=True,
                    timeout=30)
-    wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout", "120", job],
+    wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout-seconds", "120", job],
                           env=slurm, capture_output=True, text=True, timeout=180)
     (log,) = res.glob(f"*-{job}.out")
     assert wait.stdout.split() == [job, "FAILED"], log.read_text()

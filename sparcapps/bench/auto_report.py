@@ -74,7 +74,8 @@ def main(argv=None) -> int:
     p = make_parser("sparc-bench-auto", __doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", metavar="RECORDS.jsonl", help="sparc-bench records")
     p.add_argument("--tolerance", type=float, default=1.2,
-                   help="a time within this factor of the best counts as a match")
+                   help="auto matches a cell when its time is within this factor of the "
+                        "fastest algorithm's (auto/fastest)")
     args = p.parse_args(argv)
     records = read_records_or_exit(args.results)
     s = summarize_auto(records, args.tolerance)
@@ -85,12 +86,12 @@ def main(argv=None) -> int:
               "results/auto.jsonl", file=sys.stderr)
         return 1
     print(f"{'P':>3} {'N':>9} {'density':>8} {'pattern':>8} {'fastest':>22} {'auto ran':>22} "
-          f"{'auto/fastest':>12} {'model spread':>12}")
+          f"{'auto/fastest':>12} {'model error (x)':>16}")
     for r in s["rows"]:
         P, N, density, pattern, _, _ = r["cell"]
         mark = "" if r["within"] else "  <-- outside"
         print(f"{P:>3} {N:>9} {density:>8.2g} {pattern:>8} {r['best']:>22} {r['auto']:>22} "
-              f"{r['auto_ratio']:>12.2f} {r['worst_model_spread']:>12.2f}{mark}")
+              f"{r['auto_ratio']:>12.2f} {r['worst_model_spread']:>16.2f}{mark}")
     print(f"auto within {args.tolerance}x of the fastest in {s['within']}/{s['cells']} cells "
           f"({100 * s['within'] / s['cells']:.0f}%); predictions within 2x of the "
           f"measurement in {s['model_within_2x']}/{s['model_rows']} rows "

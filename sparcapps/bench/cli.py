@@ -26,9 +26,10 @@ PRESETS = {
 def build_parser() -> argparse.ArgumentParser:
     from sparcml import ALGORITHMS, DENSE_BASELINE
 
-    from sparcapps.cli_args import (add_bits_argument, add_list_argument, algorithm_help,
+    from sparcapps.cli_args import (add_bits_argument, add_list_argument,
+                                    add_records_output_argument, algorithm_help,
                                     algorithm_name, fraction, make_parser, nonnegative_float,
-                                    nonnegative_int, output_file, positive_int)
+                                    nonnegative_int, positive_int)
 
     from .inputs import PATTERNS
 
@@ -79,12 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
                       metavar="CODING",
                       help="indices on the wire: auto (a code where the link time it saves "
                            "exceeds its CPU time, the default), coded (the smallest code, "
-                           "suffix +coded) and/or raw (the 'before' column, suffix +raw); each "
-                           "sparse algorithm once per value, side by side")
+                           "suffix +coded) and/or raw (indices as they are: what the code "
+                           "saves, suffix +raw); each sparse algorithm once per value, side by "
+                           "side")
     add_list_argument(p, "--partitions", choices=["balanced", "equal"], default=["balanced"],
                       metavar="POLICY",
                       help="blocks of the split algorithms: balanced (the default) and/or "
-                           "equal (the 'before' column, suffix +eq)")
+                           "equal (blocks of N / P coordinates: what balancing saves, suffix "
+                           "+eq)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="value type of the vectors")
     p.add_argument("--reps", type=positive_int,
@@ -92,8 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=nonnegative_int,
                    help=f"untimed repetitions per case ({preset('warmup')})")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of QSGD")
-    p.add_argument("--output", type=output_file,
-                   help="append one JSON record per row to this file")
+    add_records_output_argument(p, per="row")
     p.add_argument("--kernels", action="store_true",
                    help="benchmark merge-add (allocating, and into a reused workspace) against "
                         "scipy.sparse instead, in a warm and a fresh allocation history "
@@ -161,13 +163,13 @@ def run_kernels(args) -> int:
              "scipy": "scipy.sparse a+b"}
     print(f"merge-add of {r['items']:,} + {r['items']:,} sorted int32/float32 items in "
           f"[0, {r['dim']:,}), median of {r['numba']['n']}, all interleaved:")
-    print(f"  {'history':8s} {'kernel':28s} {'median':>9s} {'M items/s':>10s} {'vs scipy':>9s} "
-          f"{'faults/call':>12s}")
+    print(f"  {'history':8s} {'kernel':28s} {'median ms':>9s} {'M items/s':>10s} "
+          f"{'vs scipy (x)':>12s} {'faults/call':>12s}")
     for h, res in r["histories"].items():
         for v in VARIANTS:
             faults = res["faults_per_call"][v]
-            print(f"  {h:8s} {label[v]:28s} {res[v]['median'] * 1e3:6.2f} ms "
-                  f"{res['mitems_per_s'][v]:10.1f} {res['speedup'][v]:8.2f}x "
+            print(f"  {h:8s} {label[v]:28s} {res[v]['median'] * 1e3:9.2f} "
+                  f"{res['mitems_per_s'][v]:10.1f} {res['speedup'][v]:11.2f}x "
                   f"{'-' if faults is None else f'{faults:.0f}':>12s}")
     print("  warm: the allocator reuses memory the previous call freed; fresh: it has returned "
           "its free memory\n  to the OS (malloc_trim) just before the call, so a new output "
@@ -265,9 +267,9 @@ def run_sweep(args) -> int:
               f"bandwidth")
         print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
               f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
-              f"{'recv max':>8} {'result':>7} {'vs dense':>8}")
-        print("recv max = max / mean over ranks of the bytes received (split algorithms: in "
-              "the reduce-scatter phase, what each block's owner receives)")
+              f"{'recv max/mean':>13} {'result density':>14} {'vs dense (x)':>12}")
+        print("recv max/mean = max / mean over ranks of the bytes received (split algorithms: "
+              "in the reduce-scatter phase, what each block's owner receives)")
     for dim, density, pattern, label in cells:
         replay = args.replay if pattern == REPLAY else None
         cases = []
@@ -328,8 +330,8 @@ def run_sweep(args) -> int:
                   f"{t['median'] * 1e3:>10.3f} "
                   f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
                   f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
-                  f"{'-' if imb is None else f'{imb:.2f}':>8} "
-                  f"{out['result']['density']:>7.3f} {speedup:>7.1f}x", flush=True)
+                  f"{'-' if imb is None else f'{imb:.2f}':>13} "
+                  f"{out['result']['density']:>14.3f} {speedup:>11.1f}x", flush=True)
             if args.output:
                 append_record(args.output, make_record(
                     "sparc-bench", config=config, environment=environment,
@@ -410,10 +412,10 @@ def run_overlap(args) -> int:
     environment = capture_environment(comm) if args.output else None
     if comm.Get_rank() == 0:
         print(f"sparc-bench --overlap: P={comm.Get_size()}, {args.compute} compute; medians of "
-              f"the slowest rank; ratio = overlapped / max(comm alone, compute alone) (1.0 = "
-              f"fully hidden)")
+              f"the slowest rank; both/max = overlapped / max(comm alone, compute alone) (1.0 "
+              f"= fully hidden); sum/max: the same, run one after the other")
         print(f"{'N':>10} {'density':>8} {'algorithm':>22} {'compute ms':>10} {'comm ms':>9} "
-              f"{'both ms':>9} {'ratio':>6} {'serial':>6}")
+              f"{'both ms':>9} {'both/max':>8} {'sum/max':>7}")
     for dim in args.N or preset["N"]:
         for density in args.density or preset["density"]:
             for algorithm in algorithms:
@@ -426,8 +428,8 @@ def run_overlap(args) -> int:
                     print(f"{dim:>10} {density:>8.2g} {algorithm:>22} "
                           f"{r['compute']['median'] * 1e3:>10.1f} "
                           f"{r['comm']['median'] * 1e3:>9.1f} "
-                          f"{r['overlapped']['median'] * 1e3:>9.1f} {r['ratio_to_max']:>6.2f} "
-                          f"{r['sequential_ratio']:>6.2f}", flush=True)
+                          f"{r['overlapped']['median'] * 1e3:>9.1f} {r['ratio_to_max']:>8.2f} "
+                          f"{r['sequential_ratio']:>7.2f}", flush=True)
                     if args.output:
                         append_record(args.output, make_record(
                             "sparc-bench-overlap", config={**vars(args), "compute_ms": compute_ms},

@@ -1,11 +1,12 @@
 """Compression throughput: QSGD encode/decode at 2/4/8 bits, TopK at 1% of 5M values.
 
-Run ``python -m sparcapps.bench.compress_bench [--n N] [--reps R]``. Prints medians of CPU time
+Run ``sparc-bench-compress [--N N ...] [--density D ...] [--reps R]``. Prints medians of CPU time
 (``time.process_time``: on a shared machine, what a rank pays) over interleaved repetitions (so
 machine noise hits each variant alike); ratios are the figures to trust on a shared machine. The
 QSGD rows also time the streaming decode (``decode(..., streaming=True)``: non-temporal stores,
-for outputs that are reused) and the previous kernels (scalar splitmix64 stream, float64 levels, a value at a
-time; kept below as ``_before_encode``/``_before_decode``) on the same data: the "before" column.
+for outputs that are reused) and the previous kernels (scalar splitmix64 stream, float64
+levels, a value at a time; kept below as ``_before_encode``/``_before_decode``) on the same
+data: the M values/s columns read "before -> now".
 The TopK rows compare the selection kernel of :mod:`sparcml._topk.local` (radix select, ties to the
 lower index, sorted output) with ``np.argpartition`` on ``|x|`` plus a sort of the kept positions
 (ties in no defined order), and time the whole ``TopK.compress``.
@@ -165,25 +166,41 @@ def bench_topk(n: int = 5_000_000, density: float = 0.01, reps: int = 7, dtype=n
 
 
 def main(argv=None) -> None:
-    from sparcapps.cli_args import fraction, make_parser, positive_int
+    from sparcapps.cli_args import (add_deprecated_alias, add_list_argument, fraction,
+                                    make_parser, positive_int)
 
-    parser = make_parser("sparc-bench-compress", __doc__.splitlines()[0])
-    parser.add_argument("--n", type=positive_int, default=5_000_000, help="values")
-    parser.add_argument("--reps", type=positive_int, default=7, help="repetitions")
-    parser.add_argument("--density", type=fraction, default=0.01, help="TopK density")
+    parser = make_parser("sparc-bench-compress", __doc__)
+    n_flag = add_list_argument(parser, "--N", item_type=positive_int, default=[5_000_000],
+                               metavar="N", help="values per vector (vector dimensions)")
+    add_deprecated_alias(parser, "--n", n_flag)
+    parser.add_argument("--reps", type=positive_int, default=7,
+                        help="timed repetitions per case")
+    add_list_argument(parser, "--density", item_type=fraction, default=[0.01], metavar="D",
+                      help="fractions of the values TopK keeps")
     args = parser.parse_args(argv)
-    print(f"QSGD, {args.n} float32 values, bucket 1024, max norm (median of {args.reps}, CPU time;"
-          f" M val/s before -> now)")
-    print(f"{'bits':>4} {'encode ms':>10} {'encode M val/s':>16} {'decode ms':>10} "
-          f"{'decode M val/s':>16} {'streaming ms':>12} {'bytes':>10} {'x smaller':>9}")
-    for r in bench_qsgd(args.n, args.reps):
+    for n in args.N:
+        _print_qsgd(n, args.reps)
+        for density in args.density:
+            _print_topk(n, density, args.reps)
+
+
+def _print_qsgd(n: int, reps: int) -> None:
+    print(f"QSGD, {n} float32 values, bucket 1024, max norm (median of {reps}, CPU time)")
+    print(f"{'bits/value':>10} {'encode ms':>10} {'encode M values/s':>18} {'decode ms':>10} "
+          f"{'decode M values/s':>18} {'streaming ms':>12} {'bytes':>10} {'smaller (x)':>11}")
+    print(f"{'':>10} {'':>10} {'(before -> now)':>18} {'':>10} {'(before -> now)':>18}")
+    for r in bench_qsgd(n, reps):
         enc = f"{r['before_encode_mvals_s']:.0f} -> {r['encode_mvals_s']:.0f}"
         dec = f"{r['before_decode_mvals_s']:.0f} -> {r['decode_mvals_s']:.0f}"
-        print(f"{r['bits']:>4} {r['encode_s'] * 1e3:>10.1f} {enc:>16} {r['decode_s'] * 1e3:>10.1f} "
-              f"{dec:>16} {r['decode_streaming_s'] * 1e3:>12.1f} {r['bytes']:>10} "
-              f"{r['ratio']:>9.2f}")
-    t = bench_topk(args.n, args.density, args.reps)
-    print(f"\nTopK, {t['n']} float32 values, k = {t['k']} (median of {args.reps}, CPU time), ms")
+        print(f"{r['bits']:>10} {r['encode_s'] * 1e3:>10.1f} {enc:>18} "
+              f"{r['decode_s'] * 1e3:>10.1f} {dec:>18} {r['decode_streaming_s'] * 1e3:>12.1f} "
+              f"{r['bytes']:>10} {r['ratio']:>11.2f}")
+
+
+def _print_topk(n: int, density: float, reps: int) -> None:
+    t = bench_topk(n, density, reps)
+    print(f"\nTopK, {t['n']} float32 values, density {density:g}, k = {t['k']} (median of "
+          f"{reps}, CPU time), ms")
     print(f"  select, kernel (radix, sorted, ties to lower index) {t['kernel_s'] * 1e3:8.1f}")
     print(f"  select, np.argpartition(|x|) + sort                 {t['argpartition_s'] * 1e3:8.1f}"
           f"   kernel {t['speedup']:.1f}x faster")
@@ -196,6 +213,7 @@ def main(argv=None) -> None:
           f"{t['compress_ef_qsgd4_s'] * 1e3:8.1f}")
     print(f"  compress, per bucket of 512, error feedback         "
           f"{t['compress_bucket512_ef_s'] * 1e3:8.1f}")
+    print()
 
 
 if __name__ == "__main__":

@@ -1,11 +1,12 @@
 """Judge the overlap of ``iallreduce`` with compute on the records of ``sparc-bench --overlap``.
 
-``python -m sparcapps.bench.overlap_report RESULTS.jsonl...`` puts the runs of different process
-counts side by side: one row per network (shared memory, or the link rate of the emulated one the
-records were taken on, e.g. "net 1gbit" for 2x1gbit and 4x1gbit alike), compute kind (NumPy, PyTorch), N, density, algorithm and compute target, and per P the
-comm, compute and overlapped times with the ratio overlapped / max(comm, compute). A cell is
-*within* when that ratio is at most ``--tolerance`` (default 1.25). "serial" is the ratio that
-no overlap at all would give, (comm + compute) / max.
+``sparc-bench-overlap RESULTS.jsonl...`` puts the runs of different process counts side by
+side: one row per network (shared memory, or the link rate of the emulated one the records were
+taken on, e.g. "net 1gbit" for 2x1gbit and 4x1gbit alike), compute backend (NumPy, PyTorch), N,
+density, algorithm and compute target, and per P the comm, compute and overlapped times with
+the ratio both/max = overlapped / max(comm, compute). A cell is *within* when that ratio is at
+most ``--tolerance`` (default 1.25). sum/max is the ratio that no overlap at all would give,
+(comm + compute) / max.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ def main(argv=None) -> int:
     p = make_parser("sparc-bench-overlap", __doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", metavar="RECORDS.jsonl", help="sparc-bench records")
     p.add_argument("--tolerance", type=float, default=1.25,
-                   help="a time within this factor of the best counts as a match")
+                   help="a cell counts as overlapped when compute and comm together take "
+                        "within this factor of the larger of the two alone (both/max)")
     args = p.parse_args(argv)
     records = read_records_or_exit(args.results)
     s = summarize_overlap(records, args.tolerance)
@@ -85,23 +87,25 @@ def main(argv=None) -> int:
               "--output results/overlap.jsonl (one per P)", file=sys.stderr)
         return 1
     ps = s["process_counts"]
-    head = f"{'network':>14} {'compute':>7} {'N':>9} {'density':>7} {'algorithm':>22} {'target':>6}"
+    head = (f"{'network':>14} {'backend':>7} {'N':>9} {'density':>7} {'algorithm':>22} "
+            f"{'target ms':>9}")
     for P in ps:
-        head += f" | P={P}: {'compute':>7} {'comm':>6} {'both':>6} {'ratio':>5} {'serial':>6}"
-    print("times in ms (medians of the slowest rank); ratio = both / max(compute, comm); "
-          f"* = above {args.tolerance}")
+        head += (f" | P={P}: {'compute ms':>10} {'comm ms':>7} {'both ms':>7} {'both/max':>8} "
+                 f"{'sum/max':>7}")
+    print("medians of the slowest rank; both/max = both / max(compute, comm); sum/max: the same "
+          f"run one after the other; * = above {args.tolerance}")
     print(head)
     for (network, kind, N, density, algorithm, target), by_p in s["rows"].items():
         line = (f"{network:>14} {kind:>7} {N:>9} {density:>7.2g} {algorithm:>22} "
-                f"{target if target is not None else '-':>6}")
+                f"{target if target is not None else '-':>9}")
         for P in ps:
             c = by_p.get(P)
             if c is None:
-                line += f" | {'':>5} {'-':>7} {'-':>6} {'-':>6} {'-':>5} {'-':>6}"
+                line += f" | {'':>5} {'-':>10} {'-':>7} {'-':>7} {'-':>8} {'-':>7}"
                 continue
             mark = " " if c["within"] else "*"
-            line += (f" | {'':>5} {c['compute_ms']:>7.1f} {c['comm_ms']:>6.1f} "
-                     f"{c['both_ms']:>6.1f} {c['ratio']:>4.2f}{mark} {c['serial']:>6.2f}")
+            line += (f" | {'':>5} {c['compute_ms']:>10.1f} {c['comm_ms']:>7.1f} "
+                     f"{c['both_ms']:>7.1f} {c['ratio']:>7.2f}{mark} {c['serial']:>7.2f}")
         print(line)
     for network in sorted({net for net, _ in s["within"]}):
         per_p = [(P, *s["within"][network, P]) for P in ps if (network, P) in s["within"]]

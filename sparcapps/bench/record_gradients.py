@@ -15,7 +15,7 @@ gradient ``r mod count``; see :mod:`.replay` for the file format).
   columns the rows touch.
 - ``cnn``: ``sparc-cnn``'s 5M-parameter model (DigitsCNN width 100, 5,318,810 parameters, on
   scikit-learn's digits) after ``--warm-steps`` plain SGD steps, then per minibatch of 32 the
-  flattened gradient's top ``--topk`` fraction by magnitude (1%: 53,188 values) -- the
+  flattened gradient's top ``--density`` fraction by magnitude (1%: 53,188 values) -- the
   selection of a top-k step, here without the error-feedback residual (the first step after
   a reset).
 """
@@ -40,7 +40,8 @@ def linear_gradients(count: int, *, batch_size: int = 256, train_rows: int = 50_
     rows = train_rows + count * batch_size
     X, y = make_url_like(rows, seed=seed)
     X = X.tocsr()
-    est = SparseLinearClassifier("log", alpha=alpha, batch_size=batch_size, epochs=1, seed=seed)
+    est = SparseLinearClassifier("log", alpha=alpha, batch_size=batch_size, max_iter=1,
+                                 tol=None, seed=seed)
     est.fit(X[:train_rows], y[:train_rows])
     w, b = est.coef_.ravel(), float(est.intercept_[0])
     dim = X.shape[1] + 1
@@ -103,22 +104,28 @@ def cnn_topk_gradients(count: int, *, width: int = 100, batch_size: int = 32,
 def main(argv=None) -> int:
     from .replay import save_replay
 
+    from sparcapps.cli_args import (add_deprecated_alias, fraction, make_parser,
+                                    nonnegative_int, output_file, positive_int)
     from sparcapps.output_paths import write_with_fallback
-    from sparcapps.cli_args import fraction, make_parser, output_file, positive_int
 
-    p = make_parser("sparc-record-gradients", description=__doc__.splitlines()[0])
-    p.add_argument("stream", choices=["linear", "cnn"])
+    p = make_parser("sparc-record-gradients", description=__doc__)
+    p.add_argument("stream", choices=["linear", "cnn"],
+                   help="linear: the url-like twin, generated in memory (no data set is read, "
+                        "hence no --data-home); cnn: scikit-learn's bundled digits")
     p.add_argument("--count", type=positive_int, default=1024, help="gradients to record")
-    p.add_argument("--output", required=True, type=output_file,
-                   help="the replay file (.npz) to write")
+    p.add_argument("--output", required=True, metavar="FILE.npz", type=output_file,
+                   help="the replay file to write")
     p.add_argument("--batch-size", type=positive_int,
                    help="rows per minibatch (default: linear 256, cnn 32)")
     p.add_argument("--train-rows", type=positive_int, default=50_000,
                    help="linear: training rows")
-    p.add_argument("--topk", type=fraction, default=0.01, help="cnn: fraction kept")
+    density = p.add_argument("--density", type=fraction, default=0.01,
+                             help="cnn: the fraction of the gradient kept (top-k by magnitude)")
+    add_deprecated_alias(p, "--topk", density)
     p.add_argument("--width", type=positive_int, default=100,
                    help="cnn: DigitsCNN width (100: 5.3M parameters)")
-    p.add_argument("--warm-steps", type=int, default=20, help="cnn: SGD steps before recording")
+    p.add_argument("--warm-steps", type=nonnegative_int, default=20,
+                   help="cnn: SGD steps before recording")
     a = p.parse_args(argv)
     if a.stream == "linear":
         dim, vectors, text = linear_gradients(a.count, batch_size=a.batch_size or 256,
@@ -126,7 +133,7 @@ def main(argv=None) -> int:
         name = "url-linear"
     else:
         dim, vectors, text = cnn_topk_gradients(a.count, width=a.width,
-                                                batch_size=a.batch_size or 32, topk=a.topk,
+                                                batch_size=a.batch_size or 32, topk=a.density,
                                                 warm_steps=a.warm_steps)
         name = "cnn-topk"
     written = write_with_fallback(

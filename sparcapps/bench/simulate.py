@@ -232,7 +232,7 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
           f"slowest rank's virtual time (measured compute + modeled communication); bytes and "
           f"results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
-          f"{'median ms':>10} {'sent/rank':>10} {'result':>7} {'vs dense':>8}")
+          f"{'median ms':>10} {'sent/rank':>10} {'result density':>14} {'vs dense (x)':>12}")
     _warm_up([a for a in algorithms if a != AUTO], args.dtype)
     for P in args.simulate:
         if P > net.nodes * net.ppn:
@@ -307,7 +307,7 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                 print(f"{P:>5} {dim:>10} {density:>8.2g} {label:>8} {name:>22} "
                       f"{mark}{t['median'] * 1e3:>9.3f} "
                       f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
-                      f"{'-' if rd is None else f'{rd:.3f}':>7} {speedup:>7.2f}x",
+                      f"{'-' if rd is None else f'{rd:.3f}':>14} {speedup:>11.2f}x",
                       flush=True)
                 if args.output:
                     rec = make_record(

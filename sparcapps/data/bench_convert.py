@@ -1,12 +1,13 @@
 """Benchmark: ``convert_libsvm`` beside ``sklearn.datasets.load_svmlight_file``.
 
-    python -m sparcapps.data.bench_convert --rows 1000000 --workdir /tmp/sparc-bench --reps 3
+    sparc-data-bench --rows 1000000 --reps 3
 
-Generates a url-like LIBSVM text file of ``--rows`` rows (once per ``--workdir``; without it,
-in a temporary directory removed at the end), then runs each loader in a
+Generates (once, kept in ``--synth-cache``: the data home's ``synth/``) a url-like LIBSVM text
+file of ``--rows`` rows, then runs each loader in a
 fresh subprocess ``--reps`` times, alternating, and reports per tool the median wall time, the
 throughput in MB of text per second and the peak RSS of the process (``ru_maxrss``), and the
-ratios side by side. Each subprocess first imports its libraries and (for convert) loads the
+ratios side by side; the converted file goes to a temporary directory, removed at the
+end. Each subprocess first imports its libraries and (for convert) loads the
 cached Numba kernels on a tiny file, so the timing covers the parse of the big file only.
 """
 
@@ -57,31 +58,28 @@ def _run(tool: str, src: Path, out: Path, chunk: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sparcapps.cli_args import make_parser, positive_int
+    from sparcapps.cli_args import (add_data_home_argument, add_deprecated_alias, make_parser,
+                                    positive_int)
 
-    ap = make_parser("sparc-data-bench", __doc__.split("\n\n")[0])
+    ap = make_parser("sparc-data-bench", __doc__)
     ap.add_argument("--rows", type=positive_int, default=1_000_000, help="rows of the url twin")
-    ap.add_argument("--seed", type=int, default=0, help="generator seed")
-    ap.add_argument("--workdir", default=None,
-                    help="scratch directory, kept with the generated text for the next run "
-                         "(default: a temporary directory, removed at the end)")
-    ap.add_argument("--reps", type=positive_int, default=3, help="repetitions")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the twin's generator")
+    cache = ap.add_argument("--synth-cache", metavar="DIR",
+                            help="where the twin's text file is kept (default: DATA_HOME/synth)")
+    add_deprecated_alias(ap, "--workdir", cache)
+    add_data_home_argument(ap)
+    ap.add_argument("--reps", type=positive_int, default=3, help="timed repetitions per tool")
     ap.add_argument("--chunk-mb", type=float, default=16.0, help="MiB of text parsed at a time")
     ap.add_argument("--skip-sklearn", action="store_true",
                     help="skip scikit-learn's load_svmlight_file")
     args = ap.parse_args(argv)
-    if args.workdir is not None:
-        work = Path(args.workdir)
-        work.mkdir(parents=True, exist_ok=True)
-        try:
-            return _bench(args, work)
-        finally:
-            (work / "out.h5").unlink(missing_ok=True)
-    with tempfile.TemporaryDirectory(prefix="sparc-data-bench-") as tmp:
-        return _bench(args, Path(tmp))
+    if args.synth_cache:
+        work = Path(args.synth_cache)
+    else:
+        from sparcapps.data import data_home
 
-
-def _bench(args, work: Path) -> int:
+        work = data_home(args.data_home) / "synth"
+    work.mkdir(parents=True, exist_ok=True)
     src = work / f"url-like-{args.rows}-s{args.seed}.svm"
     if not src.exists():
         from .synth import make_url_like
@@ -91,12 +89,13 @@ def _bench(args, work: Path) -> int:
     chunk = int(args.chunk_mb * (1 << 20))
     tools = ["convert"] + ([] if args.skip_sklearn else ["sklearn"])
     res: dict[str, list[dict]] = {t: [] for t in tools}
-    for rep in range(args.reps):
-        for t in tools:
-            r = _run(t, src, work / "out.h5", chunk)
-            res[t].append(r)
-            print(f"rep {rep} {t:<8} {r['seconds']:7.2f} s  {mb / r['seconds']:7.1f} MB/s  "
-                  f"peak RSS {r['maxrss_kb'] / 1024:8.1f} MiB", flush=True)
+    with tempfile.TemporaryDirectory(prefix="sparc-data-bench-") as scratch:
+        for rep in range(args.reps):
+            for t in tools:
+                r = _run(t, src, Path(scratch) / "out.h5", chunk)
+                res[t].append(r)
+                print(f"rep {rep} {t:<8} {r['seconds']:7.2f} s  {mb / r['seconds']:7.1f} MB/s"
+                      f"  peak RSS {r['maxrss_kb'] / 1024:8.1f} MiB", flush=True)
     print(f"\nfile: {src} ({mb:.0f} MB text, {res['convert'][0]['rows']:,} rows, "
           f"{res['convert'][0]['nnz']:,} nonzeros); median of {args.reps}, cpu "
           f"{os.cpu_count()} cores")

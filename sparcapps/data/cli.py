@@ -56,33 +56,39 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparc-data", description="Data sets for SparCML: catalog, verified fetch, "
         "LIBSVM to HDF5 conversion, synthetic twins.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from sparcapps.cli_args import add_list_argument
+    from sparcapps.cli_args import add_list_argument, add_timeout_argument
+
+    no_progress = "no progress bar (it is drawn only on a terminal)"
 
     p = sub.add_parser("list", help="list the catalog and what is present locally")
     _add_common(p)
 
     p = sub.add_parser("fetch", help="download a data set (resumes, verifies the hash)")
-    p.add_argument("name")
+    p.add_argument("name", help="a catalog name (sparc-data list)")
     add_list_argument(p, "--split", metavar="SPLIT", help="only files of these splits")
     p.add_argument("--retries", type=int, default=3,
                    help="reconnect this often after a dropped connection")
-    p.add_argument("--timeout", type=float, default=60.0, help="socket timeout, seconds")
-    p.add_argument("--no-progress", action="store_true")
+    add_timeout_argument(p, default=60.0, what="each wait for the server (socket timeout)",
+                         old="--timeout")
+    p.add_argument("--no-progress", action="store_true", help=no_progress)
     _add_common(p)
 
     p = sub.add_parser("convert", help="LIBSVM text (plain/.gz/.bz2/.xz) to HDF5 CSR")
     p.add_argument("src", help="a LIBSVM file, or a catalog name (converts its fetched files)")
-    p.add_argument("-o", "--output", help="output .h5 (required for a file source)")
+    p.add_argument("-o", "--output", metavar="FILE.h5",
+                   help="the HDF5 file to write (required for a file source)")
     p.add_argument("--features", type=int, help="declared feature count; larger index = error")
-    p.add_argument("--index-base", choices=("auto", "0", "1"), default="auto")
+    p.add_argument("--index-base", choices=("auto", "0", "1"), default="auto",
+                   help="the first feature's index in the text (auto: guessed from the file)")
     p.add_argument("--task", choices=("auto", "binary", "multiclass", "regression"),
-                   default="auto")
+                   default="auto", help="what the labels are (auto: guessed from them)")
     p.add_argument("--chunk-mb", type=float, default=16.0,
                    help="MiB of text parsed at a time (bounds memory)")
-    p.add_argument("--compression", choices=("gzip", "lzf", "none"), default="gzip")
-    p.add_argument("--compression-level", type=int, default=1)
+    p.add_argument("--compression", choices=("gzip", "lzf", "none"), default="gzip",
+                   help="HDF5 compression of the arrays")
+    p.add_argument("--compression-level", type=int, default=1, help="gzip level, 0-9")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help=no_progress)
     _add_common(p)
 
     from sparcapps.cli_args import positive_float, positive_int
@@ -91,19 +97,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", nargs="?",
                    help="catalog name (url, webspam) or preset (url_like, webspam_like); "
                         "omit for a custom set given by --rows/--features/--nnz-per-row")
-    p.add_argument("-o", "--output", required=True,
+    p.add_argument("-o", "--output", required=True, metavar="FILE",
                    help="output: .h5/.hdf5 for HDF5, else LIBSVM text (.bz2/.xz/.gz compress)")
     size = p.add_mutually_exclusive_group()
     size.add_argument("--rows", type=positive_int, help="number of rows")
     size.add_argument("--scale", type=positive_float,
                       help="fraction of the catalog's row count (default 0.01)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the generator")
     p.add_argument("--features", type=positive_int, help="override the feature count")
     p.add_argument("--nnz-per-row", type=positive_float, help="mean nonzeros per row")
     p.add_argument("--zipf", type=float, help="power-law exponent of feature frequencies")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
-    p.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (it is drawn only on a terminal)")
+    p.add_argument("--no-progress", action="store_true", help=no_progress)
     _add_common(p)
 
     p = sub.add_parser("info", help="statistics of an HDF5 file, every row checked "
@@ -139,7 +144,8 @@ def _cmd_fetch(args) -> int:
     from .fetch import fetch
     paths = fetch(args.name, data_home=args.data_home, catalog=args.catalog,
                   splits=tuple(args.split) if args.split else None, retries=args.retries,
-                  timeout=args.timeout, progress=None if not args.no_progress else False)
+                  timeout=args.timeout_seconds,
+                  progress=None if not args.no_progress else False)
     for p in paths:
         print(p)
     return 0

@@ -1,6 +1,6 @@
 """Test accuracy of quantized top-k SGD against the dense baseline, per app and seed.
 
-``python -m sparcapps.deep.accuracy [--nprocs 4] [--seeds 0 1 2] [--apps cnn lstm]`` launches,
+``sparc-deep-accuracy [--nprocs 4] [--seeds 0 1 2] [--apps cnn lstm]`` launches,
 for every app and seed, ``mpiexec -n P`` runs of the app (each with its default epochs, model
 and learning rate) in three configurations: ``dense_baseline`` (full gradients, dense
 allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same
@@ -41,7 +41,8 @@ def _mpiexec() -> str:
 def main(argv=None) -> int:
     from sparcapps.records import read_records
 
-    from sparcapps.cli_args import add_list_argument, make_parser, output_file, positive_int
+    from sparcapps.cli_args import (add_list_argument, add_records_output_argument, make_parser,
+                                    positive_int)
 
     p = make_parser("sparc-deep-accuracy", __doc__)
     p.add_argument("--nprocs", type=positive_int, default=4, help="ranks of each run")
@@ -52,8 +53,7 @@ def main(argv=None) -> int:
     add_list_argument(p, "--configs", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
                       metavar="CONFIG",
                       help="configurations to run (dense_baseline is always run: the reference)")
-    p.add_argument("--output", default="results/deep-accuracy.jsonl", type=output_file,
-                   help="records file (JSONL, appended)")
+    add_records_output_argument(p, per="run", default="results/deep-accuracy.jsonl")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = p.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]

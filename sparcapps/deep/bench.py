@@ -5,7 +5,7 @@
 configuration (``dense_baseline``: full gradients, MPI allreduce, ``Compression.none()``;
 ``topk``: density 1% + 4-bit QSGD with error feedback over the default algorithm,
 recursive doubling), the configurations interleaved repetition by repetition so that both see
-the same machine load. Per repetition (slowest rank):
+the same machine load. Per repetition (slowest rank; columns in seconds):
 
 - ``step``: forward + backward (the hooks compress and launch the buckets) + ``synchronize()``
   + optimizer step: the real training step;
@@ -17,10 +17,11 @@ the same machine load. Per repetition (slowest rank):
 - ``compress``: top-k and QSGD of the buckets, on the communication thread (it overlaps the
   backward pass and is part of the reduction: included in ``comm``).
 
-``hidden = (compute + comm - step) / comm`` (clipped to [0, 1]) is the share of the reduction
-that the backward pass hid, net of any slowdown of the compute by the communication thread
-(ranks that outnumber the cores slow each other down); ``unwaited = 1 - wait / comm`` is the
-share of the reduction (compression included) that did not show up as waiting in
+``hidden share = (compute + comm - step) / comm`` (clipped to [0, 1]) is the share of the
+reduction
+that the backward pass hid, net of any slowdown of the compute by the communication
+thread (ranks that outnumber the cores slow each other down); ``unwaited share = 1 - wait /
+comm`` is the share of the reduction (compression included) that did not show up as waiting in
 ``synchronize()``. Prints medians, the ratios dense / top-k, bytes per step; with
 ``--output`` appends one record per configuration (app ``sparc-deep-bench``).
 """
@@ -37,14 +38,16 @@ __all__ = ["main", "build_parser"]
 
 
 def build_parser():
-    from sparcapps.cli_args import (add_bits_argument, algorithm_name, fraction, make_parser,
-                                    nonnegative_int, output_file, positive_int)
+    from sparcapps.cli_args import (add_bits_argument, add_records_output_argument,
+                                    algorithm_name, fraction, make_parser, nonnegative_int,
+                                    positive_int)
 
     p = make_parser("sparc-deep-bench", __doc__)
     p.add_argument("--width", type=positive_int, default=100,
                    help="DigitsCNN width (100: 5.4M params)")
     p.add_argument("--depth", type=positive_int, default=2, help="conv layers")
-    p.add_argument("--batch-size", type=positive_int, default=32, help="per rank")
+    p.add_argument("--batch-size", type=positive_int, default=32,
+                   help="examples per rank per step")
     p.add_argument("--reps", type=positive_int, default=10,
                    help="timed repetitions per configuration")
     p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed repetitions first")
@@ -56,7 +59,7 @@ def build_parser():
                    help="allreduce algorithm of the top-k configuration (default: sparcml's)")
     p.add_argument("--bucket-mb", type=float, default=4.0, help="gradient MiB per bucket")
     p.add_argument("--threads", type=positive_int, default=1, help="torch threads per rank")
-    p.add_argument("--output", default=None, type=output_file, help="append records here")
+    add_records_output_argument(p, per="configuration")
     return p
 
 
@@ -172,8 +175,9 @@ def _run(args) -> int:
     env = capture_environment(comm)
     if rank == 0:
         print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
-        print(f"{'config':14} {'step':>8} {'compute':>8} {'comm':>8} {'wait':>8} "
-              f"{'compress':>8} {'hidden':>7} {'unwaited':>8} {'bytes/step/rank':>16}")
+        print(f"{'config':14} {'step s':>8} {'compute s':>9} {'comm s':>8} {'wait s':>8} "
+              f"{'compress s':>10} {'hidden share':>12} {'unwaited share':>14} "
+              f"{'bytes/step/rank':>16}")
     summary = {}
     for name, r in runs.items():
         med = {k: float(np.median(v)) for k, v in r["t"].items()}
@@ -182,9 +186,9 @@ def _run(args) -> int:
         per_rank = comm.allreduce(float(np.mean(r["bytes"]))) / size
         summary[name] = {**med, "hidden": hidden, "bytes": per_rank}
         if rank == 0:
-            print(f"{name:14} {med['step']:8.4f} {med['compute']:8.4f} {med['comm']:8.4f} "
-                  f"{med['wait']:8.4f} {med['compress']:8.4f} {hidden:7.2f} {unwaited:8.2f} "
-                  f"{per_rank:16,.0f}")
+            print(f"{name:14} {med['step']:8.4f} {med['compute']:9.4f} {med['comm']:8.4f} "
+                  f"{med['wait']:8.4f} {med['compress']:10.4f} {hidden:12.2f} "
+                  f"{unwaited:14.2f} {per_rank:16,.0f}")
         if rank == 0 and args.output:
             append_record(args.output, make_record(
                 "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,
@@ -198,7 +202,8 @@ def _run(args) -> int:
         d, t = summary["dense_baseline"], summary["topk"]
         print(f"dense / top-k: step time {d['step'] / t['step']:.2f}x, communication alone "
               f"{d['comm'] / t['comm']:.2f}x, exposed wait {d['wait'] / max(t['wait'], 1e-9):.2f}x,"
-              f" bytes {d['bytes'] / t['bytes']:.1f}x", flush=True)
+              f" bytes " + (f"{d['bytes'] / t['bytes']:.1f}x" if t["bytes"] else "- (P = 1: none "
+                            "sent)"), flush=True)
     return 0
 
 

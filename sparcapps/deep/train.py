@@ -67,8 +67,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     from sparcml import DEFAULT_ALGORITHM
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_data_home_argument, algorithm_help, algorithm_name,
-                                    fraction, make_parser, output_file, positive_int)
+                                    add_data_home_argument, add_records_output_argument,
+                                    algorithm_help, algorithm_name, fraction, make_parser,
+                                    positive_int)
 
     p = make_parser(prog, description)
     g = p.add_argument_group("data and model")
@@ -111,8 +112,7 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                         "not kept stays in the error feedback); needs --bits 0; --algorithm "
                         "auto lets the cost model choose it or an allreduce per bucket")
     g = p.add_argument_group("output")
-    g.add_argument("--output", default=None, type=output_file,
-                   help="append the result record to this JSONL file")
+    add_records_output_argument(g)
     g.add_argument("--checkpoint", default=None, help=f"checkpoint file (default: {prog}.ckpt)")
     add_checkpoint_every_argument(g, "epochs", help="write a checkpoint every EPOCHS epochs")
     g.add_argument("--resume", default=None, help="continue from this checkpoint file")

@@ -89,7 +89,8 @@ def _alternate(out, Xtr, ytr, *, epochs, batch_size, loss, alpha, reps) -> None:
         for name in ("ours", "sklearn"):
             if name == "ours":
                 est = SparseLinearClassifier(loss, alpha=alpha, batch_size=batch_size,
-                                             epochs=epochs, comm=MPI.COMM_SELF, seed=rep)
+                                             max_iter=epochs, tol=None, comm=MPI.COMM_SELF,
+                                             seed=rep)
             else:
                 est = SGDClassifier(loss={"log": "log_loss"}.get(loss, loss), alpha=alpha,
                                     max_iter=epochs, tol=None, random_state=rep)
@@ -105,8 +106,9 @@ def main(argv=None) -> int:
     import sparcml
     from mpi4py import MPI
 
-    from sparcapps.cli_args import (add_data_home_argument, add_list_argument, algorithm_help,
-                                    algorithm_name, make_parser, output_file, positive_int)
+    from sparcapps.cli_args import (add_data_home_argument, add_list_argument,
+                                    add_records_output_argument, algorithm_help,
+                                    algorithm_name, make_parser, positive_int)
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     p = make_parser("sparc-linear-bench", __doc__.split("\n\n")[0])
@@ -131,7 +133,7 @@ def main(argv=None) -> int:
     p.add_argument("--throughput", action="store_true",
                    help="one process: ours against SGDClassifier instead")
     p.add_argument("--reps", type=positive_int, default=3, help="repetitions of --throughput")
-    p.add_argument("--output", type=output_file, help="append records here")
+    add_records_output_argument(p, per="algorithm (or --throughput run)")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -180,7 +182,7 @@ def main(argv=None) -> int:
               f"{hist[dense][0]['steps']} steps/epoch, {args.epochs} epochs each, taking "
               f"turns; epoch time = slowest rank's step time (median over epochs)")
         print(f"{'algorithm':>22} {'epoch s':>8} {'compute s':>9} {'comm s':>8} "
-              f"{'comm share':>10} {'MiB/rank':>9} {'density':>8} {'speedup vs dense':>16}")
+              f"{'comm share':>10} {'MiB/rank':>9} {'density':>8} {'speedup vs dense (x)':>20}")
         for a in algorithms:
             h = hist[a]
             comp = float(np.median([e["compute_seconds"] for e in h]))
@@ -190,7 +192,7 @@ def main(argv=None) -> int:
             dens = float(np.median([e["gradient_density"] for e in h]))
             speedup = med[dense] / med[a]
             print(f"{a:>22} {med[a]:8.2f} {comp:9.2f} {com:8.2f} {share:10.1%} {mib:9.1f} "
-                  f"{dens:8.4f} {speedup:15.1f}x", flush=True)
+                  f"{dens:8.4f} {speedup:19.1f}x", flush=True)
             if args.output:
                 append_record(args.output, make_record(
                     "sparc-linear-bench", config=vars(args), environment=environment,

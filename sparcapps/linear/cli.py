@@ -32,8 +32,9 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     import sparcml
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_data_home_argument, algorithm_help, algorithm_name,
-                                    make_parser, output_file, positive_int)
+                                    add_data_home_argument, add_records_output_argument,
+                                    algorithm_help, algorithm_name, make_parser, output_file,
+                                    positive_int)
 
     from .data import SYNTH_PRESETS
     from .schedule import SCHEDULES
@@ -72,7 +73,10 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     m.add_argument("--epochs", type=positive_int, default=5, help="passes over the data")
     m.add_argument("--batch-size", type=positive_int, default=256,
                    help="rows per rank per step (global batch = batch size x P)")
-    m.add_argument("--tol", type=float, help="stop when the loss stops improving by this much")
+    m.add_argument("--tol", type=float,
+                   help="stop when the printed loss (the objective) has not fallen by this "
+                        "much for 5 epochs, at most --epochs epochs (SGDClassifier's tol); "
+                        "default: exactly --epochs epochs")
     m.add_argument("--no-intercept", action="store_true", help="fit no intercept")
     m.add_argument("--no-shuffle", action="store_true", help="keep the row order")
     m.add_argument("--seed", type=int, default=0, help="seed of the per-epoch permutation")
@@ -83,8 +87,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     c.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
     o = p.add_argument_group("output")
-    o.add_argument("--output", metavar="FILE.jsonl", type=output_file,
-                   help="append the result record here")
+    add_records_output_argument(o)
     o.add_argument("--save-model", metavar="FILE.h5", type=output_file,
                    help="write the final model here")
     o.add_argument("--checkpoint", metavar="FILE.h5",
@@ -279,7 +282,8 @@ def run(args, prog: str) -> int:
         quantizer = sparcml.QSGD(bits=args.bits, seed=args.seed) if args.bits else None
         est = SparseLinearClassifier(
             loss=args.loss, alpha=args.alpha, learning_rate=args.learning_rate, eta0=args.eta0,
-            power_t=args.power_t, batch_size=args.batch_size, epochs=args.epochs, tol=args.tol,
+            power_t=args.power_t, batch_size=args.batch_size, max_iter=args.epochs,
+            tol=args.tol,
             algorithm=args.algorithm, quantizer=quantizer, quantize_sparse=args.quantize_sparse,
             seed=args.seed, comm=comm, fit_intercept=not args.no_intercept,
             shuffle=not args.no_shuffle)

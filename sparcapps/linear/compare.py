@@ -73,7 +73,8 @@ def compare(path, comm, *, loss: str, alpha: float, epochs: int, batch_size: int
                                     split_seed=split_seed)
     ours, theirs = [], []
     for seed in seeds:
-        clf = SparseLinearClassifier(loss, alpha=alpha, epochs=epochs, batch_size=batch_size,
+        clf = SparseLinearClassifier(loss, alpha=alpha, max_iter=epochs, tol=None,
+                                     batch_size=batch_size,
                                      seed=seed, comm=comm, algorithm=algorithm).fit(Xtr, ytr)
         pred_ok = np.count_nonzero(clf.predict(Xte) == yte)
         total = comm.allreduce(np.array([pred_ok, Xte.shape[0]], np.int64))

@@ -14,7 +14,7 @@ Example (``mpiexec -n 4 python script.py``)::
 
     comm = MPI.COMM_WORLD
     X, y = load_shard("url.h5", comm.rank, comm.size, split="train")
-    clf = SparseLinearClassifier(loss="log", batch_size=128, epochs=5).fit(X, y)
+    clf = SparseLinearClassifier(loss="log", batch_size=128, max_iter=5, tol=None).fit(X, y)
     clf.coef_    # (1, n_features), identical on every rank
 
 Relation to ``SGDClassifier(loss="log_loss"|"hinge", penalty="l2")``: the same losses, L2 term
@@ -58,6 +58,7 @@ __all__ = ["SparseLinearClassifier", "LOSSES"]
 
 LOSSES = ("log", "hinge")
 _LOSS_ALIASES = {"log_loss": "log"}
+_DEFAULT_TOL = 1e-3
 
 
 def _as_csr(X) -> sp.csr_matrix:
@@ -93,13 +94,16 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     batch_size : int
         Rows per rank per step: the global batch is ``batch_size * P``. For the same global
         sequence of batches at another P, keep ``batch_size * P`` fixed.
-    epochs : int
-        Passes over the data (SGDClassifier's ``max_iter``).
+    max_iter : int
+        The most passes over the data (epochs), as SGDClassifier's.
     tol : float or None
-        With a value, stop when the training loss has not improved by ``tol`` for
-        ``n_iter_no_change`` epochs, and warn (``ConvergenceWarning``) when ``epochs`` run out
-        first. None: exactly ``epochs`` epochs, no warning.
+        As SGDClassifier's (default 1e-3): stop when the epoch's mean training loss has not
+        fallen below the best so far minus ``tol`` for ``n_iter_no_change`` epochs in a row,
+        and warn (``ConvergenceWarning``) when ``max_iter`` epochs run out first. None:
+        exactly ``max_iter`` epochs, no warning (what ``sparc-linear --epochs E`` runs:
+        ``max_iter=E, tol=None`` unless ``--tol`` is given).
     n_iter_no_change : int
+        Epochs without improvement before stopping (with ``tol``).
     algorithm : str
         ``sparcml.allreduce`` algorithm for the gradient sum; ``"dense"`` is the baseline.
     quantizer : sparcml.QSGD or None
@@ -117,6 +121,10 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     warm_start : bool
         As SGDClassifier: ``fit`` starts from the weights of the previous ``fit`` (the sample
         counter ``t_`` and the epochs start again).
+    epochs : int or None
+        Deprecated (``FutureWarning`` in ``fit``): ``epochs=E`` is ``max_iter=E`` with the
+        stopping rule it had, ``tol=None`` (exactly E epochs) unless ``tol`` is set to another
+        value than the default; write ``max_iter=E, tol=None``.
 
     Attributes
     ----------
@@ -134,17 +142,17 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     """
 
     def __init__(self, loss="log", *, alpha=1e-4, learning_rate="optimal", eta0=0.01,
-                 power_t=0.5, batch_size=256, epochs=5, tol=None, n_iter_no_change=5,
+                 power_t=0.5, batch_size=256, max_iter=1000, tol=1e-3, n_iter_no_change=5,
                  algorithm=sparcml.DEFAULT_ALGORITHM, quantizer=None, quantize_sparse=False,
                  seed=0, comm=None, fit_intercept=True, shuffle=True, class_weight=None,
-                 warm_start=False):
+                 warm_start=False, epochs=None):
         self.loss = loss
         self.alpha = alpha
         self.learning_rate = learning_rate
         self.eta0 = eta0
         self.power_t = power_t
         self.batch_size = batch_size
-        self.epochs = epochs
+        self.max_iter = max_iter
         self.tol = tol
         self.n_iter_no_change = n_iter_no_change
         self.algorithm = algorithm
@@ -156,8 +164,20 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         self.shuffle = shuffle
         self.class_weight = class_weight
         self.warm_start = warm_start
+        self.epochs = epochs
 
     # -- parameters ---------------------------------------------------------------------------
+
+    def _stopping(self) -> tuple[int, float | None]:
+        """``(max_iter, tol)`` in force: the deprecated ``epochs`` maps to ``max_iter`` with
+        its old default ``tol=None`` (unless another ``tol`` than the default is set)."""
+        if self.epochs is None:
+            return self.max_iter, self.tol
+        tol = None if self.tol == _DEFAULT_TOL else self.tol
+        warnings.warn(f"epochs is deprecated: write max_iter={self.epochs!r}, tol={tol!r} "
+                      f"(epochs=E ran exactly E epochs unless tol was set)", FutureWarning,
+                      stacklevel=3)
+        return self.epochs, tol
 
     def _loss_name(self) -> str:
         return _LOSS_ALIASES.get(self.loss, self.loss)
@@ -176,8 +196,10 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         if self.learning_rate != "optimal" and not self.eta0 > 0:
             raise ValueError(f"eta0 must be > 0 with learning_rate={self.learning_rate!r}, "
                              f"got {self.eta0!r}")
-        for name in ("batch_size", "epochs", "n_iter_no_change"):
+        for name in ("batch_size", "max_iter", "n_iter_no_change", "epochs"):
             value = getattr(self, name)
+            if name == "epochs" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.tol is not None and not isinstance(self.tol, numbers.Real):
@@ -322,7 +344,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def fit(self, X, y, sample_weight=None, *, monitor=None, resume=None):
         """Train from zero weights (from the previous fit's with ``warm_start``; from
-        ``resume``, a :class:`TrainState` of a checkpoint) for ``epochs`` epochs. Collective:
+        ``resume``, a :class:`TrainState` of a checkpoint) for at most ``max_iter`` epochs
+        (fewer when ``tol`` stops it). Collective:
         every rank of ``comm`` calls with its shard (and its rows' ``sample_weight``, array of
         shape (n_rows,) >= 0, or None for ones).
 
@@ -332,6 +355,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         Returns ``self``.
         """
         self._check_params()
+        max_iter, tol = self._stopping()
         comm = self._get_comm()
         previous = None
         if self.warm_start and hasattr(self, "coef_"):
@@ -355,7 +379,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         else:
             state = TrainState.zeros(self.n_features_in_)
         self._state = state
-        self._train(X, y_pm, weights, comm, self.epochs, monitor)
+        self._train(X, y_pm, weights, comm, max_iter, tol, monitor)
         return self
 
     def partial_fit(self, X, y, classes=None, sample_weight=None, *, monitor=None):
@@ -373,10 +397,11 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                                          sample_weight=sample_weight)
         if first:
             self._state = TrainState.zeros(self.n_features_in_)
-        self._train(X, y_pm, weights, comm, self._state.epoch + 1, monitor, warn=False)
+        # one epoch, no stopping rule (as SGDClassifier.partial_fit)
+        self._train(X, y_pm, weights, comm, self._state.epoch + 1, None, monitor)
         return self
 
-    def _train(self, X, y_pm, weights, comm, until_epoch, monitor, warn=True) -> None:
+    def _train(self, X, y_pm, weights, comm, until_epoch, tol, monitor) -> None:
         state = self._state
         engine = self._engine(X, y_pm, weights, comm)  # holds the data: not kept on the estimator
         if self.quantizer is not None and state.quantizer_state is not None:
@@ -411,20 +436,19 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
             state.partial = {}
             if self.quantizer is not None:
                 state.quantizer_state = self.quantizer.state_dict()
-            if self.tol is not None:
-                if data_loss > state.best_loss - self.tol:
+            if tol is not None:
+                if record["loss"] > state.best_loss - tol:
                     state.no_improvement += 1
                 else:
                     state.no_improvement = 0
-                state.best_loss = min(state.best_loss, data_loss)
+                state.best_loss = min(state.best_loss, record["loss"])
                 if state.no_improvement >= self.n_iter_no_change:
                     converged = True
                     break
         self._publish()
-        if (warn and self.tol is not None and not converged and not stopped
-                and state.epoch >= until_epoch):
-            warnings.warn(f"Maximum number of epochs ({until_epoch}) reached before "
-                          f"convergence. Consider increasing epochs to improve the fit.",
+        if tol is not None and not converged and not stopped and state.epoch >= until_epoch:
+            warnings.warn(f"Maximum number of epochs (max_iter={until_epoch}) reached before "
+                          f"convergence. Consider increasing max_iter to improve the fit.",
                           ConvergenceWarning)
 
     def _publish(self) -> None:

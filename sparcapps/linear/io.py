@@ -59,8 +59,11 @@ def params_to_json(params: dict) -> str:
 
 
 def params_from_json(text: str) -> dict:
-    """The inverse of :func:`params_to_json`."""
+    """The inverse of :func:`params_to_json`. A file written before ``max_iter`` holds
+    ``epochs`` (and its ``tol``, None by default then): read as ``max_iter``."""
     params = json.loads(text)
+    if "max_iter" not in params and "epochs" in params:
+        params["max_iter"] = params.pop("epochs")
     cw = params.get("class_weight")
     if isinstance(cw, dict) and set(cw) == {"pairs"}:
         params["class_weight"] = {k: v for k, v in cw["pairs"]}

@@ -36,14 +36,14 @@ __all__ = ["build_report", "collective_rows", "command_of", "rerun_command", "re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from sparcapps.cli_args import make_parser, output_dir
+    from sparcapps.cli_args import add_timeout_argument, make_parser, output_dir
     from sparcapps.output_paths import write_with_fallback
 
     p = make_parser("sparc-report", "Turn result records into a Markdown + HTML report with "
                     "tables, figures, environment and the commands to rerun each group of "
                     "figures.")
     p.add_argument("results", nargs="+", help="records files (.jsonl) or directories of them")
-    p.add_argument("-o", "--output", required=True, type=output_dir,
+    p.add_argument("-o", "--output", required=True, metavar="DIR", type=output_dir,
                    help="report directory (created)")
     p.add_argument("--title", default="SparCML results", help="the report's title")
     p.add_argument("--strict", action="store_true",
@@ -52,8 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="run the commands of this figure (its id, as the report names it) "
                         "again into new records under the output directory, and report the "
                         "old and new figure side by side")
-    p.add_argument("--timeout-seconds", type=float, default=3600,
-                   help="with --rerun: the limit for each command")
+    add_timeout_argument(p, default=3600, what="each command of --rerun")
     args = p.parse_args(argv)
     try:
         if args.rerun:

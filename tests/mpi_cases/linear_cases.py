@@ -53,7 +53,8 @@ class SameEverywhere:
 
 
 def make(loss, algorithm="ssar_recursive_double", **kw):
-    return SparseLinearClassifier(loss, alpha=1e-4, epochs=2, batch_size=GLOBAL_BATCH // P,
+    return SparseLinearClassifier(loss, alpha=1e-4, max_iter=2, tol=None,
+                                  batch_size=GLOBAL_BATCH // P,
                                   algorithm=algorithm, comm=comm, seed=5, **kw)
 
 
@@ -65,7 +66,8 @@ for loss in ("log", "hinge"):
     cases += 1
     ref = None
     if rank == 0:
-        one = SparseLinearClassifier(loss, alpha=1e-4, epochs=2, batch_size=GLOBAL_BATCH,
+        one = SparseLinearClassifier(loss, alpha=1e-4, max_iter=2, tol=None,
+                                     batch_size=GLOBAL_BATCH,
                                      comm=MPI.COMM_SELF, seed=5).fit(X_all, y_all)
         ref = (one.coef_, one.intercept_, one.predict(X_all))
     ref = comm.bcast(ref)
@@ -92,7 +94,7 @@ for loss in ("log", "hinge"):
         if P > 1:
             assert hist["bytes_sent"] > 0
         cases += 1
-    # two partial_fit calls are the same as fit with epochs=2, bit for bit
+    # two partial_fit calls are the same as fit with max_iter=2, bit for bit
     inc = make(loss)
     inc.partial_fit(X, y, classes=[-1.0, 1.0])
     inc.partial_fit(X, y)
@@ -116,7 +118,7 @@ rate = {"learning_rate": "constant", "eta0": 0.05, "class_weight": "balanced"}
 weighted = make("log", **rate).fit(X, y, sample_weight=sw_all[lo:hi], monitor=watch)
 ref = None
 if rank == 0:
-    ref = SparseLinearClassifier("log", alpha=1e-4, epochs=2, batch_size=GLOBAL_BATCH,
+    ref = SparseLinearClassifier("log", alpha=1e-4, max_iter=2, tol=None, batch_size=GLOBAL_BATCH,
                                  comm=MPI.COMM_SELF, seed=5, **rate).fit(
         X_all, y_all, sample_weight=sw_all).coef_
 ref = comm.bcast(ref)
