@@ -90,9 +90,9 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     add_records_output_argument(o)
     o.add_argument("--save-model", metavar="FILE.h5", type=output_file,
                    help="write the final model here")
-    o.add_argument("--checkpoint", metavar="FILE.h5",
-                   help="checkpoint file (default: MODEL.ckpt.h5 beside --save-model, else "
-                        "sparc-linear.ckpt.h5)")
+    o.add_argument("--checkpoint", metavar="FILE.h5", type=output_file,
+                   help="checkpoint file (default: the --resume file, else MODEL.ckpt.h5 "
+                        "beside --save-model, else sparc-linear.ckpt.h5)")
     add_checkpoint_every_argument(o, "steps", help="write a checkpoint every STEPS global "
                                                    "steps (and at the end)")
     o.add_argument("--resume", metavar="CKPT", help="continue from this checkpoint")
@@ -107,6 +107,8 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
 def _checkpoint_path(args) -> str:
     if args.checkpoint:
         return args.checkpoint
+    if args.resume:  # a resumed run goes on checkpointing into the file it resumed from
+        return args.resume
     if args.save_model:
         return args.save_model.removesuffix(".h5") + ".ckpt.h5"
     return "sparc-linear.ckpt.h5"

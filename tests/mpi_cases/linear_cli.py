@@ -80,7 +80,11 @@ cases += 1
 # stopped inside epoch 1, resumed, stopped at the end of epoch 1, resumed to the end
 ck = str(d / "stop.ckpt.h5")
 out = run("--stop-after", "5", "--checkpoint", ck)
-run("--resume", ck, "--stop-after", str(STEPS_PER_EPOCH), "--checkpoint", ck)
+written = os.stat(ck).st_mtime_ns if rank == 0 else None
+run("--resume", ck, "--stop-after", str(STEPS_PER_EPOCH))  # no --checkpoint: into ck itself
+if rank == 0:
+    assert os.stat(ck).st_mtime_ns > written, "a resumed run checkpoints into its --resume file"
+    assert not Path("sparc-linear.ckpt.h5").exists(), "checkpointed elsewhere"
 run("--resume", ck, "--save-model", str(d / "resumed.h5"), "--checkpoint", ck)
 if rank == 0:
     resumed = model("resumed.h5")
