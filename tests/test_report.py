@@ -257,8 +257,11 @@ def test_data_sizes_and_simulated_records(tmp_path):
     # the speedup at P = 1 (no communication) is left out
     speedup = next(f for f in figs if f.id == "speedup-N-1000-d-0.01-random-float32").meta
     assert min(speedup["xdata"]) == 2 and speedup["panels"][1]["xticklabels"][0] == "2"
-    weak = next(f for f in figs if f.id == "weak-NperP-1000-d-0.01-random-float32").meta
-    assert "N/P = 1,000" in weak["title"] and weak["xdata"][:3] == [1, 2, 4]
+    weak = next(f for f in figs if f.id == "weak-NperP-1000-d-0.01-random-float32")
+    assert "N/P = 1,000" in weak.meta["title"] and weak.meta["xdata"] == [2, 4]
+    # simulated: one point at N/P = 1,000 (P = 1), no line to draw; the caption says so
+    assert weak.meta["panel_titles"] == [""]
+    assert "Left out (a single point each, in the table): simulated (10gbit)." in weak.caption
     assert set(m["legend"]) == {"dense", "allgather"}
     alone = strong["strong-N-4000-d-0.01-random-float32"]
     assert alone.meta["panel_titles"] == [""] and "do not compare" not in alone.caption

@@ -107,9 +107,10 @@ def _collective_table(doc: Doc, rows, out: Path) -> None:
     if all(r["nodes"] == r["P"] for r in rows):  # one rank per node: nodes says nothing new
         headers, table = headers[:1] + headers[2:], [t[:1] + t[2:] for t in table]
         doc.p("One rank per node in every row.")
-    headers, table, same = drop_constant(headers, table, {"N", "pattern", "dtype", "source",
-                                                          "reps", "model ms", "RS+AG ms",
-                                                          "floor ms", "speedup vs dense"})
+    headers, table, same = drop_constant(headers, table, {"nodes", "N", "pattern", "dtype",
+                                                          "source", "reps", "model ms",
+                                                          "RS+AG ms", "floor ms",
+                                                          "speedup vs dense"})
     if same:
         doc.p("In every row: " + ", ".join(f"{h} {v}" if v != "" else f"no {h}"
                                            for h, v in same) + ".")

@@ -13,7 +13,7 @@ CSS = """
 body{font-family:sans-serif;max-width:72em;margin:auto;padding:0 1em;line-height:1.35}
 .tbl{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
-td,th{border:1px solid #bbb;padding:2px 6px;overflow-wrap:break-word;vertical-align:top}
+td,th{border:1px solid #bbb;padding:2px 4px;overflow-wrap:break-word;vertical-align:top}
 th{background:#eee}
 td.num{text-align:right}
 pre{background:#f4f4f4;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}
@@ -37,6 +37,11 @@ def _breakable(value) -> str:
             pieces.append("")
             run = 0
     return "<wbr>".join(html.escape(piece) for piece in pieces if piece)
+
+
+def _numeric(value) -> str:
+    """A numeric cell's text, escaped; a range may break after its dash (0.360\u2013 0.440)."""
+    return html.escape("" if value is None else str(value)).replace("\u2013", "\u2013<wbr>")
 
 
 def _inline_svg(svg: bytes, name: str, alt: str) -> str:
@@ -116,7 +121,7 @@ class Doc:
                 out.append("<div class='tbl'><table><tr>"
                            + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr>")
                 out.extend("<tr>" + "".join(
-                    f"<td class=num>{e('' if v is None else str(v))}</td>" if i in nums
+                    f"<td class=num>{_numeric(v)}</td>" if i in nums
                     else f"<td>{_breakable(v)}</td>"
                     for i, v in enumerate(row)) + "</tr>" for row in b[2])
                 out.append("</table></div>")

@@ -79,15 +79,31 @@ _CAVEAT = ("Panels differ in source (measured on this machine, simulated on a mo
            "network): each has its own y axis and their times do not compare with each other.")
 
 
-def _panels(title, xlabel, ylabel, rows, *, wide=False):
-    """A figure with one panel per source of ``rows``: (figure, [(axes, rows)], caveat)."""
+def _panels(title, xlabel, ylabel, rows, enough, *, wide=False):
+    """A figure with one panel per source of ``rows`` whose rows are ``enough`` to draw (a
+    line needs two points): (figure, [(axes, rows)], rows drawn, caption text) or None when
+    no source has enough. The caption text names the sources left out and, with several
+    panels, says that they do not compare."""
     sources = _sources(rows)
     parts = [[r for r in rows if (r["simulated"], r["network"]) == k] for k in sources]
+    left_out = [_panel_title(k, p) for k, p in zip(sources, parts) if not enough(p)]
+    kept = [(k, p) for k, p in zip(sources, parts) if enough(p)]
+    if not kept:
+        return None
+    sources, parts = zip(*kept)
     titles = [_panel_title(k, p) for k, p in zip(sources, parts)]
     fig, axes = pl.new_figure(title, xlabel, ylabel,
                               titles if len(sources) > 1 or sources[0] != (False, None)
                               else [None], wide=wide)
-    return fig, list(zip(axes, parts)), (" " + _CAVEAT if len(sources) > 1 else "")
+    text = (" " + _CAVEAT if len(sources) > 1 else "") + (
+        f" Left out (a single point each, in the table): {', '.join(left_out)}."
+        if left_out else "")
+    return fig, list(zip(axes, parts)), [r for p in parts for r in p], text
+
+
+def _distinct(key, n=2):
+    """A predicate: rows with at least ``n`` distinct ``key`` values."""
+    return lambda rows: len({r[key] for r in rows}) >= n
 
 
 def _lines(ax, styles, rows, x, y, *, err=None) -> tuple[set, int]:
@@ -100,8 +116,9 @@ def _lines(ax, styles, rows, x, y, *, err=None) -> tuple[set, int]:
     for i, (name, g) in enumerate(by.items()):
         kw = pl.style_for(styles, name, g[0]["simulated"], g[0]["network"])
         tr = pl.shifted(ax, offsets[name])
-        ax.plot([x(r) for r in g], [y(r) for r in g], transform=tr, gid=f"series-{i}",
-                label=name, zorder=2.5 if name == dense_name() else 2, **kw)
+        pl.plot_line(ax, [x(r) for r in g], [y(r) for r in g], offsets[name],
+                     gid=f"series-{i}", label=name, zorder=2.5 if name == dense_name() else 2,
+                     **kw)
         pts = [(x(r), y(r), err(r)) for r in g] if err else []
         pts = [p for p in pts if p[2] is not None]
         if pts:
@@ -145,14 +162,15 @@ def _scaling(rows, styles, kind):
     else:
         key = lambda r: (r["N"] // r["P"] if r["N"] and r["P"] and r["N"] % r["P"] == 0  # noqa
                          else None, r["density"], r["pattern"], r["dtype"])
+    ps = _distinct("P")
+    enough = ps if kind == "strong" else lambda g: ps(g) and _distinct("N")(g)
     for k, grp in group_rows(rows, key):
-        if k[0] is None or len({r["P"] for r in grp}) < 2:
-            continue
-        if kind == "weak" and len({r["N"] for r in grp}) < 2:
-            continue
         what = input_label(*k, per_rank=kind == "weak")
-        fig, panels, caveat = _panels(f"{kind} scaling: {what}", "P",
-                                      "median time (ms, log scale)", grp)
+        made = k[0] is not None and _panels(f"{kind} scaling: {what}", "P",
+                                            "median time (ms, log scale)", grp, enough)
+        if not made:
+            continue
+        fig, panels, grp, caveat = made
         series, bars = set(), 0
         for ax, part in panels:
             s, b = _lines(ax, styles, part, lambda r: r["P"], lambda r: r["median"] * 1e3,
@@ -178,11 +196,12 @@ def _speedup(rows, styles):
     usable = [r for r in rows if r["algorithm"] != dense and r["speedup"] is not None
               and (r["P"] or 0) > 1]
     for k, grp in group_rows(usable, lambda r: (r["N"], r["density"], r["pattern"], r["dtype"])):
-        if len({r["P"] for r in grp}) < 2:
-            continue
         what = input_label(*k)
-        fig, panels, caveat = _panels(f"speedup over dense: {what}", "P",
-                                      "speedup over dense (x, log scale)", grp)
+        made = _panels(f"speedup over dense: {what}", "P", "speedup over dense (x, log scale)",
+                       grp, _distinct("P"))
+        if not made:
+            continue
+        fig, panels, grp, caveat = made
         series, bars = set(), 0
         for ax, part in panels:
             s, b = _lines(ax, styles, part, lambda r: r["P"], lambda r: r["speedup"],
@@ -207,12 +226,12 @@ def _vs_density(rows, styles):
     figs = []
     for k, grp in group_rows([r for r in rows if r["density"]],
                              lambda r: (r["P"], r["N"], r["pattern"], r["dtype"])):
-        if len({r["density"] for r in grp}) < 2:
-            continue
         what = f"P = {k[0]}, " + input_label(k[1], None, k[2], k[3])
-        fig, panels, caveat = _panels(f"time vs density: {what}",
-                                      "density (nonzeros per rank / N)",
-                                      "median time (ms, log scale)", grp)
+        made = _panels(f"time vs density: {what}", "density (nonzeros per rank / N)",
+                       "median time (ms, log scale)", grp, _distinct("density"))
+        if not made:
+            continue
+        fig, panels, grp, caveat = made
         series, bars = set(), 0
         for ax, part in panels:
             s, b = _lines(ax, styles, part, lambda r: r["density"],
@@ -238,12 +257,13 @@ def _model(rows, styles):
                 and any(r[key] is not None for key, _, _ in REFERENCES)]
     for k, grp in group_rows(modelled, lambda r: (r["P"], r["N"], r["pattern"], r["dtype"],
                                                   r["network"])):
-        if len({r["density"] for r in grp}) < 2:
-            continue
         what = f"P = {k[0]}, " + input_label(k[1], None, k[2], k[3])
-        fig, panels, _ = _panels(f"measured (solid) vs cost model (dashed): {what}",
-                                 "density (nonzeros per rank / N)", "time (ms, log scale)",
-                                 grp, wide=True)
+        made = _panels(f"measured (solid) vs cost model (dashed): {what}",
+                       "density (nonzeros per rank / N)", "time (ms, log scale)", grp,
+                       _distinct("density"), wide=True)
+        if not made:
+            continue
+        fig, panels, grp, _ = made
         ax = panels[0][0]
         extra = []
         series = set()

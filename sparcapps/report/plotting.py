@@ -17,13 +17,13 @@ import math
 import textwrap
 from typing import Iterable, Sequence
 
-__all__ = ["DPI", "MIN_REPS", "new_figure", "new_axes", "rank_axis", "percent_axis",
+__all__ = ["DPI", "MIN_REPS", "MARKERS", "new_figure", "new_axes", "rank_axis", "percent_axis",
            "style_for", "source_label", "legend", "outside_legend", "save", "describe",
-           "log_y", "dodge", "shifted", "SeriesStyles"]
+           "log_y", "dodge", "shifted", "plot_line", "SeriesStyles"]
 
 DPI = 150
 MIN_REPS = 5  # error bars (quartiles) only from at least this many repetitions
-_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
 _PANEL_IN = 4.9  # width of one panel of a multi-panel figure (inches)
 _LEGEND_CHARS = 36  # legend entries wrap after this many characters
 
@@ -115,7 +115,7 @@ class SeriesStyles:
     def __init__(self, series: Iterable[str], dense: str):
         names = sorted(set(series) - {dense})
         self.colour = {name: f"C{i % 10}" for i, name in enumerate(names)}
-        self.markers = {name: _MARKERS[(i + 1) % len(_MARKERS)] for i, name in enumerate(names)}
+        self.markers = {name: MARKERS[(i + 1) % len(MARKERS)] for i, name in enumerate(names)}
         self.colour[dense] = "black"
         self.markers[dense] = "o"
         self.dense = dense
@@ -180,6 +180,16 @@ def shifted(ax, dx_pt: float):
     from matplotlib.transforms import offset_copy
 
     return offset_copy(ax.transData, fig=ax.figure, x=dx_pt, y=0, units="points")
+
+
+def plot_line(ax, xs, ys, dx_pt: float = 0.0, **kw):
+    """``ax.plot(xs, ys, **kw)`` drawn ``dx_pt`` points to the right; its data count for the
+    axis limits all the same (matplotlib leaves a shifted line out of autoscaling)."""
+    line, = ax.plot(xs, ys, transform=shifted(ax, dx_pt), **kw)
+    if dx_pt:
+        ax.update_datalim(list(zip(xs, ys)))
+        ax.autoscale_view()
+    return line
 
 
 def outside_legend(fig, handles: list) -> None:

@@ -92,15 +92,20 @@ def training_figures(runs) -> list[Fig]:
         title = f"{app}{' on ' + dataset if dataset else ''}: {name} vs wall time"
         fig, ax = pl.new_axes(title, "wall time since the start of training (s)", name)
         handles = []
-        for i, g in enumerate(sorted(grp, key=lambda g: (g["config"] != "dense baseline",
-                                                         g["config"], g["P"] or 0))):
-            pts = [(e["wall_seconds"], e[metric]) for e in g["epochs"]
-                   if e.get("wall_seconds") is not None and e.get(metric) is not None]
-            if pts:
+        runs = sorted(grp, key=lambda g: (g["config"] != "dense baseline", g["config"],
+                                          g["P"] or 0))
+        pts = [[(e["wall_seconds"], e[metric]) for e in g["epochs"]
+                if e.get("wall_seconds") is not None and e.get(metric) is not None]
+               for g in runs]
+        offsets = pl.dodge({i: dict(p) for i, p in enumerate(pts) if p})
+        for i, (g, p) in enumerate(zip(runs, pts)):
+            if p:
                 dense = g["config"] == "dense baseline"
-                line, = ax.plot(*zip(*pts), "o-", color="black" if dense else f"C{i % 10}",
-                                lw=2 if dense else 1.5, markersize=4, gid=f"series-{i}",
-                                label=f"{g['config']}, P = {g['P']}")
+                line = pl.plot_line(
+                    ax, [q[0] for q in p], [q[1] for q in p], offsets[i], ls="-",
+                    marker="o" if dense else pl.MARKERS[(i + 1) % len(pl.MARKERS)],
+                    color="black" if dense else f"C{i % 10}", lw=2 if dense else 1.5,
+                    markersize=4, gid=f"series-{i}", label=f"{g['config']}, P = {g['P']}")
                 handles.append(line)
         targets = {(t["target"], t["basis"]) for t in time_to_accuracy(grp)}
         if len(targets) == 1:  # one P: the time-to-accuracy target as a line
