@@ -77,10 +77,11 @@ _ALGS = {"dense": 1.0, "ssar_split_allgather": 0.1, "dsar_split_allgather": 0.1,
          "ssar_recursive_double": 0.15, "allgather": 0.3}
 
 
-def _rec(P, alg, median, *, N=N, density=0.001, reps=3, spread=0.2, env=None, **metrics):
+def _rec(P, alg, median, *, N=N, density=0.001, reps=3, spread=0.2, env=None,
+         pattern="random", **metrics):
     """A sparc-bench record on one node: ``reps`` repetitions spread +-``spread``."""
     samples = [median * (1 + spread * (2 * i / (reps - 1) - 1)) for i in range(reps)]
-    return make_record("sparc-bench", config={"pattern": "random", "dtype": "float32"},
+    return make_record("sparc-bench", config={"pattern": pattern, "dtype": "float32"},
                        environment={**ENV, "hosts": ["n0"], **(env or {})}, P=P, N=N,
                        density=density, algorithm=alg, timings={"allreduce": summarize(samples)},
                        metrics=metrics, bytes={"sent_per_rank": 8 * P})
@@ -89,8 +90,9 @@ def _rec(P, alg, median, *, N=N, density=0.001, reps=3, spread=0.2, env=None, **
 def _review_records(path):
     """Measured on one node at P = 2, 4, 8 (ten configurations, two with identical times, P = 2
     with a wide spread, bars only for those with 10 repetitions), simulated at 94 Gbit up to
-    P = 1,024 for the same input, a density sweep with the cost model (the wide figure), a
-    training run with a long configuration, a failed run with a long error."""
+    P = 1,024 for the same input, a density sweep with the cost model (the wide figure), one
+    whose input makes a long title, a training run with a long configuration, a failed run with
+    a long error."""
     long_cmd = ["sparc-bench", "--output", "/a/very/long/path/" * 8 + "records.jsonl"]
     for P in (2, 4, 8):
         for alg, f in _ALGS.items():
@@ -114,6 +116,11 @@ def _review_records(path):
             t = 0.2 * f
             append_record(path, _rec(4, alg, t, N=N // 4, density=d, model={
                 "predicted_s": t * 0.8, "floor_s": t * 0.3, "rs_ag_s": t * 0.5}))
+    long_pattern = ("replay of the gradients of a large model recorded at epoch three of "
+                    "a long training run on a cluster far away")  # a title of three lines
+    for d in (0.001, 0.01):
+        for alg, f in (("dense", 1.0), ("ssar_split_allgather", 30 * d)):
+            append_record(path, _rec(2, alg, 0.01 * f, N=65536, density=d, pattern=long_pattern))
     epochs = [{"epoch": e, "wall_seconds": e, "test_accuracy": 0.5 + e / 10} for e in (1, 2, 3)]
     for dense in (True, False):
         append_record(path, make_record(
@@ -275,9 +282,9 @@ def test_report_renders_in_chromium(browser, reports, width):
     assert all(p["fits"] for p in checks["pres"]), checks["pres"]
     figs = checks["figures"]
     names = " | ".join(f["name"] for f in figs)
-    # strong and speedup (measured and simulated panels), density, model, training; no weak
-    # scaling: N/P = 2^20 has one P per source, no line to draw
-    assert len(figs) == 5, names
+    # strong and speedup (measured and simulated panels), density (two inputs), model,
+    # training; no weak scaling: N/P = 2^20 has one P per source, no line to draw
+    assert len(figs) == 6, names
     for f in figs:
         # the checks looked at something: texts, one legend, lines sampled
         assert f["texts"] > 10 and f["legends"] == 1 and f["samples"] > 5, f
