@@ -13,6 +13,7 @@ CSS = """
 body{font-family:sans-serif;max-width:72em;margin:auto;padding:0 1em;line-height:1.35}
 .tbl{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
+@media (max-width:60em){table{font-size:0.75em}}
 td,th{border:1px solid #bbb;padding:2px 4px;overflow-wrap:break-word;vertical-align:top}
 th{background:#eee}
 td.num{text-align:right}
