@@ -75,10 +75,6 @@ def _panel_title(key, rows) -> str:
     return pl.source_label(simulated, network)
 
 
-_CAVEAT = ("Panels differ in source (measured on this machine, simulated on a modelled "
-           "network): each has its own y axis and their times do not compare with each other.")
-
-
 def _panels(title, xlabel, ylabel, rows, enough, *, wide=False):
     """A figure with one panel per source of ``rows`` whose rows are ``enough`` to draw (a
     line needs two points): (figure, [(axes, rows)], rows drawn, caption text) or None when
@@ -95,7 +91,10 @@ def _panels(title, xlabel, ylabel, rows, enough, *, wide=False):
     fig, axes = pl.new_figure(title, xlabel, ylabel,
                               titles if len(sources) > 1 or sources[0] != (False, None)
                               else [None], wide=wide)
-    text = (" " + _CAVEAT if len(sources) > 1 else "") + (
+    caveat = (f" The panels differ in source: {' vs '.join(titles)}. Each has its own y axis; "
+              "their times do not compare with each other (another network, or a model "
+              "instead of a measurement).")
+    text = (caveat if len(sources) > 1 else "") + (
         f" Left out (a single point each, in the table): {', '.join(left_out)}."
         if left_out else "")
     return fig, list(zip(axes, parts)), [r for p in parts for r in p], text
