@@ -100,7 +100,8 @@ def test_real_sweep_replays_the_same_inputs(tmp_path):
 
 def test_report_marks_modeled_only_rows_apart(tmp_path):
     """sparc-report: a row sparc-bench --simulate predicted by its model (``modeled_only``)
-    gets a source, a marker and a legend entry of its own beside the simulated rows."""
+    is a source of its own beside the simulated rows: its own panel, never on their axis (a
+    single point: named in the caption, its value in the table)."""
     from sparcapps.records import append_record, make_record, summarize
     from sparcapps.report.build import build
 
@@ -117,9 +118,12 @@ def test_report_marks_modeled_only_rows_apart(tmp_path):
                               bytes={"sent_per_rank": 8 * P})
             rec.update(simulated=True, network="8x10gbit")
             append_record(path, rec)
-    _, _, figs = build([path], tmp_path / "out")
-    strong = next(f for f in figs if f.id.startswith("strong")).meta
-    assert {"simulated (8x10gbit)", "simulated (8x10gbit; modeled only)"} <= set(strong["legend"])
+    md, _, figs = build([path], tmp_path / "out")
+    strong = next(f for f in figs if f.id.startswith("strong"))
+    assert strong.meta["panel_titles"] == ["simulated (8x10gbit)"]
+    assert "Left out (a single point each, in the table): simulated (8x10gbit; modeled only)" \
+        in strong.caption
+    assert "| simulated (8x10gbit; modeled only) |" in md.read_text()
 
 
 def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):

@@ -1,7 +1,7 @@
 """sparc-report: tables whose numbers are the records', figures people can read, commands that
 reproduce the figures into new records."""
 
-import base64
+import csv
 import json
 import re
 
@@ -190,7 +190,10 @@ def test_figures_readable(built):
     for kind in ("strong", "speedup"):
         m = by_kind[kind].meta
         assert m["xscale"] == "log" and m["xticklabels"] == ["2", "4", "8"], m
-        assert m["errorbars"] >= 1, m  # allgather: a recorded speedup without a range
+        assert m["yscale"] == "log", m  # a speedup of 60x must not squash one of 2x
+        # three repetitions per point: no quartile bars, and the caption says why
+        assert m["errorbars"] == 0, m
+        assert "no bars: fewer than 5 repetitions per point" in by_kind[kind].caption
     assert "ms" in by_kind["strong"].meta["ylabel"]
     assert "dense" in by_kind["strong"].meta["legend"]
     assert "%" in "".join(by_kind["density"].meta["xticklabels"])
@@ -200,14 +203,20 @@ def test_figures_readable(built):
 
 
 def test_html_is_self_contained_and_commands_once_per_group(built):
-    _, _, out, md, _, _ = built
+    _, _, out, md, _, figs = built
     html = (out / "report.html").read_text()
-    srcs = re.findall(r"src='([^']*)'", html)
-    assert srcs and all(s.startswith("data:image/png;base64,") for s in srcs)
-    for s in srcs:
-        assert base64.b64decode(s.split(",", 1)[1])[:8] == PNG
+    assert "src=" not in html and "<?xml" not in html
+    svgs = re.findall(r"<svg role='img'[^>]*>", html)
+    assert len(svgs) == len(figs)
     images = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
-    assert len(images) == len(srcs) and all((out / name).is_file() for name in images)
+    assert len(images) == len(figs)
+    for name in images:  # the PNG at 150 dpi and the SVG beside report.md
+        assert (out / name).read_bytes()[:8] == PNG
+        svg = (out / name).with_suffix(".svg").read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg and f"({name[:-4]}.svg)" in md
+    # ids are unique in the page: several inline SVGs must not share a glyph or clip path
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)) and ids
     # the bench records share one command: one block for every figure made from it
     line = "mpiexec -n 4 sparc-bench --N 1000 --output res/sweep.rerun.jsonl"
     assert md.count(line) == 1 and "res/sweep.jsonl" not in md.split("## Commands")[1]
@@ -236,17 +245,26 @@ def test_data_sizes_and_simulated_records(tmp_path):
     strong = {f.id: f for f in figs if f.id.startswith("strong")}
     assert sorted(strong) == ["strong-N-1000-d-0.01-random-float32",
                               "strong-N-4000-d-0.01-random-float32"]
-    m = strong["strong-N-1000-d-0.01-random-float32"].meta
+    fig = strong["strong-N-1000-d-0.01-random-float32"]
+    m = fig.meta
     assert "1,000" in m["title"]
-    assert m["xticklabels"] == ["1", "2", "4", "16", "256", "1,024"]
+    # measured and simulated never share an axis: one panel each, and the caption says why
+    assert m["panel_titles"] == ["measured", "simulated (10gbit)"]
+    assert [p["xticklabels"] for p in m["panels"]] == [["2", "4"],
+                                                       ["1", "2", "4", "16", "256", "1,024"]]
+    assert "their times do not compare" in fig.caption
     assert max(m["xdata"]) == 1024
     # the speedup at P = 1 (no communication) is left out
     speedup = next(f for f in figs if f.id == "speedup-N-1000-d-0.01-random-float32").meta
-    assert min(speedup["xdata"]) == 2 and speedup["xticklabels"][0] == "2"
-    weak = next(f for f in figs if f.id == "weak-NperP-1000-d-0.01-random-float32").meta
-    assert "N/P = 1,000" in weak["title"] and weak["xdata"][:3] == [1, 2, 4]
-    assert {"measured", "simulated (10gbit)"} <= set(m["legend"])
-    assert "simulated" not in "".join(strong["strong-N-4000-d-0.01-random-float32"].meta["legend"])
+    assert min(speedup["xdata"]) == 2 and speedup["panels"][1]["xticklabels"][0] == "2"
+    weak = next(f for f in figs if f.id == "weak-NperP-1000-d-0.01-random-float32")
+    assert "N/P = 1,000" in weak.meta["title"] and weak.meta["xdata"] == [2, 4]
+    # simulated: one point at N/P = 1,000 (P = 1), no line to draw; the caption says so
+    assert weak.meta["panel_titles"] == [""]
+    assert "Left out (a single point each, in the table): simulated (10gbit)." in weak.caption
+    assert set(m["legend"]) == {"dense", "allgather"}
+    alone = strong["strong-N-4000-d-0.01-random-float32"]
+    assert alone.meta["panel_titles"] == [""] and "do not compare" not in alone.caption
     md = md_path.read_text()
     rows = _table(md, "## Collectives")
     assert {r["source"] for r in rows} == {"measured", "simulated (10gbit)"}
@@ -291,3 +309,72 @@ def test_cli(tmp_path, capsys):
         build_report([tmp_path / "nope"], tmp_path / "d")
     assert main([str(path), "-o", str(tmp_path / "e"), "--rerun", "no-such-figure"]) == 2
     assert "figures: strong-" in capsys.readouterr().err
+
+
+def _reps(P, alg, median, reps, **kw):
+    """A bench record whose timing summarizes ``reps`` repetitions spread +-20%."""
+    rec = _bench(P, 0.01, alg, median, **kw)
+    rec["timings"]["allreduce"] = summarize(
+        [median * (0.8 + 0.4 * i / (reps - 1)) for i in range(reps)])
+    return rec
+
+
+def test_error_bars_only_from_five_repetitions(tmp_path):
+    """Quartiles of fewer than 5 repetitions are no spread to draw: those points are the
+    median alone, and the caption says how many points have bars."""
+    from sparcapps.report.build import build
+
+    path = tmp_path / "r.jsonl"
+    for P in (2, 4):
+        append_record(path, _reps(P, "dense", 1e-2 * P, 5))
+        append_record(path, _reps(P, "ssar_split_allgather", 1e-3 * P, 5))
+        append_record(path, _reps(P, "allgather", 5e-3 * P, 4))
+    _, _, figs = build([path], tmp_path / "out")
+    by_kind = {f.id.split("-")[0]: f for f in figs}
+    strong, speedup = by_kind["strong"], by_kind["speedup"]
+    # one bar container per line with bars: dense and ssar (5 repetitions), not allgather (4)
+    assert strong.meta["errorbars"] == 2
+    assert "only where a point has >= 5 repetitions (4 of 6 points" in strong.caption
+    # the speedup's range needs 5 repetitions of the algorithm and of dense
+    assert speedup.meta["errorbars"] == 1 and "(2 of 4 points" in speedup.caption
+
+
+def test_p1_only_report_claims_no_speedup(tmp_path):
+    """At P = 1 nothing is communicated: a ratio of local copies is no speedup over dense."""
+    path = tmp_path / "r.jsonl"
+    for alg, t in (("dense", 0.0271), ("ssar_split_allgather", 0.0001)):
+        append_record(path, _bench(1, 0.01, alg, t))
+    append_record(path, _bench(1, 0.01, "allgather", 0.0002, speedup_over_dense=135.5))
+    md = build_report([path], tmp_path / "out")[0].read_text()
+    assert "no speedup over dense is meaningful" in md and "claims none" in md
+    assert "271" not in md and "135" not in md  # 27.1 / 0.1 and the recorded 135.5
+    assert "speedup vs dense none (P = 1)" in md  # said once above the table
+    with open(tmp_path / "out" / "collectives.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 3 and all(r[k] == "" for r in rows
+                                  for k in ("speedup", "speedup_lo", "speedup_hi"))
+    assert not list((tmp_path / "out").glob("speedup-*"))
+
+
+def test_coinciding_lines_are_drawn_apart(tmp_path):
+    """Two configurations with the same times: the second is not drawn over the first (the
+    lines are shifted a few points sideways and differ in marker)."""
+    from sparcapps.report.build import build
+
+    path = tmp_path / "r.jsonl"
+    for P in (2, 4, 8):
+        for alg, t in (("dense", 1e-2), ("ssar_split_allgather", 1e-3),
+                       ("dsar_split_allgather", 1e-3), ("allgather", 5e-3)):
+            append_record(path, _bench(P, 0.01, alg, t * P))
+    _, _, figs = build([path], tmp_path / "out")
+    assert {f.id.split("-")[0] for f in figs} == {"strong", "speedup"}
+    for f in figs:
+        lines = {line["label"]: line for line in f.meta["lines"]}
+        a, b = lines["ssar_split_allgather"], lines["dsar_split_allgather"]
+        assert a["marker"] != b["marker"]
+        gaps = [abs(p[0] - q[0]) for p, q in zip(a["drawn"], b["drawn"])]
+        assert len(gaps) == 3 and min(gaps) >= 5, (f.id, gaps)  # pixels at 150 dpi
+        # lines that do not coincide stay where their data are
+        if "dense" in lines:
+            dense, ag = lines["dense"]["drawn"], lines["allgather"]["drawn"]
+            assert [p[0] for p in dense] == pytest.approx([p[0] for p in ag], abs=0.01)

@@ -111,7 +111,9 @@ def test_rerun_figure_into_new_records(tmp_path, capsys):
     assert "density-P-2-N-65536-random-float32-before.png" in md
     assert "density-P-2-N-65536-random-float32-rerun.png" in md
     html = (out / "report.html").read_text()
-    assert html.count("<img src='data:image/png;base64,") == 2
+    assert html.count("<svg role='img'") == 2  # both figures inline, their ids apart
+    assert 'id="density-P-2-N-65536-random-float32-before-' in html
+    assert 'id="density-P-2-N-65536-random-float32-rerun-' in html
     assert f"--output {out / 'rerun-records.jsonl'}" in md
     from sparcapps.report.build import all_figures
     from sparcapps.report.rerun import _geomean, compare_rows

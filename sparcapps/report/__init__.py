@@ -1,15 +1,16 @@
 """``sparc-report RESULTS... -o DIR``: a reproducibility report from result records.
 
 Reads records (files or directories of ``*.jsonl``; see :mod:`sparcapps.records`), and writes
-``DIR/report.md`` with its PNG figures, ``DIR/report.html`` (one self-contained file: the
-figures inline as ``data:`` URIs) and ``DIR/collectives.csv``:
+``DIR/report.md`` with its figures (PNG at 150 dpi and SVG), ``DIR/report.html`` (one
+self-contained file: the figures inline as SVG) and ``DIR/collectives.csv``:
 
 - skipped lines (corrupt or partial, by file:line) and failed runs, listed, never averaged in;
 - collectives (records with an ``allreduce`` timing: ``sparc-bench``, measured or simulated):
   a table in ms and KiB; strong and weak scaling (time vs P, log2 axis, the dense line),
-  speedup over dense vs P with error bars from the quartiles, time vs density, measured vs
-  cost model; simulated records (``"simulated": true, "network": SPEC``) beside the measured
-  ones with their own markers;
+  speedup over dense vs P (log axis; none at P = 1, where nothing is communicated), time vs
+  density, measured vs cost model; error bars from the quartiles only where a point has at
+  least 5 repetitions; simulated records (``"simulated": true, "network": SPEC``) in a panel
+  of their own beside the measured ones, never on one axis;
 - training runs (``metrics["epochs"]``): accuracy vs wall time and time to accuracy against
   the dense baseline;
 - the environments, and the commands that made each group of figures, at the level the user

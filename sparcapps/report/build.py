@@ -93,16 +93,24 @@ def _collective_table(doc: Doc, rows, out: Path) -> None:
                       r["dtype"], r["series"], source_label(r["simulated"], r["network"]),
                       ms(r["median"]),
                       "" if r["q25"] is None else f"{ms(r['q25'])}\u2013{ms(r['q75'])}", r["n"],
-                      speedup_text(r), kib(r["sent_per_rank"]),
+                      "none (P = 1)" if r["P"] == 1 else speedup_text(r),
+                      kib(r["sent_per_rank"]),
                       *(ms(r[k]) for k, _, _ in REFERENCES)])
     numeric = {"P", "nodes", "N", "density", "median ms", "q25\u2013q75 ms", "reps",
                "speedup vs dense", "KiB sent / rank", "model ms", "RS+AG ms", "floor ms"}
+    if all(r["P"] == 1 for r in rows):
+        doc.p("Every collective record here is at P = 1 (one rank): nothing is communicated, so "
+              "no speedup over dense is meaningful (dense at P = 1 is a copy, a sparse "
+              "algorithm a conversion) and this report claims none. Measure at P >= 2 for one.")
+    elif any(r["P"] == 1 for r in rows):
+        doc.p("At P = 1 nothing is communicated: no speedup over dense is given there.")
     if all(r["nodes"] == r["P"] for r in rows):  # one rank per node: nodes says nothing new
         headers, table = headers[:1] + headers[2:], [t[:1] + t[2:] for t in table]
         doc.p("One rank per node in every row.")
-    headers, table, same = drop_constant(headers, table, {"N", "pattern", "dtype", "source",
-                                                          "reps", "model ms", "RS+AG ms",
-                                                          "floor ms"})
+    headers, table, same = drop_constant(headers, table, {"nodes", "N", "pattern", "dtype",
+                                                          "source", "reps", "model ms",
+                                                          "RS+AG ms", "floor ms",
+                                                          "speedup vs dense"})
     if same:
         doc.p("In every row: " + ", ".join(f"{h} {v}" if v != "" else f"no {h}"
                                            for h, v in same) + ".")
@@ -119,8 +127,9 @@ def _figures(doc: Doc, figs: list[Fig], groups: dict, section: str) -> None:
         return
     doc.h(3, section)
     for f in shown:
-        doc.img(f.id + ".png", f.png, f.caption)
-        doc.p(f"Figure {f.id}: made by command group {groups[f.id][0]} (below); "
+        doc.img(f.id, f.png, f.svg, f.caption)
+        doc.p(f"Figure {f.id} ({f.id}.png, {f.id}.svg): made by command group "
+              f"{groups[f.id][0]} (below); "
               f"rerun with sparc-report RESULTS --rerun {f.id} -o DIR.")
 
 

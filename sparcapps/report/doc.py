@@ -1,10 +1,10 @@
-"""A tiny document model rendered to Markdown (images as files beside it) and to one
-self-contained HTML file (images inline as ``data:`` URIs, tables that wrap to the page)."""
+"""A tiny document model rendered to Markdown (figures as PNG and SVG files beside it) and to
+one self-contained HTML file (figures inline as SVG, scaled to the page; tables that wrap)."""
 
 from __future__ import annotations
 
-import base64
 import html
+import re
 from pathlib import Path
 
 __all__ = ["Doc", "CSS"]
@@ -13,11 +13,13 @@ CSS = """
 body{font-family:sans-serif;max-width:72em;margin:auto;padding:0 1em;line-height:1.35}
 .tbl{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:0.85em;margin:0.5em 0}
-td,th{border:1px solid #bbb;padding:2px 6px;overflow-wrap:break-word;vertical-align:top}
+@media (max-width:60em){table{font-size:0.75em}}
+td,th{border:1px solid #bbb;padding:2px 4px;overflow-wrap:break-word;vertical-align:top}
 th{background:#eee}
 td.num{text-align:right}
 pre{background:#f4f4f4;padding:6px;white-space:pre-wrap;overflow-wrap:anywhere}
-img{max-width:100%;height:auto}
+img,figure svg{max-width:100%;height:auto}
+figure svg{display:block}
 .side{display:flex;flex-wrap:wrap;gap:1em}
 .side figure{flex:1 1 30em;margin:0;min-width:0}
 figcaption{font-size:0.85em;color:#444}
@@ -38,6 +40,24 @@ def _breakable(value) -> str:
     return "<wbr>".join(html.escape(piece) for piece in pieces if piece)
 
 
+def _numeric(value) -> str:
+    """A numeric cell's text, escaped; a range may break after its dash (0.360\u2013 0.440)."""
+    return html.escape("" if value is None else str(value)).replace("\u2013", "\u2013<wbr>")
+
+
+def _inline_svg(svg: bytes, name: str, alt: str) -> str:
+    """An SVG file's ``<svg>`` element (no XML prolog or doctype) for an HTML page: its ids
+    prefixed with ``name`` (several figures in one page must not share one), labelled with
+    ``alt`` for screen readers."""
+    text = svg.decode()
+    text = text[text.index("<svg"):]
+    p = re.sub(r"[^A-Za-z0-9_-]", "_", name) + "-"
+    text = re.sub(r'\bid="([^"]+)"', lambda m: f'id="{p}{m.group(1)}"', text)
+    text = re.sub(r'href="#([^"]+)"', lambda m: f'href="#{p}{m.group(1)}"', text)
+    text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{p}{m.group(1)})", text)
+    return re.sub(r"^<svg\b", f"<svg role='img' aria-label='{html.escape(alt)}'", text)
+
+
 class Doc:
     """Blocks -> Markdown and HTML. Table cells are strings; ``numeric`` columns align right."""
 
@@ -54,11 +74,12 @@ class Doc:
               ) -> None:
         self.blocks.append(("table", headers, rows, set(numeric)))
 
-    def img(self, name: str, png: bytes, alt: str) -> None:
-        """A PNG: ``name`` is its file beside report.md; the HTML carries the bytes."""
-        self.blocks.append(("img", [(name, png, alt)]))
+    def img(self, name: str, png: bytes, svg: bytes, alt: str) -> None:
+        """A figure: ``name``.png and ``name``.svg beside report.md (Markdown shows the PNG and
+        links the SVG); the HTML carries the SVG inline."""
+        self.blocks.append(("img", [(name, png, svg, alt)]))
 
-    def side_by_side(self, images: list[tuple[str, bytes, str]]) -> None:
+    def side_by_side(self, images: list[tuple[str, bytes, bytes, str]]) -> None:
         self.blocks.append(("img", images))
 
     def code(self, text: str) -> None:
@@ -79,7 +100,8 @@ class Doc:
                                       *("| " + " | ".join(cell(v) for v in row) + " |"
                                         for row in b[2])]))
             elif b[0] == "img":
-                out.append("\n".join(f"![{alt}]({name})" for name, _, alt in b[1]))
+                out.append("\n\n".join(f"![{alt}]({name}.png)\n\n(vector: [{name}.svg]"
+                                         f"({name}.svg))" for name, _, _, alt in b[1]))
             elif b[0] == "code":
                 out.append("```\n" + b[1] + "\n```")
         return "\n\n".join(out) + "\n"
@@ -100,15 +122,14 @@ class Doc:
                 out.append("<div class='tbl'><table><tr>"
                            + "".join(f"<th>{e(h)}</th>" for h in b[1]) + "</tr>")
                 out.extend("<tr>" + "".join(
-                    f"<td class=num>{e('' if v is None else str(v))}</td>" if i in nums
+                    f"<td class=num>{_numeric(v)}</td>" if i in nums
                     else f"<td>{_breakable(v)}</td>"
                     for i, v in enumerate(row)) + "</tr>" for row in b[2])
                 out.append("</table></div>")
             elif b[0] == "img":
-                figs = "".join(
-                    f"<figure><img src='data:image/png;base64,"
-                    f"{base64.b64encode(png).decode()}' alt='{e(alt)}'>"
-                    f"<figcaption>{e(alt)}</figcaption></figure>" for _, png, alt in b[1])
+                figs = "".join(f"<figure>{_inline_svg(svg, name, alt)}"
+                               f"<figcaption>{e(alt)}</figcaption></figure>"
+                               for name, _, svg, alt in b[1])
                 out.append(f"<div class='side'>{figs}</div>")
             elif b[0] == "code":
                 out.append(f"<pre>{e(b[1])}</pre>")
@@ -116,11 +137,12 @@ class Doc:
         return "\n".join(out) + "\n"
 
     def write(self, out: Path, title: str) -> Path:
-        """``out/report.md`` (+ the PNG files it names) and ``out/report.html``."""
+        """``out/report.md`` (+ the PNG and SVG files it names) and ``out/report.html``."""
         for b in self.blocks:
             if b[0] == "img":
-                for name, png, _ in b[1]:
-                    (out / name).write_bytes(png)
+                for name, png, svg, _ in b[1]:
+                    (out / f"{name}.png").write_bytes(png)
+                    (out / f"{name}.svg").write_bytes(svg)
         md = out / "report.md"
         md.write_text(self.markdown())
         (out / "report.html").write_text(self.html(title))

@@ -1,9 +1,13 @@
 """The collective figures: strong and weak scaling (time vs P with the dense line), speedup
-over dense vs P with error bars from the quartiles, time vs density, measured vs cost model.
+over dense vs P (log axis), time vs density, measured vs cost model.
 
-Each figure is a :class:`Fig` with a stable id (its PNG name without ``.png``; what
+Each figure is a :class:`Fig` with a stable id (its PNG and SVG names without the suffix; what
 ``sparc-report --rerun`` takes), a caption naming the data set, the rows it plots and the
-commands that made them."""
+commands that made them. Rows of different sources (measured on this machine, simulated on a
+network) go in separate panels, never on one axis, and the caption says they do not compare.
+Error bars (quartiles) are drawn only for points with at least :data:`plotting.MIN_REPS`
+repetitions; the caption says how many points have them.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ class Fig:
     section: str
     caption: str
     png: bytes
-    meta: dict  # plotting.describe: scales, ticks, labels, legend entries
+    svg: bytes
+    meta: dict  # plotting.describe: scales, ticks, labels, legend entries, panels
     rows: list
 
     @property
@@ -31,10 +36,11 @@ class Fig:
         return tuple(sorted({r["command"] for r in self.rows}, key=lambda c: c.line()))
 
 
-def render(fig) -> tuple[bytes, dict]:
-    """The PNG of a figure and its :func:`plotting.describe`, in the order Fig takes them."""
-    data = pl.png(fig)
-    return data, pl.describe(fig)
+def render(fig, fid: str) -> tuple[bytes, bytes, dict]:
+    """The PNG, the SVG and :func:`plotting.describe` of a figure, in the order Fig takes
+    them."""
+    png, svg = pl.save(fig, fid)
+    return png, svg, pl.describe(fig)
 
 
 def group_rows(rows, keyfunc):
@@ -56,34 +62,95 @@ def input_label(N=None, density=None, pattern=None, dtype=None, per_rank=False) 
     return ", ".join(parts)
 
 
-def _lines(ax, styles, rows, x, y, *, yerr=None):
-    """One line per (configuration, source); returns the configurations and sources drawn."""
-    series, sources = set(), set()
-    for (name, sim, net), g in group_rows(rows, lambda r: (r["series"], r["simulated"],
-                                                           r["network"])):
-        g = sorted(g, key=x)
-        kw = pl.style_for(styles, name, sim, net)
-        if name == dense_name():
-            kw["linewidth"] = 2
-        xs, ys = [x(r) for r in g], [y(r) for r in g]
-        if yerr is not None:
-            err = [yerr(r) for r in g]
-            if all(e is not None for e in err):
-                lo = [max(v - e[0], 0) for v, e in zip(ys, err)]
-                hi = [max(e[1] - v, 0) for v, e in zip(ys, err)]
-                ax.errorbar(xs, ys, yerr=[lo, hi], capsize=3, **kw)
-                series.add(name), sources.add((sim, net))
-                continue
-        ax.plot(xs, ys, **kw)
-        series.add(name)
-        sources.add((sim, net))
-    return series, sources
+def _sources(rows) -> list[tuple]:
+    """The sources of ``rows``, (simulated, network), measured first."""
+    return sorted({(r["simulated"], r["network"]) for r in rows},
+                  key=lambda k: (k[0], str(k[1])))
+
+
+def _panel_title(key, rows) -> str:
+    simulated, network = key
+    if not simulated and network is None and rows and all(r["nodes"] == 1 for r in rows):
+        return "measured on one node (shared memory)"
+    return pl.source_label(simulated, network)
+
+
+def _panels(title, xlabel, ylabel, rows, enough, *, wide=False):
+    """A figure with one panel per source of ``rows`` whose rows are ``enough`` to draw (a
+    line needs two points): (figure, [(axes, rows)], rows drawn, caption text) or None when
+    no source has enough. The caption text names the sources left out and, with several
+    panels, says that they do not compare."""
+    sources = _sources(rows)
+    parts = [[r for r in rows if (r["simulated"], r["network"]) == k] for k in sources]
+    left_out = [_panel_title(k, p) for k, p in zip(sources, parts) if not enough(p)]
+    kept = [(k, p) for k, p in zip(sources, parts) if enough(p)]
+    if not kept:
+        return None
+    sources, parts = zip(*kept)
+    titles = [_panel_title(k, p) for k, p in zip(sources, parts)]
+    fig, axes = pl.new_figure(title, xlabel, ylabel,
+                              titles if len(sources) > 1 or sources[0] != (False, None)
+                              else [None], wide=wide)
+    caveat = (f" The panels differ in source: {' vs '.join(titles)}. Each has its own y axis; "
+              "their times do not compare with each other (another network, or a model "
+              "instead of a measurement).")
+    text = (caveat if len(sources) > 1 else "") + (
+        f" Left out (a single point each, in the table): {', '.join(left_out)}."
+        if left_out else "")
+    return fig, list(zip(axes, parts)), [r for p in parts for r in p], text
+
+
+def _distinct(key, n=2):
+    """A predicate: rows with at least ``n`` distinct ``key`` values."""
+    return lambda rows: len({r[key] for r in rows}) >= n
+
+
+def _lines(ax, styles, rows, x, y, *, err=None) -> tuple[set, int]:
+    """One line per configuration of ``rows`` (one source), lines that would hide one another
+    shifted sideways; bars from ``err(row)`` (None: no bar at that point). Returns the
+    configurations drawn and the number of points with a bar."""
+    by = {name: sorted(g, key=x) for (name,), g in group_rows(rows, lambda r: (r["series"],))}
+    offsets = pl.dodge({name: {x(r): y(r) for r in g} for name, g in by.items()})
+    bars = 0
+    for i, (name, g) in enumerate(by.items()):
+        kw = pl.style_for(styles, name, g[0]["simulated"], g[0]["network"])
+        tr = pl.shifted(ax, offsets[name])
+        pl.plot_line(ax, [x(r) for r in g], [y(r) for r in g], offsets[name],
+                     gid=f"series-{i}", label=name, zorder=2.5 if name == dense_name() else 2,
+                     **kw)
+        pts = [(x(r), y(r), err(r)) for r in g] if err else []
+        pts = [p for p in pts if p[2] is not None]
+        if pts:
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts],
+                        yerr=[[max(p[1] - p[2][0], 0) for p in pts],
+                              [max(p[2][1] - p[1], 0) for p in pts]],
+                        fmt="none", ecolor=kw["color"], elinewidth=1, capsize=3, transform=tr)
+            # a shifted collection is left out of autoscaling: its extent counts all the same
+            ax.update_datalim([(p[0], v) for p in pts for v in p[2]])
+            bars += len(pts)
+    return set(by), bars
+
+
+def _bars_text(bars: int, points: int, what: str) -> str:
+    if bars == points:
+        return f"bars: {what} (every point has >= {pl.MIN_REPS} repetitions)"
+    if bars == 0:
+        return (f"no bars: fewer than {pl.MIN_REPS} repetitions per point, each point is the "
+                "median alone")
+    return (f"bars: {what}, only where a point has >= {pl.MIN_REPS} repetitions ({bars} of "
+            f"{points} points; the others are the median alone)")
 
 
 def _time_err(r):
-    if r["q25"] is None or r["q75"] is None:
+    if r["q25"] is None or r["q75"] is None or (r["n"] or 0) < pl.MIN_REPS:
         return None
     return (r["q25"] * 1e3, r["q75"] * 1e3)
+
+
+def _speedup_err(r):
+    if r["speedup_lo"] is None or (r["speedup_n"] or 0) < pl.MIN_REPS:
+        return None
+    return (r["speedup_lo"], r["speedup_hi"])
 
 
 def _scaling(rows, styles, kind):
@@ -94,50 +161,63 @@ def _scaling(rows, styles, kind):
     else:
         key = lambda r: (r["N"] // r["P"] if r["N"] and r["P"] and r["N"] % r["P"] == 0  # noqa
                          else None, r["density"], r["pattern"], r["dtype"])
+    ps = _distinct("P")
+    enough = ps if kind == "strong" else lambda g: ps(g) and _distinct("N")(g)
     for k, grp in group_rows(rows, key):
-        if k[0] is None or len({r["P"] for r in grp}) < 2:
-            continue
-        if kind == "weak" and len({r["N"] for r in grp}) < 2:
-            continue
         what = input_label(*k, per_rank=kind == "weak")
-        fig, ax = pl.new_axes(f"{kind} scaling: {what}", "P", "median time (ms, log scale)")
-        series, sources = _lines(ax, styles, grp, lambda r: r["P"], lambda r: r["median"] * 1e3,
-                                 yerr=_time_err)
-        pl.rank_axis(ax, [r["P"] for r in grp])
-        if all(r["median"] > 0 for r in grp):
-            pl.log_y(ax)
-        pl.legend(ax, styles, series, sources)
+        made = k[0] is not None and _panels(f"{kind} scaling: {what}", "P",
+                                            "median time (ms, log scale)", grp, enough)
+        if not made:
+            continue
+        fig, panels, grp, caveat = made
+        series, bars = set(), 0
+        for ax, part in panels:
+            s, b = _lines(ax, styles, part, lambda r: r["P"], lambda r: r["median"] * 1e3,
+                          err=_time_err)
+            series |= s
+            bars += b
+            pl.rank_axis(ax, [r["P"] for r in part])
+            if all(r["median"] > 0 for r in part):
+                pl.log_y(ax)
+        pl.legend(fig, styles, series)
         fid = slug(kind, "N" if kind == "strong" else "NperP", k[0], "d", k[1], k[2], k[3])
-        figs.append(Fig(fid, f"{kind.capitalize()} scaling", f"{kind} scaling, {what}; bars: "
-                        "quartiles of the repetitions", *render(fig), grp))
+        figs.append(Fig(fid, f"{kind.capitalize()} scaling", f"{kind} scaling, {what}; "
+                        + _bars_text(bars, len(grp), "quartiles of the repetitions") + "."
+                        + caveat, *render(fig, fid), grp))
     return figs
 
 
 def _speedup(rows, styles):
+    from matplotlib.lines import Line2D
+
     figs = []
     dense = dense_name()
     usable = [r for r in rows if r["algorithm"] != dense and r["speedup"] is not None
               and (r["P"] or 0) > 1]
     for k, grp in group_rows(usable, lambda r: (r["N"], r["density"], r["pattern"], r["dtype"])):
-        if len({r["P"] for r in grp}) < 2:
-            continue
         what = input_label(*k)
-        fig, ax = pl.new_axes(f"speedup over dense: {what}", "P", "speedup over dense (x)")
-        series, sources = _lines(
-            ax, styles, grp, lambda r: r["P"], lambda r: r["speedup"],
-            yerr=lambda r: None if r["speedup_lo"] is None else (r["speedup_lo"],
-                                                                 r["speedup_hi"]))
-        ax.axhline(1.0, color="black", lw=1.5)
-        ax.set_ylim(bottom=0)
-        pl.rank_axis(ax, [r["P"] for r in grp])
-        from matplotlib.lines import Line2D
-
-        pl.legend(ax, styles, series, sources,
+        made = _panels(f"speedup over dense: {what}", "P", "speedup over dense (x, log scale)",
+                       grp, _distinct("P"))
+        if not made:
+            continue
+        fig, panels, grp, caveat = made
+        series, bars = set(), 0
+        for ax, part in panels:
+            s, b = _lines(ax, styles, part, lambda r: r["P"], lambda r: r["speedup"],
+                          err=_speedup_err)
+            series |= s
+            bars += b
+            ax.axhline(1.0, color="black", lw=1.5, zorder=1.5)
+            pl.rank_axis(ax, [r["P"] for r in part])
+            pl.log_y(ax)
+        pl.legend(fig, styles, series,
                   extra=[Line2D([], [], color="black", lw=1.5, label="dense (= 1)")])
-        figs.append(Fig(slug("speedup", "N", k[0], "d", k[1], k[2], k[3]), "Speedup over dense",
-                        f"speedup over dense, {what}; bars: dense quartiles over this "
-                        "algorithm's quartiles (q25/q75 .. q75/q25); P = 1 left out (no "
-                        "communication)", *render(fig), grp))
+        fid = slug("speedup", "N", k[0], "d", k[1], k[2], k[3])
+        figs.append(Fig(fid, "Speedup over dense",
+                        f"speedup over dense, {what}; " + _bars_text(
+                            bars, len(grp), "dense quartiles over this algorithm's quartiles "
+                            "(q25/q75 .. q75/q25)") + "; P = 1 left out (no communication)."
+                        + caveat, *render(fig, fid), grp))
     return figs
 
 
@@ -145,46 +225,56 @@ def _vs_density(rows, styles):
     figs = []
     for k, grp in group_rows([r for r in rows if r["density"]],
                              lambda r: (r["P"], r["N"], r["pattern"], r["dtype"])):
-        if len({r["density"] for r in grp}) < 2:
-            continue
         what = f"P = {k[0]}, " + input_label(k[1], None, k[2], k[3])
-        fig, ax = pl.new_axes(f"time vs density: {what}", "density (nonzeros per rank / N)",
-                              "median time (ms, log scale)")
-        series, sources = _lines(ax, styles, grp, lambda r: r["density"],
-                                 lambda r: r["median"] * 1e3, yerr=_time_err)
-        pl.percent_axis(ax)
-        if all(r["median"] > 0 for r in grp):
-            pl.log_y(ax)
-        pl.legend(ax, styles, series, sources)
-        figs.append(Fig(slug("density", "P", k[0], "N", k[1], k[2], k[3]), "Time vs density",
-                        f"time vs density, {what}", *render(fig), grp))
+        made = _panels(f"time vs density: {what}", "density (nonzeros per rank / N)",
+                       "median time (ms, log scale)", grp, _distinct("density"))
+        if not made:
+            continue
+        fig, panels, grp, caveat = made
+        series, bars = set(), 0
+        for ax, part in panels:
+            s, b = _lines(ax, styles, part, lambda r: r["density"],
+                          lambda r: r["median"] * 1e3, err=_time_err)
+            series |= s
+            bars += b
+            pl.percent_axis(ax)
+            if all(r["median"] > 0 for r in part):
+                pl.log_y(ax)
+        pl.legend(fig, styles, series)
+        fid = slug("density", "P", k[0], "N", k[1], k[2], k[3])
+        figs.append(Fig(fid, "Time vs density", f"time vs density, {what}; "
+                        + _bars_text(bars, len(grp), "quartiles of the repetitions") + "."
+                        + caveat, *render(fig, fid), grp))
     return figs
 
 
 def _model(rows, styles):
+    from matplotlib.lines import Line2D
+
     figs = []
     modelled = [r for r in rows if r["density"] and not r["simulated"]
                 and any(r[key] is not None for key, _, _ in REFERENCES)]
-    for k, grp in group_rows(modelled, lambda r: (r["P"], r["N"], r["pattern"], r["dtype"])):
-        if len({r["density"] for r in grp}) < 2:
-            continue
+    for k, grp in group_rows(modelled, lambda r: (r["P"], r["N"], r["pattern"], r["dtype"],
+                                                  r["network"])):
         what = f"P = {k[0]}, " + input_label(k[1], None, k[2], k[3])
-        fig, ax = pl.new_axes(f"measured (solid) vs cost model (dashed): {what}",
-                              "density (nonzeros per rank / N)", "time (ms, log scale)",
-                              wide=True)
-        from matplotlib.lines import Line2D
-
+        made = _panels(f"measured (solid) vs cost model (dashed): {what}",
+                       "density (nonzeros per rank / N)", "time (ms, log scale)", grp,
+                       _distinct("density"), wide=True)
+        if not made:
+            continue
+        fig, panels, grp, _ = made
+        ax = panels[0][0]
         extra = []
         series = set()
-        for name, g in group_rows(grp, lambda r: r["series"]):
+        for i, (name, g) in enumerate(group_rows(grp, lambda r: r["series"])):
             g = sorted(g, key=lambda r: r["density"])
-            colour = styles.colour.get(name, "gray")
-            ax.plot([r["density"] for r in g], [r["median"] * 1e3 for r in g], "o-",
-                    color=colour)
+            kw = pl.style_for(styles, name, False)
+            ax.plot([r["density"] for r in g], [r["median"] * 1e3 for r in g],
+                    gid=f"series-{i}", label=name, **kw)
             pts = [(r["density"], r["model_seconds"] * 1e3) for r in g
                    if r["model_seconds"] is not None]
             if pts:
-                ax.plot(*zip(*pts), "--", color=colour)
+                ax.plot(*zip(*pts), "--", color=kw["color"], lw=kw["lw"])
             series.add(name)
         for key, label, style in REFERENCES[1:]:  # the same for every algorithm: one line each
             by_density = {r["density"]: r[key] * 1e3 for r in grp if r[key] is not None}
@@ -196,10 +286,10 @@ def _model(rows, styles):
         pl.percent_axis(ax)
         if all(r["median"] > 0 for r in grp):
             pl.log_y(ax)
-        pl.legend(ax, styles, series, [(False, None)], extra=extra)
-        figs.append(Fig(slug("model", "P", k[0], "N", k[1], k[2], k[3]),
-                        "Measured vs cost model vs lower bound",
-                        f"measured vs cost model, {what}", *render(fig), grp))
+        pl.legend(fig, styles, series, extra=extra)
+        fid = slug("model", "P", k[0], "N", k[1], k[2], k[3], k[4])
+        figs.append(Fig(fid, "Measured vs cost model vs lower bound",
+                        f"measured vs cost model, {what}", *render(fig, fid), grp))
     return figs
 
 

@@ -1,28 +1,65 @@
-"""Matplotlib building blocks of the report's figures (Agg, no pyplot state): axes with
-readable labels, a log2 rank axis with integer ticks, one colour per configuration, one marker
-per source (measured, simulated on NETWORK), and a PNG of the figure."""
+"""Matplotlib building blocks of the report's figures (Agg, no pyplot state).
+
+A figure is one or more panels side by side (one per source: measured, simulated on NETWORK,
+never two sources on one axis), a title wrapped to the figure's width, readable axes (a log2
+rank axis with integer ticks, log time and speedup axes labelled in plain numbers), one colour
+and one marker per configuration, and one legend below the panels (it never covers data).
+Lines that would hide one another are shifted sideways by a few points (:func:`dodge`).
+
+:func:`save` writes the PNG (:data:`DPI`) and the SVG, both cut to what is drawn
+(``bbox_inches="tight"``): a long title or legend widens the image, never loses characters.
+"""
 
 from __future__ import annotations
 
 import io
-from typing import Iterable
+import math
+import textwrap
+from typing import Iterable, Sequence
 
-__all__ = ["new_axes", "rank_axis", "percent_axis", "style_for", "source_label", "legend",
-           "png", "describe", "log_y", "SeriesStyles"]
+__all__ = ["DPI", "MIN_REPS", "MARKERS", "new_figure", "new_axes", "rank_axis", "percent_axis",
+           "style_for", "source_label", "legend", "outside_legend", "save", "describe",
+           "log_y", "dodge", "shifted", "plot_line", "SeriesStyles"]
 
-_MARKERS = ("s", "^", "D", "v", "P", "X")
+DPI = 150
+MIN_REPS = 5  # error bars (quartiles) only from at least this many repetitions
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "h")
+_PANEL_IN = 4.9  # width of one panel of a multi-panel figure (inches)
+_LEGEND_CHARS = 36  # legend entries wrap after this many characters
+
+
+def _wrap(text: str, width_in: float, fontsize: float) -> str:
+    """``text`` broken at spaces into lines that fit ``width_in`` inches at ``fontsize``
+    (DejaVu Sans averages about 0.6 em per character; ``save`` keeps whatever is wider)."""
+    chars = max(int(width_in * 72 / (fontsize * 0.6)), 20)
+    return textwrap.fill(text, chars, break_long_words=False, break_on_hyphens=False)
+
+
+def new_figure(title: str, xlabel: str, ylabel: str, panels: Sequence[str | None] = (None,), *,
+               wide: bool = False):
+    """A figure with one panel per entry of ``panels`` (its title, or None), side by side with
+    their own y scales; returns the figure and the list of axes."""
+    from matplotlib.figure import Figure
+
+    n = len(panels)
+    width = (8.4 if wide else 6.4) if n == 1 else _PANEL_IN * n
+    fig = Figure(figsize=(width, 4.4), layout="constrained")
+    axes = list(fig.subplots(1, n, squeeze=False)[0])
+    fig.suptitle(_wrap(title, width, 10), fontsize=10)
+    fig.sparc_title = title  # unwrapped, for describe()
+    for ax, panel in zip(axes, panels):
+        if panel:
+            ax.set_title(_wrap(panel, width / n, 9), fontsize=9)
+        ax.set_xlabel(xlabel)
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel(ylabel)
+    return fig, axes
 
 
 def new_axes(title: str, xlabel: str, ylabel: str, *, wide: bool = False):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8.4 if wide else 6.8, 4.4))
-    ax = fig.add_subplot()
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.grid(True, which="major", alpha=0.3)
-    return fig, ax
+    """One panel: :func:`new_figure` returning the figure and its axes."""
+    fig, axes = new_figure(title, xlabel, ylabel, wide=wide)
+    return fig, axes[0]
 
 
 def rank_axis(ax, ps: Iterable[int]) -> None:
@@ -37,13 +74,21 @@ def rank_axis(ax, ps: Iterable[int]) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{int(round(v)):,}"))
     ax.set_xlabel("P (ranks, log scale)")
+    if len(ps) == 1:  # one P: a little room on both sides
+        ax.set_xlim(ps[0] / 1.5, ps[0] * 1.5)
 
 
-def log_y(ax) -> None:
-    """y on a log scale labelled with plain numbers (1, 2, 5, 10, ...), no 4x10^0."""
+def log_y(ax, *, min_span: float = 5.0) -> None:
+    """y on a log scale labelled with plain numbers (1, 2, 5, 10, ...), no 4x10^0, spanning
+    at least a factor ``min_span`` (so that two labelled ticks show). Call after plotting."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
+    ax.autoscale_view()
+    lo, hi = ax.get_ylim()
+    if 0 < lo < hi < lo * min_span:
+        mid = math.sqrt(lo * hi)
+        ax.set_ylim(mid / math.sqrt(min_span), mid * math.sqrt(min_span))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax.yaxis.set_minor_formatter(NullFormatter())
@@ -64,77 +109,162 @@ def source_label(simulated: bool, network: str | None) -> str:
 
 
 class SeriesStyles:
-    """Stable colours per configuration and markers per source, shared by all figures."""
+    """Stable colour and marker per configuration, shared by all figures (dense: black
+    circles, drawn thicker)."""
 
     def __init__(self, series: Iterable[str], dense: str):
         names = sorted(set(series) - {dense})
         self.colour = {name: f"C{i % 10}" for i, name in enumerate(names)}
+        self.markers = {name: MARKERS[(i + 1) % len(MARKERS)] for i, name in enumerate(names)}
         self.colour[dense] = "black"
-        self.sources: dict[tuple, str] = {}
+        self.markers[dense] = "o"
+        self.dense = dense
 
-    def marker(self, simulated: bool, network: str | None) -> str:
-        key = (simulated, network)
-        if key not in self.sources:
-            self.sources[key] = "o" if key == (False, None) else _MARKERS[
-                sum(k != (False, None) for k in self.sources) % len(_MARKERS)]
-        return self.sources[key]
+    def handle(self, series: str):
+        """The legend entry of a configuration: its colour, marker and line width."""
+        from matplotlib.lines import Line2D
+
+        return Line2D([], [], color=self.colour.get(series, "gray"),
+                      marker=self.markers.get(series, "o"), markersize=5,
+                      lw=2 if series == self.dense else 1.5, label=series)
 
 
-def style_for(styles: SeriesStyles, series: str, simulated: bool, network: str | None) -> dict:
-    """Plot keywords: colour by configuration, marker by source, dashed and hollow when
-    simulated."""
+def style_for(styles: SeriesStyles, series: str, simulated: bool,
+              network: str | None = None) -> dict:
+    """Plot keywords: colour and marker by configuration, dashed and hollow when simulated."""
     colour = styles.colour.get(series, "gray")
-    return {"color": colour, "marker": styles.marker(simulated, network),
+    return {"color": colour, "marker": styles.markers.get(series, "o"),
             "linestyle": "--" if simulated else "-",
+            "lw": 2 if series == styles.dense else 1.5,
             "markerfacecolor": "white" if simulated else colour, "markersize": 5}
 
 
-def legend(ax, styles: SeriesStyles, series: Iterable[str], sources: Iterable[tuple],
-           extra: Iterable = ()) -> None:
-    """One entry per configuration (its colour) and, when more than one source is drawn, one
-    per source (its marker): 'measured', 'simulated (10gbit)'."""
-    from matplotlib.lines import Line2D
+def dodge(lines: dict, *, rel: float = 0.03, step_pt: float = 5.0) -> dict:
+    """Horizontal offsets (points) for lines that would hide one another: ``lines`` maps a
+    name to its points {x: y}; two lines coincide when they share an x and their y differ by
+    less than ``rel`` (relative) at every shared x. Each group of coinciding lines is spread
+    around its place, ``step_pt`` apart; every other line gets 0."""
+    names = sorted(lines)
+    parent = {n: n for n in names}
 
-    handles = [Line2D([], [], color=styles.colour.get(s, "gray"), lw=2, label=s)
-               for s in sorted(set(series))]
-    sources = sorted(set(sources), key=lambda k: (k[0], str(k[1])))
-    if len(sources) > 1 or any(k != (False, None) for k in sources):
-        for simulated, network in sources:
-            handles.append(Line2D([], [], color="gray", ls="--" if simulated else "-",
-                                  marker=styles.marker(simulated, network),
-                                  markerfacecolor="white" if simulated else "gray",
-                                  label=source_label(simulated, network)))
-    handles.extend(extra)
-    if len(handles) > 6:
-        ax.legend(handles=handles, fontsize=7.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    else:
-        ax.legend(handles=handles, fontsize=8)
+    def root(n):
+        while parent[n] != n:
+            n = parent[n]
+        return n
+
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            shared = set(lines[a]) & set(lines[b])
+            if shared and all(_close(lines[a][x], lines[b][x], rel) for x in shared):
+                parent[root(b)] = root(a)
+    groups: dict = {}
+    for n in names:
+        groups.setdefault(root(n), []).append(n)
+    out = {}
+    for members in groups.values():
+        for j, n in enumerate(members):
+            out[n] = (j - (len(members) - 1) / 2) * step_pt
+    return out
 
 
-def png(fig) -> bytes:
+def _close(a, b, rel) -> bool:
+    if a is None or b is None:
+        return a is b
+    return abs(a - b) <= rel * max(abs(a), abs(b))
+
+
+def shifted(ax, dx_pt: float):
+    """The data transform of ``ax`` moved ``dx_pt`` points to the right (0: itself)."""
+    if not dx_pt:
+        return ax.transData
+    from matplotlib.transforms import offset_copy
+
+    return offset_copy(ax.transData, fig=ax.figure, x=dx_pt, y=0, units="points")
+
+
+def plot_line(ax, xs, ys, dx_pt: float = 0.0, **kw):
+    """``ax.plot(xs, ys, **kw)`` drawn ``dx_pt`` points to the right; its data count for the
+    axis limits all the same (matplotlib leaves a shifted line out of autoscaling)."""
+    line, = ax.plot(xs, ys, transform=shifted(ax, dx_pt), **kw)
+    if dx_pt:
+        ax.update_datalim(list(zip(xs, ys)))
+        ax.autoscale_view()
+    return line
+
+
+def outside_legend(fig, handles: list) -> None:
+    """The legend below the panels, outside them (constrained layout makes room; the title
+    stays alone above), in as many columns as the figure's width holds, long entries
+    wrapped."""
+    labels = [textwrap.fill(h.get_label(), _LEGEND_CHARS, break_long_words=False)
+              for h in handles]
+    if not handles:
+        return
+    longest = max(len(line) for label in labels for line in label.split("\n"))
+    entry_in = longest * 8 * 0.6 / 72 + 0.8  # text at 8 pt, handle and padding
+    ncols = max(1, min(len(handles), int(fig.get_figwidth() / entry_in)))
+    fig.legend(handles=handles, labels=labels, loc="outside lower center", ncols=ncols,
+               fontsize=8)
+
+
+def legend(fig, styles: SeriesStyles, series: Iterable[str], extra: Iterable = ()) -> None:
+    """One entry per configuration drawn (its colour and marker), then ``extra``."""
+    handles = [styles.handle(s) for s in sorted(set(series), key=lambda s: (s != styles.dense,
+                                                                             s))]
+    outside_legend(fig, handles + list(extra))
+
+
+def save(fig, fid: str) -> tuple[bytes, bytes]:
+    """The PNG (:data:`DPI`) and SVG of ``fig``, each cut to its drawn extent; the SVG's text
+    as glyph outlines (it looks the same without the font) and without a date (``fid`` salts
+    its ids: the same figure gives the same bytes)."""
+    from matplotlib import rc_context
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)
-    # fixed margins: tight_layout would draw the figure once more (a third of the time)
-    outside = any(getattr(leg, "_bbox_to_anchor", None) is not None
-                  for leg in (ax.get_legend() for ax in fig.axes) if leg)
-    fig.subplots_adjust(left=0.1, bottom=0.12, top=0.92, right=0.7 if outside else 0.97)
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=100, format="png")
-    return buf.getvalue()
+    # lay out once (constrained layout), then keep that layout and its drawn extent for both
+    # files: "tight" and the layout engine would each draw the figure again (3x the time)
+    fig.draw_without_rendering()
+    fig.set_layout_engine(None)
+    bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.08)
+    png = io.BytesIO()
+    fig.savefig(png, dpi=DPI, format="png", bbox_inches=bbox)
+    svg = io.BytesIO()
+    with rc_context({"svg.hashsalt": fid, "svg.fonttype": "path"}):
+        fig.savefig(svg, format="svg", bbox_inches=bbox, metadata={"Date": None})
+    return png.getvalue(), svg.getvalue()
+
+
+def _unwrap(text: str) -> str:
+    return " ".join(text.split("\n"))
+
+
+def _axes_meta(ax) -> dict:
+    data = [line for line in ax.get_lines() if (line.get_gid() or "").startswith("series")]
+    return {"title": _unwrap(ax.get_title()), "xlabel": ax.get_xlabel(),
+            "ylabel": ax.get_ylabel(), "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+            "xticks": [float(t) for t in ax.get_xticks()],
+            "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
+            "errorbars": len(ax.containers),
+            "xdata": sorted({float(x) for line in data for x in line.get_xdata()}),
+            "lines": [{"label": line.get_label(), "linestyle": line.get_linestyle(),
+                       "marker": line.get_marker(), "color": line.get_color(),
+                       # where the points are drawn (pixels at DPI), offsets included
+                       "drawn": [list(map(float, p)) for p in line.get_transform().transform(
+                           list(zip(line.get_xdata(), line.get_ydata())))]}
+                      for line in data]}
 
 
 def describe(fig) -> dict:
-    """What a reader sees, for tests and ``--rerun``: scales, tick labels, axis labels, legend
-    entries, error bars (call after :func:`png`, which lays the ticks out)."""
-    ax = fig.axes[0]
-    leg = ax.get_legend()
-    return {"title": ax.get_title(), "xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
-            "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
-            "xticks": [float(t) for t in ax.get_xticks()],
-            "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
-            "legend": [t.get_text() for t in leg.get_texts()] if leg else [],
-            "errorbars": len(ax.containers),
-            "xdata": sorted({float(x) for line in ax.get_lines()  # data lines, not axhline
-                             if line.get_transform() == ax.transData
-                             for x in line.get_xdata()})}
+    """What a reader sees, for tests and ``--rerun`` (call after :func:`save`, which lays the
+    ticks out): the title, the legend entries (unwrapped), and per panel its title, scales,
+    ticks, labels, error bars and data lines. The first panel's keys are also at the top
+    level, with ``xdata`` and ``errorbars`` over all panels."""
+    panels = [_axes_meta(ax) for ax in fig.axes]
+    leg = fig.legends[0] if fig.legends else None
+    return {**panels[0], "title": getattr(fig, "sparc_title", ""), "panels": panels,
+            "panel_titles": [p["title"] for p in panels],
+            "ylabel": panels[0]["ylabel"],
+            "legend": [_unwrap(t.get_text()) for t in leg.get_texts()] if leg else [],
+            "errorbars": sum(p["errorbars"] for p in panels),
+            "xdata": sorted({x for p in panels for x in p["xdata"]})}

@@ -135,8 +135,8 @@ def _write(out: Path, fig, new_fig, cmp, ran) -> None:
     doc.h(1, f"Rerun of figure {fig.id}")
     doc.p("Commands run (new records; the originals untouched):")
     doc.code("\n".join(ran))
-    doc.side_by_side([(fig.id + "-before.png", fig.png, "before: " + fig.caption),
-                      (fig.id + "-rerun.png", new_fig.png, "rerun: " + new_fig.caption)])
+    doc.side_by_side([(fig.id + "-before", fig.png, fig.svg, "before: " + fig.caption),
+                      (fig.id + "-rerun", new_fig.png, new_fig.svg, "rerun: " + new_fig.caption)])
     t = _geomean(c["time_ratio"] for c in cmp)
     s = _geomean(c["speedup_ratio"] for c in cmp)
     missing = sum(c["new"] is None for c in cmp)

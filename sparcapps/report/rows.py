@@ -64,10 +64,12 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
 
     Keys: source, P, nodes, N, density, pattern, dtype, algorithm, series (configuration
     label), simulated (bool), network (label or None), median, q25, q75, n (seconds),
-    speedup (dense median / median), speedup_lo / speedup_hi (dense q25 / q75 and dense q75 /
-    q25 when the dense record of the same input is there, else None), sent_per_rank (bytes,
-    the slowest rank's when recorded so), model_seconds, rsag_seconds, floor_seconds,
-    command (a :class:`~sparcapps.report.commands.Command`), record (the record itself).
+    speedup (dense median / median; None at P = 1, where nothing is communicated),
+    speedup_lo / speedup_hi (dense q25 / q75 and dense q75 / q25 when the dense record of the
+    same input is there, else None), speedup_n (the fewer repetitions of the two, None without
+    the dense record), sent_per_rank (bytes, the slowest rank's when recorded so),
+    model_seconds, rsag_seconds, floor_seconds, command (a
+    :class:`~sparcapps.report.commands.Command`), record (the record itself).
     The dense record of an input is looked up in the same file and the same configuration
     (QSGD bits and flags aside).
     """
@@ -85,6 +87,8 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
         speedup = (r.get("metrics") or {}).get("speedup_over_dense")
         if speedup is None and d is not None and t["median"] > 0:
             speedup = d["median"] / t["median"]
+        if r.get("P") == 1:  # no communication: a ratio of local copies, not a speedup
+            speedup = d = None
         lo = hi = None
         if d is not None and t.get("q25") and t.get("q75") and d.get("q25") is not None:
             lo, hi = d["q25"] / t["q75"], d["q75"] / t["q25"]
@@ -97,7 +101,9 @@ def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:
             "series": series_label(r), "simulated": bool(r.get("simulated")),
             "network": network_label(r),
             "median": t["median"], "q25": t.get("q25"), "q75": t.get("q75"), "n": t.get("n"),
-            "speedup": speedup, "speedup_lo": lo, "speedup_hi": hi, "sent_per_rank": _sent(r),
+            "speedup": speedup, "speedup_lo": lo, "speedup_hi": hi,
+            "speedup_n": min(t.get("n") or 0, d.get("n") or 0) if d is not None else None,
+            "sent_per_rank": _sent(r),
             **{k: _reference(r, k) for k, _, _ in REFERENCES},
             "command": command_of(r), "record": r})
     rows.sort(key=lambda x: tuple((v is None, v if v is not None else 0) for v in

@@ -91,25 +91,34 @@ def training_figures(runs) -> list[Fig]:
         name = metric.replace("_", " ")
         title = f"{app}{' on ' + dataset if dataset else ''}: {name} vs wall time"
         fig, ax = pl.new_axes(title, "wall time since the start of training (s)", name)
-        for i, g in enumerate(sorted(grp, key=lambda g: (g["config"] != "dense baseline",
-                                                         g["config"], g["P"] or 0))):
-            pts = [(e["wall_seconds"], e[metric]) for e in g["epochs"]
-                   if e.get("wall_seconds") is not None and e.get(metric) is not None]
-            if pts:
+        handles = []
+        runs = sorted(grp, key=lambda g: (g["config"] != "dense baseline", g["config"],
+                                          g["P"] or 0))
+        pts = [[(e["wall_seconds"], e[metric]) for e in g["epochs"]
+                if e.get("wall_seconds") is not None and e.get(metric) is not None]
+               for g in runs]
+        offsets = pl.dodge({i: dict(p) for i, p in enumerate(pts) if p})
+        for i, (g, p) in enumerate(zip(runs, pts)):
+            if p:
                 dense = g["config"] == "dense baseline"
-                ax.plot(*zip(*pts), "o-", color="black" if dense else f"C{i % 10}",
-                        lw=2 if dense else 1.5, markersize=4,
-                        label=f"{g['config']}, P = {g['P']}")
+                line = pl.plot_line(
+                    ax, [q[0] for q in p], [q[1] for q in p], offsets[i], ls="-",
+                    marker="o" if dense else pl.MARKERS[(i + 1) % len(pl.MARKERS)],
+                    color="black" if dense else f"C{i % 10}", lw=2 if dense else 1.5,
+                    markersize=4, gid=f"series-{i}", label=f"{g['config']}, P = {g['P']}")
+                handles.append(line)
         targets = {(t["target"], t["basis"]) for t in time_to_accuracy(grp)}
         if len(targets) == 1:  # one P: the time-to-accuracy target as a line
             (target, basis), = targets
-            ax.axhline(target, color="gray", ls=":", lw=1, label="time-to-accuracy target ("
-                       + ("99% of the dense baseline's best)" if basis == "dense baseline"
-                          else "99% of the runs' lowest best)"))
-        ax.legend(fontsize=8)
-        figs.append(Fig(slug(metric, app, dataset), "Training runs",
+            handles.append(ax.axhline(
+                target, color="gray", ls=":", lw=1, label="time-to-accuracy target ("
+                + ("99% of the dense baseline's best)" if basis == "dense baseline"
+                   else "99% of the runs' lowest best)")))
+        pl.outside_legend(fig, handles)
+        fid = slug(metric, app, dataset)
+        figs.append(Fig(fid, "Training runs",
                         f"{app}{', ' + dataset if dataset else ''}: {name} vs wall time",
-                        *render(fig), grp))
+                        *render(fig, fid), grp))
     return figs
 
 
