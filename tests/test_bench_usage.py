@@ -58,3 +58,23 @@ def test_records_hold_no_nan_or_infinity(tmp_path):
     assert "NaN" not in text and "Infinity" not in text
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"non-JSON {c}")) == {
         "a": None, "b": [None, 1.5], "c": None, "d": 3, "e": {"f": None}}
+
+
+def test_a_simulation_too_large_for_sim_memory_is_refused_at_once(capsys):
+    """``--simulate 100000`` grew to 8 GiB in 41 s; now the estimate refuses it first."""
+    import time
+
+    from sparcapps.bench.cli import main
+    from sparcapps.bench.sim_estimate import estimate
+
+    t0 = time.perf_counter()
+    with pytest.raises(SystemExit) as exc:
+        main(["--N", "1000", "--simulate", "100000", "--reps", "1"])
+    assert exc.value.code == 2 and time.perf_counter() - t0 < 30
+    out, err = capsys.readouterr()
+    assert out == "" and "more than --sim-memory 8 GiB" in err and "GiB" in err, err
+    # the estimate grows with P, and with P^2 for the all-to-all algorithms
+    small = estimate(256, [1 << 20], [0.01], ["ssar_recursive_double"])
+    split = estimate(256, [1 << 20], [0.01], ["ssar_split_allgather"])
+    assert small.bytes < split.bytes < estimate(1024, [1 << 20], [0.01],
+                                                 ["ssar_split_allgather"]).bytes

@@ -236,6 +236,7 @@ def run_sweep(args) -> int:
         if args.bits or args.nonblocking or args.reuse_output:
             raise SystemExit("sparc-bench: --simulate runs blocking, full-precision calls "
                              "(no --bits, --nonblocking, --reuse-output)")
+        _check_simulation_size(args, dims, densities, algorithms)
         return run_simulated_sweep(args, cells, reps, warmup, algorithms,
                                    config={"N": dims, "density": densities,
                                            "pattern": patterns})
@@ -440,6 +441,29 @@ def run_overlap(args) -> int:
                                      "sequential_ratio": r["sequential_ratio"],
                                      "compute": args.compute, "compute_ms": compute_ms}))
     return 0
+
+
+def _check_simulation_size(args, dims, densities, algorithms) -> None:
+    """Say what each P will take before simulating; refuse (one line, exit 2) a P whose
+    estimated memory exceeds ``--sim-memory``."""
+    import numpy as np
+
+    from .sim_estimate import estimate
+
+    names = list(algorithms) + (["topk_allreduce"] if args.topk is not None else [])
+    itemsize = np.dtype(args.dtype).itemsize
+    budget = args.sim_memory * 2**30
+    for P in sorted(set(args.simulate)):
+        est = estimate(P, dims, densities, names, itemsize=itemsize)
+        if est.bytes > budget:
+            print(f"sparc-bench: error: --simulate {P} needs {est.line()[len(f'P = {P}: '):]}, "
+                  f"more than --sim-memory {args.sim_memory:g} GiB (see "
+                  f"sparcapps/bench/sim_estimate.py); simulate fewer ranks, or raise "
+                  f"--sim-memory if this machine has the memory", file=sys.stderr)
+            raise SystemExit(2)
+        if P >= 256:
+            print(f"sparc-bench --simulate: {est.line()} (estimate)", file=sys.stderr,
+                  flush=True)
 
 
 def _network_spec(parser, args) -> None:
