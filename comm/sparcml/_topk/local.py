@@ -33,7 +33,8 @@ import math
 
 import numpy as np
 
-from .._quant import kernels as quant_kernels
+from .. import _kernels as kernels
+from . import local_kernels
 from . import sampled_kernels as sampled_topk_kernels
 from .._errors import CompressionError, UnsupportedDtypeError
 from .._vector import SparseVector, index_dtype_for
@@ -72,19 +73,19 @@ def select_topk(x, k: int, bucket_size=None, k_last=None) -> np.ndarray:
             if n >= sampled_topk_kernels.MIN_LENGTH:  # one pass, exact (see that module)
                 rc = sampled_topk_kernels.topk_select_sampled(keys, absmask, inf_key, k, out)
             if rc == sampled_topk_kernels.MISSED:
-                rc = quant_kernels.topk_select(keys, absmask, inf_key, k, out)
+                rc = local_kernels.topk_select(keys, absmask, inf_key, k, out)
         else:
             out = np.arange(n, dtype=idx_dt) if k == n else np.empty(0, idx_dt)
-            rc = -1 if quant_kernels.first_nonfinite(x) < 0 else -2
+            rc = -1 if kernels.first_nonfinite(x) < 0 else -2
     else:
         full, rest = divmod(n, bucket_size)
         k_last = 0 if rest == 0 else min(k if k_last is None else k_last, rest)
         k = min(k, bucket_size)
         out = np.empty(full * k + k_last, dtype=idx_dt)
-        rc = quant_kernels.topk_select_buckets(keys, absmask, inf_key, bucket_size, k, k_last,
+        rc = local_kernels.topk_select_buckets(keys, absmask, inf_key, bucket_size, k, k_last,
                                                out)
     if rc != -1:
-        pos = quant_kernels.first_nonfinite(x)
+        pos = kernels.first_nonfinite(x)
         raise CompressionError(
             f"cannot select top-k of a vector holding {x[pos]} at position {pos}; the gradient "
             f"(plus the error-feedback residual) overflowed or is NaN")

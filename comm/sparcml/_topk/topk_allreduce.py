@@ -48,7 +48,6 @@ from mpi4py import MPI
 
 from .._collectives import arith
 from .. import _kernels as kernels
-from .._quant import kernels as quant_kernels
 from . import select_kernels
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
 from .._runtime.context import TrafficStats, context_for
@@ -105,7 +104,7 @@ def _check_k(k) -> int:
 
 
 def _check_finite(vec: SparseVector) -> None:
-    pos = quant_kernels.first_nonfinite(vec.values)
+    pos = kernels.first_nonfinite(vec.values)
     if pos >= 0:
         where = pos if vec.is_dense else int(vec.indices[pos])
         raise CompressionError(
