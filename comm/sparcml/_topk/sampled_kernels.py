@@ -1,6 +1,6 @@
 """The local top-k selection in one pass over the data: a sampled bracket, then exact.
 
-:func:`sparcml._topk.local.select_topk` (what ``TopK`` and every top-k SGD step run) must find the k
+:func:`sparcml.select_topk` (what ``TopK`` and every top-k SGD step run) must find the k
 largest ``|x|`` of a dense vector, exactly, ties to the lower index. The radix select of
 :func:`sparcml._topk.local_kernels.topk_select` reads the whole vector three times (two 16-bit
 digits for float32, then the output scan). :func:`topk_select_sampled` reads it once:
