@@ -292,3 +292,24 @@ def test_the_400_line_rule_reads_the_docstring():
 def test_costmodel_imports_no_mpi():
     src = (PACKAGE / "_model" / "costmodel.py").read_text()
     assert "mpi4py" not in src
+
+
+def test_the_readme_layout_lists_the_packages_and_the_comm_modules_as_they_are():
+    """README's layout is a listing of what is there: every package of comm/sparcml and
+    sparcapps, every module of the comm layer's wings, and nothing that is not there."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Layout\n", 1)[1].split("```\n", 2)[1]
+    entries = set(re.findall(r"(?<![\w./])(\w+(?:\.py|/))", block))
+    packages = {p.parent for root in (PACKAGE, REPO / "sparcapps")
+                for p in root.rglob("__init__.py")} - {PACKAGE, REPO / "sparcapps"}
+    missing = sorted(str(p.relative_to(REPO)) for p in packages if f"{p.name}/" not in entries)
+    assert not missing, f"packages missing from README's layout: {missing}"
+    wings = [PACKAGE, *(PACKAGE / w for w in ("_collectives", "_topk", "_wire", "_model",
+                                              "_runtime", "_quant"))]
+    modules = {p for w in wings for p in w.glob("*.py") if p.name != "__init__.py"}
+    missing = sorted(str(p.relative_to(REPO)) for p in modules if p.name not in entries)
+    assert not missing, f"comm modules missing from README's layout: {missing}"
+    files = {p.name for root in (PACKAGE, REPO / "sparcapps") for p in root.rglob("*.py")}
+    dirs = {p.name + "/" for p in REPO.rglob("*") if p.is_dir() and ".venv" not in p.parts}
+    stale = sorted(e for e in entries if e not in files and e not in dirs)
+    assert not stale, f"README's layout lists what is not there: {stale}"
