@@ -78,7 +78,7 @@ def main() -> int:
     from mpi4py import MPI
 
     import sparcml
-    from sparcml.compression._objects import Compression, TopKCompressor
+    from sparcml.compression import Compression, TopKCompressor
 
     comm = MPI.COMM_WORLD
     rank = comm.Get_rank()

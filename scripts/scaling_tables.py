@@ -19,7 +19,7 @@ calibrated cost model (``sparcml.sim.network_cost_model`` of each record's netwo
 calibrated afresh in this process) over the simulated time: how far to trust the rows that
 ``--model-only`` predicted. ``--merge OUT``: write the records, one per cell and algorithm
 (the later file's), to OUT (what ``sparc-report`` should plot); a modeled-only ``auto`` row is
-chosen again as its measured refinement (``sparcml._model.tuning``) would choose with the merged rows
+chosen again as its measured refinement would choose with the merged rows
 as its measurements: the contenders of the current model (``sparcml.sim.network_cost_model``,
 the overlap ``auto`` would learn from the cell's result), the fastest of them by their rows,
 as ``sparc-bench --model-only auto`` does; it takes the time and bytes of that row -- so a
@@ -193,9 +193,6 @@ def _row_time(rec) -> float:
 def _rechoose(auto, algos):
     import sparcml.sim as sim
     from sparcml import index_dtype_for
-    from sparcml._model import tuning
-    from sparcml._model.costmodel import overlap_from_result
-    from sparcml._collectives.registry import algorithm_names
 
     some = next((r for r in algos.values() if not r["metrics"].get("modeled_only")
                  and r["algorithm"] != "dense"), algos.get("ssar_recursive_double"))
@@ -203,11 +200,11 @@ def _rechoose(auto, algos):
     k = some["bytes"].get("input_nnz_max") or round(auto["density"] * N)
     K = some["metrics"]["result_density"] * N
     model = sim.network_cost_model(auto["network"], P)
-    q = overlap_from_result(k, K, P, N)
+    q = model.overlap_from_result(k, K, P, N)
     # as auto's measured refinement would: the model's contenders, the fastest by their rows
-    contenders = [a for a in tuning.contenders_of(
-        (model.predict(a, P=P, N=N, k=k, q=q, s_idx=index_dtype_for(N).itemsize, s_val=4), a)
-        for a in algorithm_names(in_auto_only=True)) if a in algos]
+    contenders = [a for a in model.contenders(P=P, N=N, k=k, q=q,
+                                              s_idx=index_dtype_for(N).itemsize, s_val=4)
+                  if a in algos]
     choice = min(contenders, key=lambda a: _row_time(algos[a]))
     row = algos[choice]
     timings = row["timings"]

@@ -1,9 +1,11 @@
 """Argument types and flags shared by the CLIs: one vocabulary and one validation for every
 entry point.
 
-Algorithm names come from the registry (:mod:`sparcml._collectives.registry`), so a registered algorithm is
-accepted by every CLI, and a wrong one is refused by argparse (one line, exit 2) before any MPI
-work. Numbers that must be positive or fractions are checked here, not deep in a run.
+Algorithm names come from the registry (:data:`sparcml.ALGORITHMS`, after
+:func:`sparcml.load_plugins` has loaded the installed plugins: :func:`registered_algorithms`),
+so a registered algorithm is accepted by every CLI, and a wrong one is refused by argparse
+(one line, exit 2) before any MPI work. Numbers that must be positive or fractions are checked
+here, not deep in a run.
 
 The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_parser`):
 
@@ -42,8 +44,9 @@ import re
 import sys
 import textwrap
 
-__all__ = ["positive_int", "nonnegative_int", "fraction", "algorithm_name", "algorithm_list",
-           "algorithm_help", "make_parser", "HelpFormatter", "ListAction", "BITS_CHOICES",
+__all__ = ["positive_int", "nonnegative_int", "fraction", "registered_algorithms",
+           "algorithm_name", "algorithm_list", "algorithm_help", "make_parser", "HelpFormatter",
+           "ListAction", "BITS_CHOICES",
            "add_bits_argument", "add_checkpoint_every_argument", "add_data_home_argument",
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
            "output_dir", "positive_float", "nonnegative_float", "add_deprecated_alias",
@@ -319,14 +322,33 @@ def nonnegative_float(text: str) -> float:
 
 
 def fraction(text: str) -> float:
-    """argparse type: a number in (0, 1] (a density), by sparcml's own check."""
-    from sparcml._errors import SparcmlError
-    from sparcml._collectives.validation import check_density
-
+    """argparse type: a number in (0, 1] (a density)."""
     try:
-        return check_density(float(text), name="value")
-    except (ValueError, SparcmlError) as exc:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from exc
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value <= 1:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
+_plugins_loaded = False
+
+
+def registered_algorithms() -> tuple[str, ...]:
+    """The registered algorithm names, the installed plugins' included: the first call loads
+    them (:func:`sparcml.load_plugins`). A plugin that cannot be loaded ends the program with
+    one line naming it (exit status 1)."""
+    global _plugins_loaded
+    import sparcml
+
+    if not _plugins_loaded:
+        try:
+            sparcml.load_plugins()
+        except sparcml.SparcmlError as exc:
+            raise SystemExit(f"error: {exc}") from None
+        _plugins_loaded = True
+    return tuple(sparcml.ALGORITHMS)
 
 
 def output_file(text: str) -> str:
@@ -355,9 +377,9 @@ def output_dir(text: str) -> str:
 
 def algorithm_name(text: str) -> str:
     """argparse type: a registered algorithm or ``auto``."""
-    from sparcml._collectives.registry import algorithm_names
+    from sparcml import AUTO
 
-    choices = algorithm_names(auto=True)
+    choices = registered_algorithms() + (AUTO,)
     if text not in choices:
         raise argparse.ArgumentTypeError(
             f"unknown algorithm {text!r}; choose from {', '.join(choices)}")
@@ -374,7 +396,9 @@ def algorithm_list(text: str) -> list[str]:
 
 
 def algorithm_help(prefix: str = "") -> str:
-    """The registry's one-line-per-algorithm help, after ``prefix``."""
-    from sparcml._collectives.registry import help_text
+    """One line per registered algorithm (its summary), then ``auto``'s, after ``prefix``."""
+    from sparcml import AUTO, get_algorithm
 
-    return (prefix + " " if prefix else "") + help_text().replace("%", "%%")
+    lines = [f"{a}: {get_algorithm(a).summary}" for a in registered_algorithms()]
+    lines.append(f"{AUTO}: the calibrated cost model's choice per call")
+    return (prefix + " " if prefix else "") + "; ".join(lines).replace("%", "%%")

@@ -4,8 +4,8 @@
 numba and mpi4py; the applications' dependencies are extras (``[apps]``, ``[torch]``). When
 one is missing, the script prints one line naming the package and the extra that brings it
 (once per job, on rank 0 when launched by an MPI launcher or Slurm) and exits with status 1,
-before any MPI work; a missing MPI library (:class:`sparcml._mpi.MPILibraryNotFound`) is
-reported the same way. ``python -m`` still runs each module directly.
+before any MPI work; a missing MPI library (the ``ImportError`` ``MPILibraryNotFound`` that
+``import sparcml`` raises) is reported the same way. ``python -m`` still runs each module directly.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def _script(target: str, prog: str, needs: tuple[str, ...] = ()) -> Callable[[],
         try:
             status = getattr(importlib.import_module(module_name), func_name)()
         except ImportError as exc:
-            if type(exc).__name__ == "MPILibraryNotFound":  # sparcml._mpi, without importing it
+            if type(exc).__name__ == "MPILibraryNotFound":  # raised by import sparcml itself
                 return _fail(f"{prog}: error: {exc}")
             top = (exc.name or "").split(".")[0] if isinstance(exc, ModuleNotFoundError) else ""
             if top not in EXTRA_OF:

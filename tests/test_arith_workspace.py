@@ -12,11 +12,11 @@ from sparcml._runtime.workspace import Workspace
 
 def _sparse(rng, dim, k, idx_dt=np.int32, val_dt=np.float32):
     idx = np.sort(rng.choice(dim, k, replace=False)).astype(idx_dt)
-    return SparseVector._trusted(dim, idx, rng.standard_normal(k).astype(val_dt))
+    return SparseVector.unchecked(dim, idx, rng.standard_normal(k).astype(val_dt))
 
 
 def _dense(rng, dim, val_dt=np.float32):
-    return SparseVector._trusted(dim, None, rng.standard_normal(dim).astype(val_dt))
+    return SparseVector.unchecked(dim, None, rng.standard_normal(dim).astype(val_dt))
 
 
 def _same(x, y):

@@ -55,3 +55,25 @@ def test_references():
     refs = CostModel.references(P=4, k=100, K=250)
     assert refs["floor_bytes"] == 150 * 8
     assert refs["rs_ag_bytes"] == pytest.approx(0.75 * 350 * 8)
+
+
+def test_contenders_are_what_auto_measures_and_the_size_helpers_are_public():
+    from sparcml._model import tuning
+    from sparcml._model.costmodel import index_bytes, stream_bytes
+
+    model = CostModel()
+    shape = {"P": 8, "N": 1 << 20, "k": 5000, "q": 0.5, "s_idx": 4, "s_val": 4}
+    ranked = [(model.predict(a, **shape), a) for a in ALGORITHMS
+              if sparcml_in_auto(a)]
+    assert model.contenders(**shape) == tuning.contenders_of(ranked)
+    assert 1 <= len(model.contenders(**shape)) <= tuning.MAX_CONTENDERS
+    assert model.contenders(**shape, candidates=["allgather"]) == ["allgather"]
+    assert CostModel.union_size is union_size and CostModel.stream_bytes is stream_bytes
+    assert CostModel.overlap_from_result is overlap_from_result
+    assert CostModel.index_bytes is index_bytes
+
+
+def sparcml_in_auto(name):
+    import sparcml
+
+    return sparcml.get_algorithm(name).in_auto

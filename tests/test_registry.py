@@ -1,6 +1,7 @@
 """The algorithm registry is the one list of algorithms; the comm layer has no import cycle."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,10 +66,12 @@ def test_registry_drives_everything():
         registry.check_algorithm_options(sparcml.DENSE_BASELINE, quantizer=sparcml.QSGD(4))
     with pytest.raises(sparcml.SparcmlError, match="already registered"):
         registry.register(registry.get_algorithm(sparcml.DEFAULT_ALGORITHM))
+    from sparcapps.cli_args import algorithm_help
+
     model = CostModel()
     for name in sparcml.ALGORITHMS:
         assert model.predict(name, P=5, N=1 << 16, k=300) > 0
-        assert name in registry.help_text()
+        assert f"{name}: {registry.get_algorithm(name).summary}" in algorithm_help()
 
 
 def test_a_toy_algorithm_registers_and_is_known_everywhere():
@@ -100,14 +103,63 @@ def test_toy_algorithm_at_three_ranks_and_through_sparc_bench():
     assert "toy_reduce_to_root" in proc.stdout  # its row in sparc-bench's table
 
 
-def _sparcml_imports(path: Path) -> set[str]:
-    """The sparcml modules a module imports at its top level (relative or absolute)."""
+def _plugin_env(tmp_path, entry: str) -> dict:
+    """The environment of a process in which an installed distribution declares ``entry``
+    (``name = module``) in the entry-point group ``sparcml.algorithms``."""
+    import os
+
+    info = tmp_path / "toyplugin-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: toyplugin\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[{registry.PLUGIN_GROUP}]\n{entry}\n")
+    path = os.pathsep.join([str(tmp_path), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+    return {**os.environ, "PYTHONPATH": path}
+
+
+def test_the_clis_load_installed_algorithm_plugins(tmp_path):
+    """An algorithm declared under the entry-point group sparcml.algorithms (the toy one) is a
+    choice of sparc-bench, and runs, without any import of it: the CLI loads the plugins."""
+    assert registry.PLUGIN_GROUP == "sparcml.algorithms"
+    cli = [sys.executable, "-m", "sparcapps.bench.cli"]
+    run = ["--algorithms", "toy_reduce_to_root", "--N", "4096", "--density", "0.01", "--reps",
+           "1", "--warmup", "0", "--no-model"]
+    without = subprocess.run(cli + run, capture_output=True, text=True, timeout=300)
+    assert without.returncode == 2 and "unknown algorithm 'toy_reduce_to_root'" in without.stderr
+    env = _plugin_env(tmp_path, "toy = toy_algorithm")
+    proc = subprocess.run(cli + run, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "toy_reduce_to_root" in proc.stdout
+    helped = subprocess.run(cli + ["--help"], capture_output=True, text=True, timeout=300,
+                            env=env)
+    assert "toy_reduce_to_root: toy: reduce to rank 0, send back" in " ".join(
+        helped.stdout.split())
+
+
+def test_a_plugin_that_cannot_load_ends_the_cli_with_one_line_naming_it(tmp_path):
+    env = _plugin_env(tmp_path, "broken = no_such_module_for_sparcml_tests")
+    proc = subprocess.run([sys.executable, "-m", "sparcapps.bench.cli", "--help"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().count("\n") == 0, proc.stderr
+    assert "plugin 'broken'" in proc.stderr and "no_such_module_for_sparcml_tests" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _module_name(path: Path) -> str:
+    """``sparcml.a.b`` / ``sparcapps.a.b`` of a file under comm/ or the repository root."""
+    root = PACKAGE.parent if path.is_relative_to(PACKAGE) else REPO
+    return ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _imports(path: Path, known: set[str], mod: str | None = None) -> set[str]:
+    """The modules of ``known`` that module ``mod`` (default: by its path) imports, anywhere
+    in it (module level, inside functions and branches; relative or absolute; ``from pkg
+    import module`` counts as the module)."""
     tree = ast.parse(path.read_text())
-    mod = "sparcml." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-    mod = mod.removesuffix(".__init__")
+    mod = mod or _module_name(path)
     pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out = set()
-    for node in tree.body:
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")
@@ -115,56 +167,149 @@ def _sparcml_imports(path: Path) -> set[str]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            if target.startswith("sparcml"):
-                out.add(target)
-                for alias in node.names:
-                    if (PACKAGE.parent / (target.replace(".", "/") + f"/{alias.name}.py")).exists():
-                        out.add(f"{target}.{alias.name}")
+            out.add(target)
+            out.update(f"{target}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names if a.name.startswith("sparcml"))
-    return out
+            for alias in node.names:  # import a.b.c imports a, a.b and a.b.c
+                parts = alias.name.split(".")
+                out.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
+    return {t for t in out if t in known and t != mod}
 
 
-def test_no_import_cycle_in_the_comm_layer():
-    modules = {}
-    for path in PACKAGE.rglob("*.py"):
-        name = "sparcml." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
-        modules[name.removesuffix(".__init__")] = path
-    graph = {m: {t for t in _sparcml_imports(p) if t in modules and t != m and t != "sparcml"}
-             for m, p in modules.items()}
-    # a package's __init__ importing its own submodules is not a cycle; everything else is
-    state: dict[str, int] = {}
+def _import_graph() -> dict[str, set[str]]:
+    """Every module of comm/sparcml and sparcapps -> the modules of both it imports."""
+    paths = {_module_name(p): p for root in (PACKAGE, REPO / "sparcapps")
+             for p in root.rglob("*.py")}
+    known = set(paths)
+    # an edge from a module to a package that contains it is its package's __init__ running
+    # first: not a cycle of its own (the __init__'s own imports are edges of their own)
+    return {m: {t for t in _imports(p, known) if not m.startswith(t + ".")}
+            for m, p in paths.items()}
 
-    def visit(m, stack):
-        state[m] = 1
-        for t in graph[m]:
-            if m.startswith(t + "."):
-                continue  # a module of a package importing the package (its __init__)
-            if state.get(t) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack + [m, t]))
-            if t not in state:
-                visit(t, stack + [m])
-        state[m] = 2
 
-    for m in sorted(graph):
-        if m not in state:
-            visit(m, [])
-    # and each module imports on its own in a fresh interpreter
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(found)
+
+
+def test_the_cycle_finder_reads_imports_inside_functions(tmp_path):
+    fake = tmp_path / "fake.py"
+    fake.write_text("import numpy\n\n\ndef f():\n    from .x import g\n"
+                    "    if g:\n        import sparcml.y.z\n")
+    known = {"sparcml", "sparcml.x", "sparcml.y", "sparcml.y.z", "sparcml.w"}
+    assert _imports(fake, known, "sparcml.fake") == {"sparcml", "sparcml.x", "sparcml.y",
+                                                     "sparcml.y.z"}
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+# PENDING, branch h22pub only: the simulator's circle, which issue 22 item 3 (branch h22ctx)
+# breaks. Delete this entry once that branch is merged (the test fails while it is stale).
+PENDING_CYCLES = [["sparcml.sim._comm", "sparcml.sim._sharing", "sparcml.sim._world"]]
+
+
+def test_no_import_cycle_in_the_comm_layer_and_the_apps():
+    graph = _import_graph()
+    # each comm module imports on its own in a fresh interpreter
+    names = sorted(m for m in graph if m.startswith("sparcml")
+                   and not m.startswith("sparcml.torch"))
     code = ("import importlib, sys\nfor m in sys.argv[1:]:\n"
             "    importlib.import_module(m)\n")
-    names = sorted(m for m in modules if not m.startswith("sparcml.torch"))
     subprocess.run([sys.executable, "-c", code, *names], check=True, timeout=300)
+    cycles = _cycles(graph)
+    unexpected = [c for c in cycles if c not in PENDING_CYCLES]
+    assert not unexpected, "import cycles (function-level imports included): " + "; ".join(
+        " <-> ".join(c) for c in unexpected)
+    stale = [c for c in PENDING_CYCLES if c not in cycles]
+    assert not stale, f"no longer a cycle, delete it from PENDING_CYCLES: {stale}"
+    if cycles:
+        pytest.xfail("pending (h22ctx): " + "; ".join(" <-> ".join(c) for c in cycles))
 
 
-def test_no_comm_module_over_400_lines_without_a_reason():
+def _over_400_reason(doc: str) -> str | None:
+    """The paragraph of a module docstring that starts "Over 400 lines" (or "A little over
+    400 lines"), or None."""
+    for paragraph in doc.split("\n\n"):
+        if re.match(r"(a little )?over 400 lines\b", paragraph.strip(), re.IGNORECASE):
+            return paragraph.strip()
+    return None
+
+
+def test_one_feature_per_module_and_a_reason_at_the_top_above_400_lines():
+    """Each comm module says at its top what its one feature is (its docstring); above about
+    400 lines (420) its docstring also says why the feature stays in one module, in a
+    paragraph that starts "Over 400 lines"."""
     for path in PACKAGE.rglob("*.py"):
         text = path.read_text()
-        if text.count("\n") > 420:
-            head = text[:3000]
-            assert "400 lines" in head, f"{path.relative_to(REPO)} has {text.count(chr(10))} " \
-                                        f"lines and no reason at its top"
+        doc = ast.get_docstring(ast.parse(text))
+        rel = path.relative_to(REPO)
+        assert doc and doc.strip(), f"{rel} has no docstring naming its feature"
+        lines = text.count("\n")
+        if lines > 420:
+            reason = _over_400_reason(doc)
+            assert reason and len(reason) > 60, \
+                f"{rel} has {lines} lines and no 'Over 400 lines: why' paragraph in its " \
+                f"docstring"
+
+
+def test_the_400_line_rule_reads_the_docstring():
+    assert _over_400_reason("Top.\n\nOver 400 lines: one class mirrors one interface, the "
+                            "sends, receives and collectives.") is not None
+    assert _over_400_reason("Top.\n\nA little over 400 lines: x") is not None
+    assert _over_400_reason("Top. Not over 400 lines: inline mention only.") is None
 
 
 def test_costmodel_imports_no_mpi():
     src = (PACKAGE / "_model" / "costmodel.py").read_text()
     assert "mpi4py" not in src
+
+
+def test_the_readme_layout_lists_the_packages_and_the_comm_modules_as_they_are():
+    """README's layout is a listing of what is there: every package of comm/sparcml and
+    sparcapps, every module of the comm layer's wings, and nothing that is not there."""
+    text = (REPO / "README.md").read_text()
+    block = text.split("## Layout\n", 1)[1].split("```\n", 2)[1]
+    entries = set(re.findall(r"(?<![\w./])(\w+(?:\.py|/))", block))
+    packages = {p.parent for root in (PACKAGE, REPO / "sparcapps")
+                for p in root.rglob("__init__.py")} - {PACKAGE, REPO / "sparcapps"}
+    missing = sorted(str(p.relative_to(REPO)) for p in packages if f"{p.name}/" not in entries)
+    assert not missing, f"packages missing from README's layout: {missing}"
+    wings = [PACKAGE, *(PACKAGE / w for w in ("_collectives", "_topk", "_wire", "_model",
+                                              "_runtime", "_quant"))]
+    modules = {p for w in wings for p in w.glob("*.py") if p.name != "__init__.py"}
+    missing = sorted(str(p.relative_to(REPO)) for p in modules if p.name not in entries)
+    assert not missing, f"comm modules missing from README's layout: {missing}"
+    files = {p.name for root in (PACKAGE, REPO / "sparcapps") for p in root.rglob("*.py")}
+    dirs = {p.name + "/" for p in REPO.rglob("*") if p.is_dir() and ".venv" not in p.parts}
+    stale = sorted(e for e in entries if e not in files and e not in dirs)
+    assert not stale, f"README's layout lists what is not there: {stale}"

@@ -293,3 +293,22 @@ def test_bad_inputs_and_input_untouched():
     # non-contiguous input is fine
     vec = TopK(k=3, error_feedback=False).compress(x[::2])
     np.testing.assert_array_equal(vec.indices, ref.topk_select(x[::2], 3))
+
+
+def test_select_topk_is_public_and_checks_its_arguments():
+    import sparcml
+
+    x = np.array([0.5, -3.0, 1.0, 2.0], np.float32)
+    assert sparcml.select_topk(x, 2).tolist() == [1, 3]
+    assert sparcml.select_topk(x.astype(np.float64)[::-1], 1).tolist() == [2]  # not contiguous
+    assert sparcml.select_topk(x, 1, bucket_size=2).tolist() == [1, 3]
+    with pytest.raises(sparcml.UnsupportedDtypeError, match="float32 or float64"):
+        sparcml.select_topk(x.astype(np.float16), 1)
+    with pytest.raises(sparcml.InvalidArgumentError, match="1-d"):
+        sparcml.select_topk(x.reshape(2, 2), 1)
+    for bad in ({"k": -1}, {"k": 1.5}, {"k": True}, {"k": 1, "bucket_size": 0},
+                {"k": 1, "bucket_size": 2, "k_last": -2}):
+        with pytest.raises(sparcml.InvalidArgumentError):
+            sparcml.select_topk(x, **bad)
+    with pytest.raises(sparcml.CompressionError):
+        sparcml.select_topk(np.array([1.0, np.nan], np.float32), 1)

@@ -169,3 +169,30 @@ def test_global_topk_compression_takes_no_quantizer():
     assert GlobalTopKCompressor(k=5).global_k(100) == 5
     assert TopKCompressor(k=5).global_k(100) is None
     assert repr(GlobalTopKCompressor(density=0.5)) == "GlobalTopKCompressor(density=0.5)"
+
+
+@pytest.mark.parametrize("nprocs", [1, 3])
+def test_calibrate_topk_measures_topk_allreduce_into_the_model(nprocs):
+    """sparcml.calibrate_topk adds topk_allreduce's fixed cost and growth to a calibrated
+    model, the same on every rank (P = 1: nothing to measure, the model unchanged)."""
+    proc = run_mpi(nprocs, """
+        import sparcml
+        from mpi4py import MPI
+
+        comm = MPI.COMM_WORLD
+        model = sparcml.calibrate(comm, reps=1)
+        before = dict(model.overhead)
+        same = sparcml.calibrate_topk(model, comm, reps=1)
+        assert same is model
+        name = sparcml.TOPK_ALLREDUCE
+        if comm.size == 1:
+            assert model.overhead == before and name not in model.overhead
+        else:
+            assert model.overhead[name] > 0 and model.scale[name] > 0
+            assert comm.allgather(model.to_dict()) == [model.to_dict()] * comm.size
+            choice = model.choose_topk_step(P=comm.size, N=1 << 20, k=1000)
+            assert choice == name or choice in sparcml.ALGORITHMS
+        if comm.rank == 0:
+            print("CALIBRATED", flush=True)
+    """, timeout=600)
+    assert "CALIBRATED" in proc.stdout

@@ -111,3 +111,18 @@ def test_wire_round_trip_and_per_message_rule(val_dt):
     block[[3, 50]] = 2
     buf, dense = Codec(np.int32, val_dt).encode(Part(100, 100, None, block))
     assert not dense and decode(buf).indices.tolist() == [103, 150]
+
+
+def test_unchecked_wraps_the_arrays_themselves_without_checking():
+    idx = np.array([1, 4], np.int32)
+    val = np.array([2.0, -1.0], np.float32)
+    vec = SparseVector.unchecked(10, idx, val)
+    assert vec.indices is idx and vec.values is val and vec.nnz == 2
+    np.testing.assert_array_equal(vec.to_dense(), SparseVector(10, idx, val).to_dense())
+    dense = np.arange(5, dtype=np.float64)
+    whole = SparseVector.unchecked(5, None, dense)
+    assert whole.is_dense and whole.values is dense
+    # no check at all: an unsorted input is taken as it is (the constructor refuses it)
+    assert SparseVector.unchecked(10, idx[::-1].copy(), val).indices[0] == 4
+    with pytest.raises(InvalidVectorError):
+        SparseVector(10, idx[::-1].copy(), val)

@@ -1,14 +1,17 @@
 """A toy allreduce registered through the registry alone (imported by the registry tests).
 
 ``toy_reduce_to_root``: every rank sends its dense vector to rank 0, which adds them in rank
-order and sends the sum back. Nothing else in the code base knows it.
+order and sends the sum back. Nothing else in the code base knows it. Written with public
+names only (``tests/test_public_api.py`` checks): what an algorithm author needs is
+:class:`sparcml.Algorithm` (whose docstring states the ``run`` and ``cost`` contracts),
+:func:`sparcml.register` and :meth:`sparcml.SparseVector.unchecked`. Installed as a plugin
+(the entry-point group ``sparcml.algorithms`` naming this module) it is loaded by
+:func:`sparcml.load_plugins`, which the CLIs call.
 """
 
 import numpy as np
-from mpi4py import MPI
 
-from sparcml._collectives.registry import Algorithm, get_algorithm, register
-from sparcml._vector import SparseVector
+from sparcml import ALGORITHMS, Algorithm, SparseVector, register
 
 NAME = "toy_reduce_to_root"
 
@@ -28,16 +31,13 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
         total = np.empty_like(dense)
         ctx.comm.Recv(total, source=0, tag=78)
     stats.add_message(dense.nbytes, True)
-    return SparseVector._trusted(vec.dim, None, total)
+    return SparseVector.unchecked(vec.dim, None, total)
 
 
 def cost(model, *, P, N, k, K, q, s_idx, s_val):
     return 2 * (P - 1) * model.message(N * s_val)
 
 
-try:
-    get_algorithm(NAME)
-except Exception:
+if NAME not in ALGORITHMS:
     register(Algorithm(name=NAME, run=run, cost=cost, summary="toy: reduce to rank 0, send back",
                        accepts_quantizer=False, in_auto=False))
-_ = MPI

@@ -1,12 +1,24 @@
 """SparCML sparse collectives on mpi4py with Numba kernels.
 
 Importing ``sparcml`` never imports torch (the adapter lives in ``sparcml.torch``). The
-algorithms are records of :mod:`sparcml._collectives.registry`; the built-in ones live in
-:mod:`sparcml._collectives.algorithms` and register themselves when ``sparcml`` is imported.
+algorithms are :class:`Algorithm` records of one registry; the built-in ones register
+themselves when ``sparcml`` is imported, others with :func:`register` or as installed plugins
+(:func:`load_plugins`). The public API is ``__all__`` here and in the public subpackages
+``sparcml.compression``, ``sparcml.sim`` and ``sparcml.torch``; modules and names with a
+leading underscore are internal.
+
+Constants: ``AUTO`` (``"auto"``: the cost model's choice per call, where an algorithm name
+is taken); ``DEFAULT_ALGORITHM`` and ``DENSE_BASELINE`` (names of the registry: the default
+of :func:`allreduce`, the ``MPI_Allreduce`` baseline); ``TOPK_ALLREDUCE`` (the label
+:func:`topk_allreduce` puts in :attr:`TrafficStats.algorithm`, and what
+:meth:`CostModel.choose_topk_step` returns for it); ``AUTO_EXPLORING_CALLS`` (an upper bound on
+the calls of one shape that ``algorithm="auto"`` spends measuring its contenders before it
+settles).
 """
 
 from . import _mpi  # noqa: F401 - first: a missing libmpi fails here, saying what to install
 from ._runtime.abort import abort_on_error
+from ._runtime.agreement import raise_everywhere
 from ._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from ._collectives.gather_scatter import allgather, bcast, reduce_scatter
 from ._runtime.context import TrafficStats
@@ -17,11 +29,15 @@ from ._errors import (CollectiveFailure, CompressionError, IncompatibleOptionsEr
                       QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
                       UnsupportedDtypeError)
 from ._collectives.exchange import block_bounds
-from ._topk.topk_allreduce import TopKReduced, itopk_allreduce, topk_allreduce
+from ._collectives.hierarchical import node_sizes
+from ._model.tuning import EXPLORING_CALLS as AUTO_EXPLORING_CALLS
+from ._topk.topk_allreduce import NAME as TOPK_ALLREDUCE
+from ._topk.topk_allreduce import TopKReduced, calibrate_topk, itopk_allreduce, topk_allreduce
 from ._runtime.nonblocking import Request
 from ._quant.qsgd import QSGD
-from ._collectives.registry import ALGORITHMS, AUTO, Algorithm, register
-from ._topk.local import TopK
+from ._collectives.registry import (ALGORITHMS, AUTO, Algorithm, check_algorithm_options,
+                                    get_algorithm, load_plugins, register)
+from ._topk.local import TopK, select_topk
 from ._vector import SparseVector, index_dtype_for, should_be_dense
 
 __all__ = [
@@ -31,20 +47,28 @@ __all__ = [
     "DENSE_BASELINE",
     "Algorithm",
     "register",
+    "get_algorithm",
+    "check_algorithm_options",
+    "load_plugins",
     "SparseVector",
     "TrafficStats",
     "allreduce",
     "calibrate",
+    "calibrate_topk",
     "CostModel",
+    "AUTO_EXPLORING_CALLS",
     "iallreduce",
     "topk_allreduce",
     "itopk_allreduce",
     "TopKReduced",
+    "TOPK_ALLREDUCE",
     "allgather",
     "reduce_scatter",
     "bcast",
     "Request",
     "abort_on_error",
+    "raise_everywhere",
+    "node_sizes",
     "block_bounds",
     "index_dtype_for",
     "should_be_dense",
@@ -61,6 +85,7 @@ __all__ = [
     "QuantizationError",
     "QSGD",
     "TopK",
+    "select_topk",
 ]
 
 __version__ = "0.1.0"

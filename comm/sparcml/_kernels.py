@@ -29,6 +29,7 @@ __all__ = [
     "dense_to_sparse_into",
     "count_nonzero",
     "first_unsorted",
+    "first_nonfinite",
 ]
 
 _jit = njit(cache=True, nogil=True)
@@ -244,5 +245,14 @@ def first_unsorted(idx):
     """First position i > 0 with ``idx[i] <= idx[i-1]``, or -1 when strictly increasing."""
     for i in range(1, idx.shape[0]):
         if idx[i] <= idx[i - 1]:
+            return i
+    return -1
+
+
+@_jit
+def first_nonfinite(x):
+    """First position holding NaN or +-Inf, or -1 when every value is finite."""
+    for i in range(x.shape[0]):
+        if not np.isfinite(x[i]):
             return i
     return -1

@@ -129,19 +129,33 @@ class SparseVector:
     # -- constructors -------------------------------------------------------------------------
 
     @classmethod
-    def _trusted(cls, dim: int, indices, values) -> "SparseVector":
-        """Wrap arrays already known to be valid (kernel output); no checks, no copies."""
+    def unchecked(cls, dim: int, indices, values) -> "SparseVector":
+        """Wrap arrays already known to be valid: no check, no conversion, no copy (O(1)).
+
+        For algorithms and kernels whose output is valid by construction (a registered
+        algorithm's result, say). The caller guarantees what the constructor would check:
+        ``dim`` an int in ``[0, 2**63)``; ``values`` a C-contiguous 1-d float32/float64 array
+        in native byte order; ``indices`` either None (dense-backed: ``values`` holds all
+        ``dim`` values) or a C-contiguous 1-d array of :func:`index_dtype_for(dim)
+        <sparcml.index_dtype_for>`, strictly increasing in ``[0, dim)``, as long as ``values``.
+        The vector keeps the arrays themselves. Anything else gives wrong results later, not
+        an error here; use the constructor (``check=False`` skips only its O(nnz) checks) where
+        the input is not known to be valid.
+        """
         vec = object.__new__(cls)
         vec.dim = dim
         vec.indices = indices
         vec.values = values
         return vec
 
+    # the former private name, still used by sparcml.sim's sharing (rename it there, then drop)
+    _trusted = unchecked
+
     @classmethod
     def dense(cls, values) -> "SparseVector":
         """A dense-backed vector holding all of ``values`` (no copy when contiguous)."""
         values = _dense_values(values, "SparseVector.dense")
-        return cls._trusted(values.shape[0], None, values)
+        return cls.unchecked(values.shape[0], None, values)
 
     @classmethod
     def from_dense(cls, x) -> "SparseVector":
@@ -150,9 +164,9 @@ class SparseVector:
         dim = x.shape[0]
         idx_dt = index_dtype_for(dim)
         if should_be_dense(kernels.count_nonzero(x), dim, idx_dt, x.dtype):
-            return cls._trusted(dim, None, x)
+            return cls.unchecked(dim, None, x)
         idx, val = kernels.dense_to_sparse(x, 0, np.empty(0, idx_dt))
-        return cls._trusted(dim, idx, val)
+        return cls.unchecked(dim, idx, val)
 
     @classmethod
     def from_coo(cls, dim, indices, values) -> "SparseVector":
@@ -176,14 +190,14 @@ class SparseVector:
         starts = np.flatnonzero(np.r_[True, sorted_idx[1:] != sorted_idx[:-1]]) if indices.size \
             else np.empty(0, np.intp)
         summed = np.add.reduceat(values[order], starts) if indices.size else values[:0]
-        return cls._trusted(dim, sorted_idx[starts].astype(index_dtype_for(dim)),
+        return cls.unchecked(dim, sorted_idx[starts].astype(index_dtype_for(dim)),
                             np.ascontiguousarray(summed, dtype=values.dtype))
 
     @classmethod
     def zeros(cls, dim, dtype=np.float32) -> "SparseVector":
         """An empty (all-zero) sparse vector."""
         dim = _check_dim(dim)
-        return cls._trusted(dim, np.empty(0, index_dtype_for(dim)), np.empty(0, _value_dtype(
+        return cls.unchecked(dim, np.empty(0, index_dtype_for(dim)), np.empty(0, _value_dtype(
             np.empty(0, dtype))))
 
     # -- properties ---------------------------------------------------------------------------
@@ -240,13 +254,13 @@ class SparseVector:
         if self.indices is not None:
             return self
         idx, val = kernels.dense_to_sparse(self.values, 0, np.empty(0, self.index_dtype))
-        return SparseVector._trusted(self.dim, idx, val)
+        return SparseVector.unchecked(self.dim, idx, val)
 
     def astype(self, dtype) -> "SparseVector":
         """The same vector with values of another float dtype."""
         values = self.values.astype(dtype)
         _value_dtype(values)
-        return SparseVector._trusted(self.dim, self.indices, values)
+        return SparseVector.unchecked(self.dim, self.indices, values)
 
     def __repr__(self) -> str:
         kind = "dense-backed" if self.is_dense else "sparse"

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .text import auto_note
+from .text import fmt_bytes as _fmt_bytes
+
 
 PRESETS = {
     # the main job: a quick sweep that shows the switch from sparse to dense
@@ -24,12 +27,12 @@ PRESETS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sparcml import ALGORITHMS, DENSE_BASELINE
+    from sparcml import DENSE_BASELINE
 
     from sparcapps.cli_args import (add_bits_argument, add_list_argument,
                                     add_records_output_argument, algorithm_help,
                                     algorithm_name, fraction, make_parser, nonnegative_float,
-                                    nonnegative_int, positive_int)
+                                    nonnegative_int, positive_int, registered_algorithms)
 
     from .inputs import PATTERNS
 
@@ -53,8 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --pattern replay: the recorded vectors to replay, rank r taking "
                         "vector r mod count (sparc-record-gradients makes "
                         "them); the cell's N and density are the file's")
-    add_list_argument(p, "--algorithms", item_type=algorithm_name, default=list(ALGORITHMS),
-                      metavar="ALGORITHM",
+    add_list_argument(p, "--algorithms", item_type=algorithm_name,
+                      default=list(registered_algorithms()), metavar="ALGORITHM",
                       help=algorithm_help(f"{DENSE_BASELINE} is always timed as the reference "
                                           f"(default: all). Choices:"))
     add_bits_argument(p, what="dense messages, timed as rows '+qB' beside each algorithm's "
@@ -109,25 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_simulate_arguments(p)
     return p
-
-
-def auto_note(algorithms) -> str:
-    """The header's note on auto's untimed exploring calls, if auto is in the sweep."""
-    from sparcml import AUTO
-    from sparcml._model import tuning
-
-    if AUTO not in algorithms:
-        return ""
-    return (f"; auto: +{tuning.EXPLORING_CALLS} untimed calls that settle its measured "
-            f"choice")
-
-
-def _fmt_bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
 
 
 def run_probe(args) -> int:
@@ -200,10 +184,8 @@ def run_sweep(args) -> int:
     from mpi4py import MPI
 
     import sparcml
-    from sparcml import AUTO, DENSE_BASELINE
+    from sparcml import AUTO, DENSE_BASELINE, TOPK_ALLREDUCE
     from sparcapps.records import append_record, capture_environment, make_record
-
-    from sparcml._topk.topk_allreduce import NAME as TOPK_NAME
 
     from .inputs import REPLAY, bench_cells
     from .runner import BenchCase, run_cell, time_local_selection
@@ -243,11 +225,7 @@ def run_sweep(args) -> int:
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
     if model is not None and args.topk is not None:  # topk_allreduce's own fixed cost, growth
-        from sparcml._model.auto import calibrate_topk
-        from sparcml._runtime.context import context_for
-        from sparcml._topk.topk_allreduce import calibration_run
-
-        calibrate_topk(context_for(comm), model, calibration_run)
+        sparcml.calibrate_topk(model, comm)
     config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
               "warmup": warmup, "algorithms": algorithms,
               "cost_model": None if model is None else model.to_dict()}
@@ -291,8 +269,8 @@ def run_sweep(args) -> int:
                                        args.nonblocking, reuse_output=args.reuse_output,
                                        hierarchical=True, replay=replay))
         if args.topk is not None:
-            for coding, parts in _variants(TOPK_NAME, args):
-                cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
+            for coding, parts in _variants(TOPK_ALLREDUCE, args):
+                cases.append(BenchCase(dim, density, pattern, TOPK_ALLREDUCE, args.dtype,
                                        args.nonblocking, topk=args.topk, replay=replay,
                                        index_coding=coding, partitions=parts))
         outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
@@ -372,30 +350,30 @@ def run_sweep(args) -> int:
 
 def _node_layout(comm) -> str:
     """'N nodes x R ranks' as the node-aware allreduce groups ``comm`` (collective)."""
-    from sparcml._runtime.context import context_for
-    from sparcml._collectives.hierarchical import forced_ranks_per_node, layout_for
+    import os
 
-    forced = forced_ranks_per_node()
-    layout = layout_for(context_for(comm), forced)
+    from sparcml import node_sizes
+
+    sizes = node_sizes(comm)
+    forced = os.environ.get("SPARCML_RANKS_PER_NODE", "").strip()  # node_sizes checked it
     how = f"{forced} per node forced" if forced else "MPI's COMM_TYPE_SHARED"
-    return f"{layout.nodes} node(s) of {'/'.join(map(str, layout.sizes))} ranks, {how}"
+    return f"{len(sizes)} node(s) of {'/'.join(map(str, sizes))} ranks, {how}"
 
 
 def _variants(algorithm: str, args) -> list[tuple[str, str]]:
     """The (index coding, partitions) cases of an algorithm: every requested value where it
     changes something (indices: not the dense baseline; partitions: the split algorithms and
     topk_allreduce's reduce-scatter)."""
-    from sparcml import AUTO, DENSE_BASELINE
-    from sparcml._topk.topk_allreduce import NAME as TOPK_NAME
+    from sparcml import AUTO, DENSE_BASELINE, TOPK_ALLREDUCE
 
     codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
-    split = "split" in algorithm or algorithm in (AUTO, TOPK_NAME)
+    split = "split" in algorithm or algorithm in (AUTO, TOPK_ALLREDUCE)
     parts = args.partitions if split else ["balanced"]
     return [(c, p) for c in codings for p in parts]
 
 
 def _takes_quantizer(algorithm: str) -> bool:
-    from sparcml._collectives.registry import AUTO, get_algorithm
+    from sparcml import AUTO, get_algorithm
 
     return algorithm == AUTO or get_algorithm(algorithm).accepts_quantizer
 

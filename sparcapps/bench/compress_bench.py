@@ -7,7 +7,7 @@ QSGD rows also time the streaming decode (``decode(..., streaming=True)``: non-t
 for outputs that are reused) and the previous kernels (scalar splitmix64 stream, float64
 levels, a value at a time; kept below as ``_before_encode``/``_before_decode``) on the same
 data: the M values/s columns read "before -> now".
-The TopK rows compare the selection kernel of :mod:`sparcml._topk.local` (radix select, ties to the
+The TopK rows compare the selection kernel of :func:`sparcml.select_topk` (radix select, ties to the
 lower index, sorted output) with ``np.argpartition`` on ``|x|`` plus a sort of the kept positions
 (ties in no defined order), and time the whole ``TopK.compress``.
 """
@@ -19,10 +19,8 @@ import time
 import numpy as np
 from numba import njit
 
-from sparcml import QSGD, TopK
-# select_topk: the documented selection kernel behind TopK (public name, not in sparcml._topk.local's
-# __all__): the bench times the selection alone, without TopK's gather of the values
-from sparcml._topk.local import select_topk
+# select_topk: the selection behind TopK; the bench times it alone, without TopK's gather
+from sparcml import QSGD, TopK, select_topk
 
 __all__ = ["bench_qsgd", "bench_topk", "main"]
 
@@ -42,7 +40,7 @@ def _median_time(fns, reps):
 
 # -- the QSGD kernels before commit 71f6c72, for the "before" column (same output format) ------
 
-# the snap tolerance those kernels were called with (sparcml._quant.qsgd's private value then; frozen
+# the snap tolerance those kernels were called with (sparcml's QSGD's private value then; frozen
 # here with the kernels, so that the "before" column never depends on sparcml's internals)
 _BEFORE_SNAP = {np.dtype(np.float32): 2.0**-22, np.dtype(np.float64): 2.0**-49}
 

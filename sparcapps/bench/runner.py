@@ -39,7 +39,7 @@ class BenchCase:
     reuse_output: bool = False      # the same out= buffer every repetition (iterative callers)
     _: KW_ONLY                      # the variants below by name only (they were mixed up once)
     topk: int | None = None         # time sparcml.topk_allreduce keeping this many (algorithm
-    #                                 is then the label, sparcml._topk.topk_allreduce.NAME)
+    #                                 is then the label, sparcml.TOPK_ALLREDUCE)
     hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
     index_coding: str = "auto"      # SPARCML_INDEX_CODING for the call ("raw": the "before")
     partitions: str = "balanced"    # SPARCML_PARTITIONS for the call (every rank alike)
@@ -114,11 +114,11 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
 
 
 def settle_auto(auto_calls) -> None:
-    """``auto``'s exploring calls (:data:`sparcml._model.tuning.EXPLORING_CALLS` rounds of
+    """``auto``'s exploring calls (:data:`sparcml.AUTO_EXPLORING_CALLS` rounds of
     ``auto_calls``, one function per ``auto`` case of a cell), untimed like its first: the
     timed repetitions see the algorithm it settles on, as a training run's steps after the
     first few do. The real and the simulated sweep both make them here, in the same order."""
-    for _ in range(sparcml._model.tuning.EXPLORING_CALLS if auto_calls else 0):
+    for _ in range(sparcml.AUTO_EXPLORING_CALLS if auto_calls else 0):
         for call in auto_calls:
             call()
 
@@ -176,9 +176,9 @@ def run_case(case: BenchCase, comm: MPI.Comm, *, reps: int, warmup: int, seed: i
 def time_local_selection(comm: MPI.Comm, N: int, k: int, *, dtype: str = "float32",
                          reps: int = 5, seed: int = 0) -> float:
     """Median seconds (slowest rank) of selecting the k largest magnitudes of a dense vector of
-    N standard-normal values (:func:`sparcml._topk.local.select_topk`, what ``TopK`` runs): the local
-    step every row of a top-k cell stands for. Collective."""
-    from sparcml._topk.local import select_topk
+    N standard-normal values (:func:`sparcml.select_topk`, what ``TopK`` runs): the local step
+    every row of a top-k cell stands for. Collective."""
+    from sparcml import select_topk
 
     x = np.random.default_rng([seed, comm.Get_rank(), 3]).standard_normal(N).astype(dtype)
     select_topk(x, k)  # compile / load

@@ -23,6 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .text import auto_note
+from .text import fmt_bytes as _fmt_bytes
+
 __all__ = ["run_simulated_sweep", "add_arguments"]
 
 
@@ -115,13 +118,9 @@ def _dense_fits(P, dim, itemsize, budget) -> bool:
 
 
 def _modeled_dense(P, dim, dtype, net):
-    from sparcml.sim._collective_cost import allreduce_time
-    from sparcml.sim._world import add_rate
+    import sparcml.sim as sim
 
-    nbytes = dim * np.dtype(dtype).itemsize
-    alpha, beta = net.collective_link(range(P))
-    t = allreduce_time(P, nbytes, alpha, beta, add_rate())
-    return t, 2 * (P - 1) * nbytes // P
+    return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize)
 
 
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
@@ -129,15 +128,14 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
     doubling the expected union so far in each of its rounds (powers of two)."""
-    from sparcml._model.costmodel import index_bytes, stream_bytes, union_size
-    from sparcml._collectives.registry import get_algorithm
+    from sparcml import CostModel, get_algorithm
 
+    index_bytes, stream_bytes = CostModel.index_bytes, CostModel.stream_bytes
+    union_size = CostModel.union_size
     if get_algorithm(algorithm).baseline:  # allgather of the inputs
         return int((P - 1) * stream_bytes(k, dim, s_idx, s_val))
     if "split" not in algorithm:  # recursive doubling: the union so far, once per round
-        from sparcml._model.costmodel import overlap_from_result
-
-        q = overlap_from_result(k, K, P, dim)
+        q = CostModel.overlap_from_result(k, K, P, dim)
         rounds = max(1, (P - 1).bit_length()) if P > 1 else 0
         return int(sum(stream_bytes(union_size(k, 1 << r, dim, q), dim, s_idx, s_val)
                        for r in range(rounds)))
@@ -154,26 +152,21 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
 def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
     """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
 
-    ``auto``: what its measured refinement (:mod:`sparcml._model.tuning`) would keep, with the rows
-    standing in for its measurements: the contenders the simulator's cost model ranks within
-    the margin (after one call, with the overlap that call's result teaches), and of those the
-    one whose row in ``rows`` (modeled too when absent) is fastest; that row's time and
-    bytes."""
+    ``auto``: what its measured refinement would keep, with the rows standing in for its
+    measurements: the contenders the simulator's cost model ranks within the margin
+    (:meth:`sparcml.CostModel.contenders`, after one call, with the overlap that call's result
+    teaches), and of those the one whose row in ``rows`` (modeled too when absent) is fastest;
+    that row's time and bytes."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
     from sparcml import AUTO, index_dtype_for
-    from sparcml._model import tuning
-    from sparcml._model.costmodel import overlap_from_result
-    from sparcml._collectives.registry import algorithm_names
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
     model = sim.network_cost_model(net, P)
     if algorithm == AUTO:
-        q = overlap_from_result(k, K, P, dim)
-        contenders = tuning.contenders_of(
-            (model.predict(a, P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val), a)
-            for a in algorithm_names(in_auto_only=True))
+        q = model.overlap_from_result(k, K, P, dim)
+        contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
         candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows)
                       for a in contenders}
         choice = min(contenders,
@@ -189,9 +182,9 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
 def _estimated_sizes(P, dim, density, pattern) -> dict:
     """Input and result sizes of a cell no algorithm was simulated in (every sparse one
     ``--model-only``): k as :func:`.inputs.make_input` draws it, K the model's expected union
-    (:func:`sparcml._model.costmodel.union_size`) of independent supports (``random``) or of 90%
+    (:meth:`sparcml.CostModel.union_size`) of independent supports (``random``) or of 90%
     shared ones (``overlap``); other patterns need one simulated algorithm."""
-    from sparcml._model.costmodel import union_size
+    from sparcml import CostModel
 
     from .inputs import SHARED_FRACTION
 
@@ -201,7 +194,7 @@ def _estimated_sizes(P, dim, density, pattern) -> dict:
                          f"random or overlap (the {pattern} cell's sizes are not modeled); "
                          f"simulate one algorithm")
     k = int(round(density * dim))
-    K = int(round(union_size(k, P, dim, share)))
+    K = int(round(CostModel.union_size(k, P, dim, share)))
     return {"bytes": {"input_nnz_max": k},
             "result": {"nnz": K, "dense": K * 8 >= dim * 4, "density": K / dim if dim else 0.0,
                        "estimated": True}}
@@ -220,8 +213,6 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
     import sparcml.sim as sim
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
-
-    from .cli import auto_note
 
     from .inputs import REPLAY
 
@@ -329,9 +320,3 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                     rec["ranks_per_node"] = min(P, net.ppn)
                     append_record(args.output, rec)
     return 0
-
-
-def _fmt_bytes(n: float) -> str:
-    from .cli import _fmt_bytes as fmt
-
-    return fmt(n)

@@ -83,7 +83,7 @@ def _run(args) -> int:
 
     import sparcml.torch as st
     from sparcml import DEFAULT_ALGORITHM, QSGD
-    from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
+    from sparcml.compression import Compression, ResidualMemory, TopKCompressor
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     from .data import load_digits_split

@@ -20,7 +20,7 @@ Options common to both apps are built by :func:`build_parser`; ``--batch-size`` 
 ``flatten_seconds`` copying gradients into the reduction buffers, ``compute_seconds`` the rest
 of the epoch; ``compress_seconds`` (top-k, QSGD) ran on the communication thread, overlapping.
 
-The communication options build a :class:`sparcml.compression._objects.Compression`
+The communication options build a :class:`sparcml.compression.Compression`
 (:func:`compression_from_args`): ``--density`` (top-k per bucket, or per ``--topk-bucket-size``
 chunk), ``--global-topk`` (the top-k of the sum over ranks, :func:`sparcml.topk_allreduce`),
 ``--bits`` (QSGD), ``--no-error-feedback``, ``--algorithm``; ``--dense`` is
@@ -123,9 +123,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
 
 
 def compression_from_args(args):
-    """The :class:`sparcml.compression._objects.Compression` the communication options ask for."""
+    """The :class:`sparcml.compression.Compression` the communication options ask for."""
     from sparcml import QSGD
-    from sparcml.compression._objects import (Compression, GlobalTopKCompressor, NoneMemory,
+    from sparcml.compression import (Compression, GlobalTopKCompressor, NoneMemory,
                                      ResidualMemory, TopKCompressor)
 
     if args.dense:
@@ -157,8 +157,8 @@ def run_app(app: str, args, make_task) -> int:
 
 
 def _check_args(args) -> list[str]:
-    from sparcml import QSGD, IncompatibleOptionsError, UnknownAlgorithmError
-    from sparcml._collectives.registry import check_algorithm_options
+    from sparcml import (QSGD, IncompatibleOptionsError, UnknownAlgorithmError,
+                         check_algorithm_options)
 
     problems = []
     if args.epochs < 1:

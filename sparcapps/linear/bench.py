@@ -108,7 +108,8 @@ def main(argv=None) -> int:
 
     from sparcapps.cli_args import (add_data_home_argument, add_list_argument,
                                     add_records_output_argument, algorithm_help,
-                                    algorithm_name, make_parser, positive_int)
+                                    algorithm_name, make_parser, positive_int,
+                                    registered_algorithms)
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
     p = make_parser("sparc-linear-bench", __doc__.split("\n\n")[0])
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=positive_int, default=3, help="passes over the data")
     p.add_argument("--batch-size", type=positive_int, default=256, help="rows per rank per step")
     add_list_argument(p, "--algorithms", item_type=algorithm_name,
-                      default=list(sparcml.ALGORITHMS), metavar="ALGORITHM",
+                      default=list(registered_algorithms()), metavar="ALGORITHM",
                       help=algorithm_help(f"{sparcml.DENSE_BASELINE} is always included as the "
                                           f"reference (default: all). Choices:"))
     p.add_argument("--throughput", action="store_true",

@@ -21,10 +21,10 @@ def agree_or_raise(comm, local_error: BaseException | None) -> None:
 
     ``local_error`` is any exception or None; its class is rebuilt on the other ranks from its
     import path and the message is prefixed ``rank R:``. The project's one agreement API,
-    :func:`sparcml._runtime.agreement.raise_everywhere`, does the work (one integer ``Allreduce`` when
-    nobody failed).
+    :func:`sparcml.raise_everywhere`, does the work (one integer ``Allreduce`` when nobody
+    failed).
     """
-    from sparcml._runtime.agreement import raise_everywhere
+    from sparcml import raise_everywhere
 
     raise_everywhere(comm, local_error)
 

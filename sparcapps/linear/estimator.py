@@ -46,7 +46,6 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import sparcml
-from sparcml._collectives.registry import check_algorithm_options
 
 from .collective import collective_errors
 from .errors import CheckpointMismatchError, InputDataError, NotBinaryError
@@ -215,7 +214,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         # the registry's own check (UnknownAlgorithmError / IncompatibleOptionsError are
         # ValueErrors, as scikit-learn's parameter validation raises)
         try:
-            check_algorithm_options(self.algorithm, quantizer=self.quantizer)
+            sparcml.check_algorithm_options(self.algorithm, quantizer=self.quantizer)
         except sparcml.SparcmlError as exc:  # scikit-learn raises plain ValueError for params
             raise ValueError(str(exc)) from exc
 

@@ -39,7 +39,7 @@ def normalize(vec: SparseVector, codec: Codec) -> SparseVector:
             return vec
         return vec.to_sparse()
     if codec.should_be_dense(vec.nnz, vec.dim):
-        return SparseVector._trusted(vec.dim, None, vec.to_dense())
+        return SparseVector.unchecked(vec.dim, None, vec.to_dense())
     return vec
 
 
@@ -53,9 +53,9 @@ def add(a: SparseVector, b: SparseVector, codec: Codec, *, workspace: Workspace 
     ws = workspace if intermediate else None
     if a.is_dense and b.is_dense:
         if ws is None:
-            return SparseVector._trusted(a.dim, None, a.values + b.values)
+            return SparseVector.unchecked(a.dim, None, a.values + b.values)
         out = ws.get(role + ".dense", a.dim, np.result_type(a.values, b.values))
-        return SparseVector._trusted(a.dim, None, np.add(a.values, b.values, out=out))
+        return SparseVector.unchecked(a.dim, None, np.add(a.values, b.values, out=out))
     if a.is_dense or b.is_dense:
         dense, sparse = (a, b) if a.is_dense else (b, a)
         if ws is None:
@@ -64,7 +64,7 @@ def add(a: SparseVector, b: SparseVector, codec: Codec, *, workspace: Workspace 
             out = ws.get(role + ".dense", a.dim, dense.values.dtype)
             np.copyto(out, dense.values)
         kernels.scatter_add(out, sparse.indices, sparse.values, 0)
-        return SparseVector._trusted(a.dim, None, out)
+        return SparseVector.unchecked(a.dim, None, out)
     size = a.nnz + b.nnz
     if ws is not None:
         idx, val = ws.pair(role, size, a.indices.dtype, a.values.dtype)
@@ -76,8 +76,8 @@ def add(a: SparseVector, b: SparseVector, codec: Codec, *, workspace: Workspace 
     if codec.should_be_dense(n, a.dim):
         out = np.zeros(a.dim, a.dtype) if ws is None else ws.zeros(role + ".dense", a.dim, a.dtype)
         kernels.scatter_add(out, idx, val, 0)
-        return SparseVector._trusted(a.dim, None, out)
-    return SparseVector._trusted(a.dim, idx, val)
+        return SparseVector.unchecked(a.dim, None, out)
+    return SparseVector.unchecked(a.dim, idx, val)
 
 
 def fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
@@ -172,7 +172,7 @@ def assemble(blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
                 out[b.offset:b.offset + b.length] = b.values
             else:
                 out[b.indices] = b.values
-        return SparseVector._trusted(dim, None, out)
+        return SparseVector.unchecked(dim, None, out)
     # every block written straight into its place in the result: no per-block temporaries
     idx = np.empty(support, index_dtype)
     val = np.empty(support, np.result_type(*[b.values for b in blocks]))
@@ -184,7 +184,7 @@ def assemble(blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
             idx[pos:pos + b.nnz] = b.indices
             val[pos:pos + b.nnz] = b.values
             pos += b.nnz
-    return SparseVector._trusted(dim, idx, val)
+    return SparseVector.unchecked(dim, idx, val)
 
 
 def write_dense(vec: SparseVector, out: np.ndarray) -> np.ndarray:
@@ -200,7 +200,7 @@ def write_dense(vec: SparseVector, out: np.ndarray) -> np.ndarray:
 
 def copy_of(vec: SparseVector) -> SparseVector:
     """A vector that shares no memory with ``vec``."""
-    return SparseVector._trusted(vec.dim, None if vec.is_dense else vec.indices.copy(),
+    return SparseVector.unchecked(vec.dim, None if vec.is_dense else vec.indices.copy(),
                                  vec.values.copy())
 
 

@@ -174,9 +174,9 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         if sent is not None:
             sent.append(arith.as_part(vec))
         if out is not None:
-            return SparseVector._trusted(vec.dim, None, arith.write_dense(vec, out))
+            return SparseVector.unchecked(vec.dim, None, arith.write_dense(vec, out))
         if record.writes_out:
-            return SparseVector._trusted(vec.dim, None, vec.to_dense())
+            return SparseVector.unchecked(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
     tuning.begin(ctx.history, clock_of(ctx.comm))
@@ -195,7 +195,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     if algorithm == AUTO or option == AUTO:
         auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:
-        result = SparseVector._trusted(vec.dim, None, arith.write_dense(result, out))
+        result = SparseVector.unchecked(vec.dim, None, arith.write_dense(result, out))
     return result
 
 

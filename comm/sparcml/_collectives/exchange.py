@@ -43,8 +43,8 @@ def recv_bytes(ctx, source, tag, status=None) -> tuple[np.ndarray, int]:
 def as_vector(part: Part, dim: int) -> SparseVector:
     """A decoded message spanning ``[0, dim)`` as a vector (no copy)."""
     if part.is_dense:
-        return SparseVector._trusted(dim, None, part.values)
-    return SparseVector._trusted(dim, part.indices, part.values)
+        return SparseVector.unchecked(dim, None, part.values)
+    return SparseVector.unchecked(dim, part.indices, part.values)
 
 
 def encode_vector(vec: SparseVector, codec: Codec, seed=None) -> tuple[np.ndarray, bool]:

@@ -88,8 +88,8 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
                                            np.empty(0, vec.index_dtype))
-        return SparseVector._trusted(vec.dim, idx, val)
-    return SparseVector._trusted(vec.dim, block.indices.copy(), block.values.copy())
+        return SparseVector.unchecked(vec.dim, idx, val)
+    return SparseVector.unchecked(vec.dim, block.indices.copy(), block.values.copy())
 
 
 def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,

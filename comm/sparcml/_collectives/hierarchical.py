@@ -63,7 +63,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
-from .._runtime.context import CommContext, TrafficStats
+from .._runtime.context import CommContext, TrafficStats, context_for
 from .._errors import InvalidArgumentError
 from .exchange import as_vector, encode_vector, recv_bytes, send_vector
 from .registry import AUTO
@@ -72,7 +72,8 @@ from .._vector import SparseVector
 from .._wire.codec import decode
 
 __all__ = ["ENV_RANKS_PER_NODE", "ENV_NODE_SHM", "NodeLayout", "forced_ranks_per_node",
-           "node_shm_wanted", "hierarchical_code", "check_hierarchical", "layout_for", "run"]
+           "node_shm_wanted", "hierarchical_code", "check_hierarchical", "layout_for",
+           "node_sizes", "run"]
 
 ENV_RANKS_PER_NODE = "SPARCML_RANKS_PER_NODE"
 ENV_NODE_SHM = "SPARCML_NODE_SHM"
@@ -180,6 +181,15 @@ def layout_for(ctx: CommContext, ranks_per_node: int) -> NodeLayout:
     return layout
 
 
+def node_sizes(comm: MPI.Comm | None = None) -> tuple[int, ...]:
+    """The ranks of each node of ``comm`` (default ``COMM_WORLD``), in the order of the nodes'
+    leaders, as ``hierarchical=True`` groups them: by shared memory (MPI's
+    ``COMM_TYPE_SHARED``), or in blocks of ``SPARCML_RANKS_PER_NODE`` consecutive ranks when
+    that is set. The same on every rank; collective at the first call per communicator."""
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    return tuple(layout_for(ctx, forced_ranks_per_node()).sizes)
+
+
 def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stats: TrafficStats,
         codec, nnz_max: int, out=None, sent=None, shm: bool = True) -> SparseVector:
     """One node-aware allreduce with the inner algorithm ``record`` (a registry record).
@@ -223,7 +233,7 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
             result = record.run(layout.leaders, given, stats=stats, codec=codec, out=inner_out,
                                 sent=sent)
         elif record.writes_out and not total.is_dense:
-            result = SparseVector._trusted(vec.dim, None, total.to_dense())
+            result = SparseVector.unchecked(vec.dim, None, total.to_dense())
         else:
             result = arith.normalize(total, codec)
     if node.size > 1 and slots is not None:
@@ -270,7 +280,7 @@ def _node_bcast(node: CommContext, result, vec: SparseVector, out, intra: Traffi
     if kind == _DENSE:
         values = out if out is not None else np.empty(vec.dim, vec.dtype)
         node.waiter.collective(node.comm, "Bcast", [values.view(np.uint8), MPI.BYTE], 0)
-        return SparseVector._trusted(vec.dim, None, values)
+        return SparseVector.unchecked(vec.dim, None, values)
     buf = np.empty(nbytes, np.uint8)
     node.waiter.collective(node.comm, "Bcast", [buf, MPI.BYTE], 0)
     return as_vector(decode(buf), vec.dim)
@@ -314,5 +324,5 @@ def _bcast_shared(node, slots, result, vec, out, intra, codec) -> SparseVector:
     if kind == _DENSE:
         values = out if out is not None else np.empty(vec.dim, vec.dtype)
         values.view(np.uint8)[:] = data
-        return SparseVector._trusted(vec.dim, None, values)
+        return SparseVector.unchecked(vec.dim, None, values)
     return as_vector(decode(data.copy()), vec.dim)

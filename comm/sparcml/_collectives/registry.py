@@ -3,26 +3,13 @@
 Everything that lists, validates, documents or models the algorithms reads this registry: the
 public :data:`sparcml.ALGORITHMS`, argparse ``choices=`` and help texts of the CLIs, error
 messages, the cost model and ``auto``. Adding an algorithm is one module that builds an
-:class:`Algorithm` and calls :func:`register` (see ``sparcml/algorithms/`` for the built-in
-ones). Third-party packages may register theirs on import, or through the entry-point group
-``sparcml.algorithms`` (each entry point names a module or callable; it is loaded by
-:func:`load_plugins`, which the CLIs call).
-
-An algorithm's ``run`` contract (called on every rank of the communicator, after the ranks
-agreed on the arguments)::
-
-    run(ctx, vec, *, stats, codec, out) -> SparseVector
-
-``ctx`` is the call's :class:`~sparcml._runtime.context.CommContext` (``comm``, ``rank``, ``size``,
-``waiter``); ``vec`` this rank's input, in the representation of the switch rule unless the
-record says ``writes_out`` (then as the caller gave it); ``codec`` the call's
-:class:`~sparcml._wire.codec.Codec`; ``out`` the caller's buffer or None (only for ``writes_out``
-algorithms; the others get None and the entry point copies the result into ``out``). It must
-return the same sum on every rank, for any P >= 2 (P = 1 never reaches ``run``).
-
-The ``cost`` contract: ``cost(model, *, P, N, k, K, q, s_idx, s_val) -> seconds``, pure
-arithmetic on a :class:`~sparcml._model.costmodel.CostModel`'s parameters for P >= 2 (no agreement
-check, no MPI).
+:class:`Algorithm` (its docstring states the ``run`` and ``cost`` contracts) and calls
+:func:`register` (see ``sparcml/_collectives/algorithms/`` for the built-in ones and
+``tests/toy_algorithm.py`` for one written with public names only). Third-party packages may
+register theirs on import, or through the entry-point group :data:`PLUGIN_GROUP`
+(``sparcml.algorithms``; each entry point names a module or callable), which
+:func:`load_plugins` loads: the ``sparc-*`` CLIs call it before they read the algorithm names
+(``sparcapps.cli_args``).
 """
 
 from __future__ import annotations
@@ -36,20 +23,44 @@ from .._errors import IncompatibleOptionsError, SparcmlError, UnknownAlgorithmEr
 
 __all__ = ["Algorithm", "AUTO", "ALGORITHMS", "register", "unregister", "get_algorithm",
            "algorithm_names", "algorithm_code", "algorithm_from_code",
-           "check_algorithm_options", "help_text", "load_plugins"]
+           "check_algorithm_options", "load_plugins", "PLUGIN_GROUP"]
 
 AUTO = "auto"  # not an algorithm: the cost model's choice per call (sparcml._model.auto)
+PLUGIN_GROUP = "sparcml.algorithms"  # the entry-point group of installed algorithm plugins
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One sparse-allreduce algorithm (see the module docstring for ``run`` and ``cost``).
+    """One sparse-allreduce algorithm: what :func:`register` takes.
 
-    ``summary``: one line for help texts. ``writes_out``: the algorithm computes a dense
-    result anyway and writes it into the caller's ``out=`` itself. ``accepts_quantizer``:
-    False when its messages cannot carry QSGD values (MPI_Allreduce adds raw floats).
-    ``in_auto``: a candidate for ``algorithm="auto"``. ``baseline``: a reference others are
-    compared with (printed as such by the benchmarks).
+    ``name``: an identifier other than ``"auto"``. ``summary``: one line for help texts.
+    ``writes_out``: the algorithm computes a dense result anyway and writes it into the
+    caller's ``out=`` itself. ``accepts_quantizer``: False when its messages cannot carry QSGD
+    values (MPI_Allreduce adds raw floats). ``in_auto``: a candidate for ``algorithm="auto"``.
+    ``baseline``: a reference others are compared with (printed as such by the benchmarks).
+
+    ``run(ctx, vec, *, stats, codec, out, sent) -> SparseVector`` is called on every rank of
+    the communicator after the ranks agreed on the arguments, for P >= 2 only (P = 1 never
+    reaches it). ``ctx``: the call's context; an algorithm reads ``ctx.comm`` (sparcml's own
+    duplicate of the user's communicator: its messages never meet the user's), ``ctx.rank``
+    and ``ctx.size``. ``vec``: this rank's input, in the representation of the switch rule
+    unless ``writes_out`` (then as the caller gave it). ``stats``: the
+    :class:`~sparcml.TrafficStats` to count this rank's traffic in
+    (:meth:`~sparcml.TrafficStats.add_message` per message sent, ``bytes_received``).
+    ``codec``: sparcml's wire encoding for this call (the built-in algorithms' messages; an
+    algorithm that sends its own may ignore it). ``out``: the caller's buffer for
+    ``writes_out`` algorithms, else None (the entry point copies the result into ``out``).
+    ``sent``: None, except with a quantizer (so never for ``accepts_quantizer=False``), when the
+    built-in algorithms report how the others received this rank's input. It must return the
+    same sum on every rank, as fresh memory (never ``vec``'s arrays nor a view of them): build
+    it with :meth:`SparseVector.unchecked <sparcml.SparseVector.unchecked>` when it is valid by
+    construction (no second validation).
+
+    ``cost(model, *, P, N, k, K, q, s_idx, s_val) -> seconds``: the predicted time for P >= 2
+    ranks, dimension N, k items per input, K in the result (None: estimate it from the overlap
+    q), s_idx / s_val bytes per index / value; pure arithmetic on the
+    :class:`~sparcml.CostModel`'s parameters and methods (``message``, ``allgather``,
+    ``allreduce``, ``exchange``), no MPI.
     """
 
     name: str
@@ -73,6 +84,7 @@ class Algorithm:
 
 
 _REGISTRY: dict[str, Algorithm] = {}
+_PLUGINS_LOADED: set[tuple[str, str, str]] = set()  # (group, name, value) of load_plugins
 
 
 def register(algorithm: Algorithm, *, replace: bool = False) -> Algorithm:
@@ -138,23 +150,22 @@ def check_algorithm_options(name, *, quantizer=None) -> Algorithm | None:
     return algorithm
 
 
-def help_text() -> str:
-    """One line per algorithm, for ``--help``."""
-    lines = [f"{a.name}: {a.summary}" for a in _REGISTRY.values()]
-    lines.append(f"{AUTO}: the calibrated cost model's choice per call")
-    return "; ".join(lines)
+def load_plugins(group: str = PLUGIN_GROUP) -> list[str]:
+    """Import the algorithms other installed packages declare under the entry-point ``group``
+    (default ``"sparcml.algorithms"``); the ``sparc-*`` CLIs call it before reading the names.
 
-
-def load_plugins(group: str = "sparcml.algorithms") -> list[str]:
-    """Import the algorithms other installed packages declare under the entry-point ``group``.
-
-    Returns the names of the entry points loaded. A plugin that fails to import raises
-    :class:`SparcmlError` naming it (a CLI should not silently lose an algorithm).
+    An entry point names a module (registering its algorithms when imported), an
+    :class:`Algorithm` (registered unless one of its name is) or a callable (called with no
+    argument). Returns the names of the entry points loaded by this call: each entry point is
+    loaded once per process. A plugin that fails to import raises :class:`SparcmlError` naming
+    it (a CLI should not silently lose an algorithm).
     """
     from importlib.metadata import entry_points
 
     loaded = []
     for ep in entry_points(group=group):
+        if (group, ep.name, ep.value) in _PLUGINS_LOADED:
+            continue
         try:
             obj = ep.load()
         except Exception as exc:  # noqa: BLE001 - re-raised with the plugin's name
@@ -164,6 +175,7 @@ def load_plugins(group: str = "sparcml.algorithms") -> list[str]:
             register(obj)
         elif callable(obj) and not isinstance(obj, Algorithm):
             obj()
+        _PLUGINS_LOADED.add((group, ep.name, ep.value))
         loaded.append(ep.name)
     return loaded
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._quant import kernels as quant_kernels
+from .. import _kernels as kernels
 from .._runtime.context import TrafficStats
 from .._errors import (IncompatibleOptionsError, InvalidArgumentError, InvalidOutputError,
                        QuantizationError, UnsupportedDtypeError)
@@ -84,7 +84,7 @@ def check_quantizable(vec: SparseVector) -> None:
     values = vec.values
     if values.size == 0:
         return
-    pos = quant_kernels.first_nonfinite(values)
+    pos = kernels.first_nonfinite(values)
     if pos >= 0:
         raise QuantizationError(
             f"cannot quantize non-finite value {values[pos]} at position {pos}; check the "

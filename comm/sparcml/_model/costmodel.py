@@ -35,6 +35,7 @@ import os
 from dataclasses import asdict, dataclass, field, fields
 
 from .._collectives.registry import algorithm_names, get_algorithm
+from . import tuning
 from .._topk.select_kernels import digit_bits
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
@@ -137,7 +138,20 @@ def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k
 
 @dataclass
 class CostModel:
-    """Machine parameters (seconds, bytes) and the per-algorithm predictions."""
+    """Machine parameters (seconds, bytes) and the per-algorithm predictions.
+
+    Build one with :func:`sparcml.calibrate` (measured on a communicator) or
+    :func:`sparcml.sim.network_cost_model` (from a network spec); the default values are
+    rough guesses. Pure arithmetic, no MPI. Besides the predictions, the model's size
+    arithmetic: :meth:`union_size` (expected support of a sum), :meth:`overlap_from_result`
+    (the overlap that explains a result's size), :meth:`stream_bytes` and :meth:`index_bytes`
+    (bytes of a sparse message and of its coded indices).
+    """
+
+    union_size = staticmethod(union_size)
+    overlap_from_result = staticmethod(overlap_from_result)
+    stream_bytes = staticmethod(stream_bytes)
+    index_bytes = staticmethod(index_bytes)
 
     alpha: float = 5e-6
     beta: float = 1e-10
@@ -258,6 +272,17 @@ class CostModel:
             candidates = algorithm_names(in_auto_only=True)
         return min(candidates, key=lambda a: self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx,
                                                           s_val=s_val))
+
+    def contenders(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
+                   s_val: int = 4, candidates=None) -> list[str]:
+        """The algorithms ``algorithm="auto"`` measures for a shape before it settles: the
+        candidates (default: every registered algorithm ``auto`` may pick) predicted within
+        a factor of 4 of the best, at most 4, best first (one name: the model's choice)."""
+        if candidates is None:
+            candidates = algorithm_names(in_auto_only=True)
+        return tuning.contenders_of(
+            (self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val), a)
+            for a in candidates)
 
     def predict_topk(self, *, P: int, N: int, k_local: float, k: float, q: float = 1.0,
                      s_idx: int = 4, s_val: int = 4, remembered: bool = True) -> float:

@@ -33,12 +33,13 @@ import math
 
 import numpy as np
 
-from .._quant import kernels as quant_kernels
+from .. import _kernels as kernels
+from . import local_kernels
 from . import sampled_kernels as sampled_topk_kernels
-from .._errors import CompressionError, UnsupportedDtypeError
+from .._errors import CompressionError, InvalidArgumentError, UnsupportedDtypeError
 from .._vector import SparseVector, index_dtype_for
 
-__all__ = ["TopK"]
+__all__ = ["TopK", "select_topk"]
 
 _VALUE_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 # raw-bit views: |x| ordering is the order of (bits & ABSMASK); +Inf's key bounds the finite ones
@@ -53,13 +54,36 @@ def _round_half_up(x: float) -> int:
     return int(math.floor(x + 0.5))
 
 
-def select_topk(x, k: int, bucket_size=None, k_last=None) -> np.ndarray:
-    """Increasing positions of the top-|x| entries of a 1-d float32/float64 array.
+def select_topk(x, k: int, bucket_size: int | None = None,
+                k_last: int | None = None) -> np.ndarray:
+    """Increasing positions of the top-|x| entries of a 1-d float32/float64 array (what
+    :class:`TopK` keeps; exact, whatever the data).
 
-    Global (``bucket_size=None``): the ``k`` largest; per bucket: ``k`` of each full bucket,
-    ``k_last`` of a last partial one. Ties go to the lower index. Returns int32 positions when
-    ``len(x) <= 2**31``, else int64. Raises :class:`CompressionError` on NaN or Inf.
+    Global (``bucket_size=None``): the ``k`` largest (all of them when ``k >= len(x)``); per
+    bucket: ``k`` of each full bucket of ``bucket_size``, ``k_last`` (default ``k``) of a last
+    partial one. Ties go to the lower index. Returns int32 positions when ``len(x) <= 2**31``,
+    else int64. Raises :class:`~sparcml.CompressionError` on NaN or Inf,
+    :class:`~sparcml.UnsupportedDtypeError` for other dtypes and
+    :class:`~sparcml.InvalidArgumentError` for a bad shape or count.
     """
+    x = np.asarray(x)
+    if x.dtype not in _VALUE_DTYPES:
+        raise UnsupportedDtypeError(f"select_topk takes float32 or float64 values, got {x.dtype}")
+    if x.ndim != 1:
+        raise InvalidArgumentError(f"select_topk takes a 1-d array, got shape {x.shape}")
+    for name, value in (("k", k), ("bucket_size", bucket_size), ("k_last", k_last)):
+        if value is None and name != "k":
+            continue
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) \
+                or value < (1 if name == "bucket_size" else 0):
+            low = 1 if name == "bucket_size" else 0
+            raise InvalidArgumentError(f"select_topk: {name} must be an integer >= {low}, "
+                                       f"got {value!r}")
+    return _select_topk(np.ascontiguousarray(x), int(k), bucket_size, k_last)
+
+
+def _select_topk(x, k: int, bucket_size=None, k_last=None) -> np.ndarray:
+    """:func:`select_topk` of arguments known valid (``x`` C-contiguous)."""
     n = x.shape[0]
     key_dtype, absmask, inf_key = _KEYS[x.dtype]
     keys = x.view(key_dtype)
@@ -72,19 +96,19 @@ def select_topk(x, k: int, bucket_size=None, k_last=None) -> np.ndarray:
             if n >= sampled_topk_kernels.MIN_LENGTH:  # one pass, exact (see that module)
                 rc = sampled_topk_kernels.topk_select_sampled(keys, absmask, inf_key, k, out)
             if rc == sampled_topk_kernels.MISSED:
-                rc = quant_kernels.topk_select(keys, absmask, inf_key, k, out)
+                rc = local_kernels.topk_select(keys, absmask, inf_key, k, out)
         else:
             out = np.arange(n, dtype=idx_dt) if k == n else np.empty(0, idx_dt)
-            rc = -1 if quant_kernels.first_nonfinite(x) < 0 else -2
+            rc = -1 if kernels.first_nonfinite(x) < 0 else -2
     else:
         full, rest = divmod(n, bucket_size)
         k_last = 0 if rest == 0 else min(k if k_last is None else k_last, rest)
         k = min(k, bucket_size)
         out = np.empty(full * k + k_last, dtype=idx_dt)
-        rc = quant_kernels.topk_select_buckets(keys, absmask, inf_key, bucket_size, k, k_last,
+        rc = local_kernels.topk_select_buckets(keys, absmask, inf_key, bucket_size, k, k_last,
                                                out)
     if rc != -1:
-        pos = quant_kernels.first_nonfinite(x)
+        pos = kernels.first_nonfinite(x)
         raise CompressionError(
             f"cannot select top-k of a vector holding {x[pos]} at position {pos}; the gradient "
             f"(plus the error-feedback residual) overflowed or is NaN")
@@ -234,7 +258,7 @@ class TopK:
         else:
             g = np.ascontiguousarray(x)
         k, k_last = self._counts(n)
-        idx = select_topk(g, k, self.bucket_size, k_last)
+        idx = _select_topk(g, k, self.bucket_size, k_last)
         values = g[idx]
         if quantizer is not None and values.size:
             sent = np.asarray(quantizer.quantize(values), dtype=g.dtype)
@@ -248,4 +272,4 @@ class TopK:
             # g becomes the residual; the old residual's buffer is the next call's scratch
             self._scratch = self._residual
             self._residual = g
-        return SparseVector._trusted(n, idx, sent)
+        return SparseVector.unchecked(n, idx, sent)

@@ -1,9 +1,9 @@
 """The local top-k selection in one pass over the data: a sampled bracket, then exact.
 
-:func:`sparcml._topk.local.select_topk` (what ``TopK`` and every top-k SGD step run) must find the k
+:func:`sparcml.select_topk` (what ``TopK`` and every top-k SGD step run) must find the k
 largest ``|x|`` of a dense vector, exactly, ties to the lower index. The radix select of
-:func:`sparcml._quant.kernels.topk_select` reads the whole vector three times (two 16-bit digits
-for float32, then the output scan). :func:`topk_select_sampled` reads it once:
+:func:`sparcml._topk.local_kernels.topk_select` reads the whole vector three times (two 16-bit
+digits for float32, then the output scan). :func:`topk_select_sampled` reads it once:
 
 1. a strided sample (about :data:`SAMPLE` keys) histogrammed on the keys' top 16 bits gives a
    bracket of digits ``[lo, hi]`` that holds the k-th largest key with a wide margin (the

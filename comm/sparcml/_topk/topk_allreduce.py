@@ -26,11 +26,16 @@ partition boundaries are the split algorithms' balanced ones (:func:`partition_b
 power-law supports equal blocks would send most entries to the owner of the frequent low
 indices.
 
-Why not a record of :mod:`sparcml._collectives.registry`: an allreduce algorithm returns the exact sum and
-``auto`` may pick any of them for a call of :func:`sparcml.allreduce`; this collective returns
-a lossy selection and a second vector (``dropped``), and takes ``k``. It stands beside the
-registry with its own entry points; its cost is :func:`sparcml._model.costmodel.topk_allreduce_cost`
-and :meth:`sparcml.CostModel.choose_topk_step` compares it with "local top-k + allreduce".
+Why not a record of :mod:`sparcml._collectives.registry`: an allreduce algorithm returns the
+exact sum and ``auto`` may pick any of them for a call of :func:`sparcml.allreduce`; this
+collective returns a lossy selection and a second vector (``dropped``), and takes ``k``. It
+stands beside the registry with its own entry points; its cost is
+:func:`sparcml._model.costmodel.topk_allreduce_cost` and
+:meth:`sparcml.CostModel.choose_topk_step` compares it with "local top-k + allreduce".
+
+Over 400 lines: one collective's call path (agreement, reduce-scatter, the selection rounds,
+the allgather, ``dropped``) with its blocking, non-blocking and calibration entry points; the
+rule, the kernels and the one-node exchange are modules of their own.
 
 Example::
 
@@ -48,7 +53,6 @@ from mpi4py import MPI
 
 from .._collectives import arith
 from .. import _kernels as kernels
-from .._quant import kernels as quant_kernels
 from . import select_kernels
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
 from .._runtime.context import TrafficStats, context_for
@@ -56,6 +60,8 @@ from .._collectives.entry import _calibration_run, fail_stop
 from .._errors import CompressionError, InvalidArgumentError
 from .._collectives.exchange import allgather_bytes, recv_bytes, split_reduce
 from .._collectives.hierarchical import forced_ranks_per_node, node_shm_wanted
+from .._model import auto
+from .._model.costmodel import TOPK_STEP
 from .._model.link_costs import index_coding_costs
 from .node_exchange import (allgather_shared, gather_region_bytes, one_node_layout,
                             split_reduce_shared, split_region_bytes)
@@ -68,9 +74,10 @@ from .rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, cou
 from .._wire.codec import Codec, Part, decode
 
 __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_allreduce_in",
+           "calibrate_topk",
            "partition_bounds", "calibration_run", "STEPS_KEY"]
 
-NAME = "topk_allreduce"  # the label in TrafficStats.algorithm and the benchmarks
+NAME = TOPK_STEP  # "topk_allreduce": the label in TrafficStats.algorithm and the benchmarks
 
 TAG_DIRECT = 23  # the point-to-point allgather of the selection
 DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
@@ -105,7 +112,7 @@ def _check_k(k) -> int:
 
 
 def _check_finite(vec: SparseVector) -> None:
-    pos = quant_kernels.first_nonfinite(vec.values)
+    pos = kernels.first_nonfinite(vec.values)
     if pos >= 0:
         where = pos if vec.is_dense else int(vec.indices[pos])
         raise CompressionError(
@@ -156,6 +163,19 @@ def calibration_run(ctx, vec, name):
     return _calibration_run(ctx, vec, name)
 
 
+def calibrate_topk(model, comm: MPI.Comm | None = None, *, reps: int = 5):
+    """Measure :func:`topk_allreduce` on ``comm`` (default ``COMM_WORLD``) into ``model``, a
+    :class:`~sparcml.CostModel` from :func:`sparcml.calibrate` on the same communicator
+    (collective; a few seconds). Its fixed cost and growth go into ``model.overhead`` and
+    ``model.scale`` under :data:`sparcml.TOPK_ALLREDUCE`, and the allreduce algorithms that
+    ``auto`` may pick are measured again beside it, so that
+    :meth:`~sparcml.CostModel.choose_topk_step` compares the two kinds (otherwise the first
+    top-k step of ``Compression(algorithm="auto")`` measures it). Returns ``model``, the same
+    on every rank."""
+    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    return auto.calibrate_topk(ctx, model, calibration_run, reps=reps)
+
+
 def _submitted(ctx, vec, k, kwargs):
     return topk_allreduce_in(ctx, vec, k, **kwargs)
 
@@ -201,7 +221,7 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
     ctx.history[STEPS_KEY] = 1  # the agreement
     codec = Codec(vec.index_dtype, vec.dtype, link_costs=index_coding_costs(ctx))
     if k == 0 or top == 0:  # nothing to select (k = 0, or every input value is zero)
-        nothing = SparseVector._trusted(vec.dim, np.empty(0, vec.index_dtype),
+        nothing = SparseVector.unchecked(vec.dim, np.empty(0, vec.index_dtype),
                                         np.empty(0, vec.dtype))
         return TopKReduced(nothing, _dropped(vec, nothing.indices))
     with fail_stop(ctx.comm, NAME):
@@ -309,7 +329,7 @@ def _selection(ctx, vec, owned, lo, k, top, stats, codec, shared):
         return None, rule.nan
     if rule.threshold == NOTHING:  # every sum is zero (known to all): nothing to gather
         remember(ctx, memo_key, bound, np.empty(0, value_dtype), k, value_dtype, margin)
-        return SparseVector._trusted(vec.dim, np.empty(0, codec.index_dtype),
+        return SparseVector.unchecked(vec.dim, np.empty(0, codec.index_dtype),
                                      np.empty(0, value_dtype)), 0
     if rule.ties >= 0:
         rule = split_ties(ctx, keys, rule, stats)
@@ -326,8 +346,8 @@ def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
     ring allgather's, P - 1 messages): MPICH's
     ``Allgather(v)`` over TCP stalled for tens of ms per call on the emulated network
     (BENCHMARKS.md), where the point-to-point path of the other algorithms does not; beyond,
-    :func:`sparcml._collectives.exchange.allgather_bytes` (the MPI collective's log P rounds). On one node
-    (``shared``), through the window's gather region."""
+    :func:`sparcml._collectives.exchange.allgather_bytes` (the MPI collective's log P rounds).
+    On one node (``shared``), through the window's gather region."""
     rank, size = ctx.rank, ctx.size
     if shared is not None:
         if shared.gathers:  # a second gather in this call: nobody may still read the first
@@ -402,15 +422,15 @@ def _result(dim, idx, val, value_dtype, high=NOTHING, want=None) -> SparseVector
         if want < idx.size - above:
             idx, val = select_kernels.take_top(idx, val, bits, absmask, np.uint64(high), kth,
                                                ties, above + want)
-            return SparseVector._trusted(dim, idx, val)
-    return SparseVector._trusted(dim, idx.copy(), val.copy())
+            return SparseVector.unchecked(dim, idx, val)
+    return SparseVector.unchecked(dim, idx.copy(), val.copy())
 
 
 def _dropped(vec: SparseVector, removed: np.ndarray) -> SparseVector:
     """``vec`` without the indices ``removed`` (sorted), in ``vec``'s representation."""
     if vec.is_dense:
-        return SparseVector._trusted(vec.dim, None,
+        return SparseVector.unchecked(vec.dim, None,
                                      select_kernels.zero_indices(vec.values, removed))
     idx, val = select_kernels.drop_indices(vec.indices, vec.values,
                                            removed.astype(vec.indices.dtype, copy=False))
-    return SparseVector._trusted(vec.dim, idx, val)
+    return SparseVector.unchecked(vec.dim, idx, val)

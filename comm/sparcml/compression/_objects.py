@@ -38,7 +38,7 @@ its error (unbiased noise) is attributable to neither input, so no residual keep
 Example (plain mpi4py and NumPy; see :mod:`sparcml.torch` for PyTorch)::
 
     from sparcml import QSGD
-    from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
+    from sparcml.compression import Compression, ResidualMemory, TopKCompressor
 
     comp = Compression(TopKCompressor(density=0.01), quantizer=QSGD(4), memory=ResidualMemory())
     for step in range(steps):
@@ -373,7 +373,7 @@ class Compression:
         compressor = NoneCompressor() if compressor is None else compressor
         if not isinstance(compressor, Compressor):
             raise IncompatibleOptionsError(
-                f"compressor must be a sparcml.compression._objects.Compressor (TopKCompressor(...), "
+                f"compressor must be a sparcml.compression.Compressor (TopKCompressor(...), "
                 f"NoneCompressor()), got {compressor!r}")
         if quantizer is not None and not isinstance(quantizer, QSGD):
             raise IncompatibleOptionsError(f"quantizer must be a sparcml.QSGD or None, got "
@@ -382,7 +382,7 @@ class Compression:
             lossy = not compressor.lossless or quantizer is not None
             memory = ResidualMemory() if lossy else NoneMemory()
         if not isinstance(memory, Memory):
-            raise IncompatibleOptionsError(f"memory must be a sparcml.compression._objects.Memory "
+            raise IncompatibleOptionsError(f"memory must be a sparcml.compression.Memory "
                                            f"(ResidualMemory(), NoneMemory()), got {memory!r}")
         check_algorithm_options(algorithm, quantizer=quantizer)
         if quantizer is not None and compressor.global_k(1) is not None:
@@ -448,7 +448,7 @@ class Compression:
             # sent: the local selection less what the global one dropped (kept in the memory)
             idx, val = select_kernels.drop_indices(vec.indices, vec.values,
                                                    reduced.dropped.indices)
-            sent = SparseVector._trusted(vec.dim, idx, val)
+            sent = SparseVector.unchecked(vec.dim, idx, val)
             self.memory.update(g, key, sent)
             return Reduced(reduced.result, sent, vec.nnz,
                            seconds + time.perf_counter() - t0)

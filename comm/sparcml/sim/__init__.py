@@ -68,10 +68,11 @@ when P N values do not fit, and says so in its records.
 from __future__ import annotations
 
 from ._comm import SimComm
+from ._dense_model import dense_allreduce_model
 from ._model import network_cost_model, use_model
 from ._network import NetworkSpec, parse_network
 from ._probe import probe_network
 from ._runner import SimResult, SimulationError, run
 
 __all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
-           "network_cost_model", "use_model", "probe_network"]
+           "network_cost_model", "use_model", "probe_network", "dense_allreduce_model"]

@@ -3,7 +3,7 @@
 Import it as ``import sparcml.torch`` (``import sparcml`` alone never imports torch).
 
 :class:`DistributedOptimizer` wraps any ``torch.optim.Optimizer``; what travels is configured
-by a :class:`sparcml.compression._objects.Compression` (GRACE's split: compressor, quantizer, memory,
+by a :class:`sparcml.compression.Compression` (GRACE's split: compressor, quantizer, memory,
 communicator; NumPy objects shared with non-torch code). Per step, on every rank:
 
 1. the parameters are cut into *buckets* once, at construction: in reverse registration order
@@ -30,12 +30,12 @@ communicator; NumPy objects shared with non-torch code). Per step, on every rank
 Every rank ends with the same averaged gradient. With a quantizer, the partial sums that later
 rounds of an algorithm send are quantized again: unbiased noise that no residual accounts for
 (the ranks hold different partial sums, so none of them could keep it); see
-:mod:`sparcml.compression._objects` for where a rank's own values are not quantized on their own.
+:mod:`sparcml.compression` for where a rank's own values are not quantized on their own.
 
 Example
 -------
 >>> import sparcml, sparcml.torch as st                                   # doctest: +SKIP
->>> from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
+>>> from sparcml.compression import Compression, ResidualMemory, TopKCompressor
 >>> st.broadcast_parameters(model)                                        # doctest: +SKIP
 >>> opt = st.DistributedOptimizer(
 ...     torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
@@ -51,14 +51,17 @@ order. Wrap a script's ``main`` in :func:`sparcml.abort_on_error`: an error in o
 ``DistributedOptimizer`` is a ``torch.optim.Optimizer`` (LR schedulers, ``GradScaler``) and
 takes Horovod's habits (``backward_passes_per_step``, ``no_sync()``, ``root_rank=``).
 Under ``DistributedDataParallel`` the same compression runs as a communication hook:
-:mod:`sparcml.torch._hooks` (``ddp.register_comm_hook(SparcmlHookState(compression),
-sparcml_hook)``; imported on its own, it needs ``torch.distributed``).
+``ddp.register_comm_hook(SparcmlHookState(compression), sparcml_hook)``, after
+:func:`init_process_group` (these three are imported from ``sparcml.torch._hooks`` at their
+first use, since the hook needs ``torch.distributed``).
 
-Modules: :mod:`.optimizer` (the wrapper), :mod:`.buckets` (parameters into flat host
-buffers), :mod:`.reduction` (one bucket's reduction and the agreement on Inf/NaN, shared with
-the hook), :mod:`.checkpoint` (state dicts), :mod:`.hooks` (the DDP hook), :mod:`.stats`
-(:class:`CompressionStats`), :mod:`.broadcast` (equal starting states), :mod:`.legacy` (the
-deprecated keyword arguments).
+``DEFAULT_BUCKET_BYTES``: the bucket size of :class:`DistributedOptimizer` unless given.
+
+Modules (internal): :mod:`._optimizer` (the wrapper), :mod:`._buckets` (parameters into flat
+host buffers), :mod:`._reduction` (one bucket's reduction and the agreement on Inf/NaN, shared
+with the hook), :mod:`._checkpoint` (state dicts), :mod:`._hooks` (the DDP hook),
+:mod:`._stats` (:class:`CompressionStats`), :mod:`._broadcast` (equal starting states),
+:mod:`._legacy` (the deprecated keyword arguments).
 """
 
 from ._broadcast import broadcast_optimizer_state, broadcast_parameters
@@ -66,4 +69,15 @@ from ._optimizer import DEFAULT_BUCKET_BYTES, DistributedOptimizer
 from ._stats import CompressionStats
 
 __all__ = ["DistributedOptimizer", "CompressionStats", "broadcast_parameters",
-           "broadcast_optimizer_state", "DEFAULT_BUCKET_BYTES"]
+           "broadcast_optimizer_state", "DEFAULT_BUCKET_BYTES", "SparcmlHookState",
+           "sparcml_hook", "init_process_group"]
+
+_HOOK_NAMES = ("SparcmlHookState", "sparcml_hook", "init_process_group")
+
+
+def __getattr__(name):  # the DDP hook's names, imported at their first use (PEP 562)
+    if name in _HOOK_NAMES:
+        from . import _hooks
+
+        return getattr(_hooks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -5,8 +5,8 @@ Usage (every rank; the process group is DDP's own, here gloo, and carries only D
 broadcast: the gradients travel over MPI, beside it)::
 
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from sparcml.compression._objects import Compression, TopKCompressor
-    from sparcml.torch._hooks import SparcmlHookState, init_process_group, sparcml_hook
+    from sparcml.compression import Compression, TopKCompressor
+    from sparcml.torch import SparcmlHookState, init_process_group, sparcml_hook
 
     init_process_group()                 # gloo, rank and size from MPI.COMM_WORLD
     ddp = DDP(model)
@@ -32,7 +32,7 @@ With the same compression and seed this is the same computation as
 :class:`~sparcml.torch.DistributedOptimizer` whenever the buckets hold the same parameters in
 the same order (tested). DDP rebuilds its buckets after the first iteration (in the order the
 gradients came): the error-feedback residuals then move with their parameters into the new
-buckets (a :class:`~sparcml.compression._objects.ResidualMemory`; another memory starts empty).
+buckets (a :class:`~sparcml.compression.ResidualMemory`; another memory starts empty).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ __all__ = ["SparcmlHookState", "sparcml_hook", "init_process_group"]
 
 
 class SparcmlHookState:
-    """The state of :func:`sparcml_hook`: a :meth:`~sparcml.compression._objects.Compression.fresh`
+    """The state of :func:`sparcml_hook`: a :meth:`~sparcml.compression.Compression.fresh`
     copy of ``compression`` (default ``Compression()``: full gradients, the default algorithm)
     whose quantizer is seeded by ``seed`` (the same on every rank), the MPI communicator
     ``comm`` (default ``COMM_WORLD``: its ranks must be the process group's, in the same
@@ -77,7 +77,7 @@ class SparcmlHookState:
             compression = Compression() if compression is None else compression
             if not isinstance(compression, Compression):
                 raise IncompatibleOptionsError(
-                    f"compression must be a sparcml.compression._objects.Compression, got "
+                    f"compression must be a sparcml.compression.Compression, got "
                     f"{type(compression).__name__}")
             for name, value in (("warmup_steps", warmup_steps), ("seed", seed)):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:

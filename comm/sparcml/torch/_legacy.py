@@ -2,7 +2,7 @@
 
 ``density``, ``k``, ``bits``, ``bucket_size`` (bytes), ``algorithm``, ``error_feedback``,
 ``topk_bucket_size`` and ``quantizer_bucket_size`` still work for one release: they warn with a
-:class:`DeprecationWarning` that spells the call with :class:`~sparcml.compression._objects.Compression`,
+:class:`DeprecationWarning` that spells the call with :class:`~sparcml.compression.Compression`,
 and build that object. They keep their old errors (:class:`~sparcml.IncompatibleOptionsError`
 for ``density`` outside (0, 1] or both ``density`` and ``k``).
 """
@@ -73,7 +73,7 @@ def _spelling(kw: dict) -> str:
         call += f", bucket_bytes={kw['bucket_size']!r}"
     names = ", ".join(["Compression", *sorted(imports)])
     return (f"DistributedOptimizer(optimizer, named_parameters, {call})  (from "
-            f"sparcml.compression._objects import {names}" + ("; from sparcml import QSGD)"
+            f"sparcml.compression import {names}" + ("; from sparcml import QSGD)"
                                                       if bits is not None else ")"))
 
 

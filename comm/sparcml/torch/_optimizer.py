@@ -67,12 +67,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
     named_parameters : iterable of (name, Parameter), optional
         ``model.named_parameters()``: names for error messages and the cross-rank check.
         Every parameter of ``optimizer`` must be named; default names ``param.<i>``.
-    compression : sparcml.compression._objects.Compression, optional
+    compression : sparcml.compression.Compression, optional
         Compressor (top-k per bucket, per chunk, or none), quantizer (a :class:`sparcml.QSGD`
         or none), memory (error feedback per bucket, or none) and allreduce algorithm. Default
         ``Compression()``: full gradients through :data:`sparcml.DEFAULT_ALGORITHM`;
         ``Compression.none()`` is the ``MPI_Allreduce`` baseline. The optimizer works on its
-        own :meth:`~sparcml.compression._objects.Compression.fresh` copy (``opt.compression``): an
+        own :meth:`~sparcml.compression.Compression.fresh` copy (``opt.compression``): an
         empty memory, and the quantizer's random rounding seeded by ``seed``.
     bucket_bytes : int
         Bytes of gradient per bucket (a parameter is never split; one larger than this is a
@@ -124,7 +124,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
     Example: top-k 1% per bucket, 4-bit QSGD, error feedback, the default algorithm::
 
         from sparcml import QSGD
-        from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
+        from sparcml.compression import Compression, ResidualMemory, TopKCompressor
 
         opt = DistributedOptimizer(
             torch.optim.SGD(model.parameters(), lr=0.1), model.named_parameters(),
@@ -157,7 +157,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 compression = Compression()
             elif not isinstance(compression, Compression):
                 raise IncompatibleOptionsError(
-                    f"compression must be a sparcml.compression._objects.Compression, got "
+                    f"compression must be a sparcml.compression.Compression, got "
                     f"{type(compression).__name__}; e.g. Compression(TopKCompressor("
                     f"density=0.01), quantizer=sparcml.QSGD(4))")
             self.bucket_bytes = _check_int("bucket_bytes", bucket_bytes, 1)

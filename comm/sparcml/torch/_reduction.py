@@ -3,7 +3,7 @@ non-finite gradients: shared by :class:`~sparcml.torch.DistributedOptimizer` and
 communication hook (:mod:`sparcml.torch._hooks`).
 
 :func:`reduce_flat` is the one call site of the compression (memory, compressor, quantizer,
-allreduce algorithm: :meth:`sparcml.compression._objects.Compression.allreduce_in`) for both.
+allreduce algorithm: :meth:`sparcml.compression.Compression.allreduce_in`) for both.
 
 Inf and NaN (a mixed-precision step whose loss scale is too large): a rank whose bucket holds
 one contributes zeros for that bucket instead of raising inside the exchange (its error-feedback
@@ -32,7 +32,7 @@ MODIFIED = 2
 def reduce_flat(ctx, compression: Compression, flat: np.ndarray, key, *, full: bool,
                 check: bool, stats=None) -> tuple[Reduced, bool]:
     """Compress and allreduce ``flat`` (1-d float32/float64) under ``key``: the
-    :class:`~sparcml.compression._objects.Reduced` of the call and whether ``flat`` was finite (when it
+    :class:`~sparcml.compression.Reduced` of the call and whether ``flat`` was finite (when it
     was not, zeros were reduced in its place). Collective in submission order on the
     communication thread's context ``ctx``; ``flat`` is not modified."""
     finite = bool(np.isfinite(flat).all())

@@ -36,7 +36,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     if codec.lossy:  # the dense phase in low precision: every rank decodes every block
         for j, gathered in enumerate(allgather_dense_blocks(ctx, block, bounds, codec, stats)):
             decode(gathered, out=out[bounds[j]:bounds[j + 1]], streaming=streaming)
-        return SparseVector._trusted(vec.dim, None, out)
+        return SparseVector.unchecked(vec.dim, None, out)
     counts = np.diff(bounds)
     mpi_type = MPI._typedict[vec.dtype.char]
     ctx.waiter.collective(ctx.comm, "Allgatherv", [block.values, mpi_type],
@@ -44,7 +44,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     stats.bytes_sent += (vec.dim - block.length) * vec.dtype.itemsize
     stats.bytes_received += (vec.dim - block.length) * vec.dtype.itemsize
     stats.messages += 1
-    return SparseVector._trusted(vec.dim, None, out)
+    return SparseVector.unchecked(vec.dim, None, out)
 
 
 def cost(model, *, P, N, k, K, q, s_idx, s_val):
