@@ -1,0 +1,76 @@
+"""One test matrix (``tests/matrix``): the same multi-rank cases on simulated ranks
+(``sparcml.sim.run(P)``, threads in this process) and on real ones (one mpiexec job per
+process count, marked ``mpi``). Each side asserts that every case of the list it derives from
+the case module ran and none failed (``tests/matrix/harness.py``).
+
+The simulator covers the algorithms at every P cheaply (no process start, kernels compiled
+once); mpiexec covers what only real ranks have (MPI's matching and progress, the shared-memory
+window of one node) at fewer process counts.
+"""
+
+import pytest
+
+from matrix.harness import run_in_mpiexec, run_in_sim
+
+SMALL_P = (1, 2, 3, 4, 5, 8)
+
+
+# ---- simulated ranks ---------------------------------------------------------------------------
+@pytest.mark.parametrize("module", ["allreduce", "collectives", "topk"])
+@pytest.mark.parametrize("P", SMALL_P)
+def test_cases_on_simulated_ranks(module, P):
+    run_in_sim(P, module, "full", timeout=600)
+
+
+@pytest.mark.slow
+def test_allreduce_on_16_simulated_ranks():
+    run_in_sim(16, "allreduce", "small", timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [64, 256])
+def test_allreduce_on_many_simulated_ranks(P):
+    run_in_sim(P, "allreduce", "large", timeout=600)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [1000, 999])
+def test_allreduce_on_a_thousand_simulated_ranks(P):
+    """P = 1000: not a power of two (the fold of recursive doubling); 999: odd."""
+    run_in_sim(P, "allreduce", "log-p", timeout=900)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [64, 257])
+def test_topk_allreduce_on_many_simulated_ranks(P):
+    run_in_sim(P, "topk", "large", timeout=600)
+
+
+# ---- real ranks --------------------------------------------------------------------------------
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [1, 2, 3, 5, 7, 8])
+def test_allreduce_under_mpiexec(P):
+    run_in_mpiexec(P, "allreduce", "full", timeout=600)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+def test_allreduce_on_16_real_ranks():
+    """Above 8 ranks for real: 16 processes on this machine's cores (oversubscribed)."""
+    run_in_mpiexec(16, "allreduce", "small", timeout=900)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [1, 3, 8])
+def test_collectives_under_mpiexec(P):
+    run_in_mpiexec(P, "collectives", "full", timeout=600)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("P,shm", [(1, "1"), (2, "1"), (3, "1"), (3, "0"), (5, "1"), (8, "1")])
+def test_topk_under_mpiexec(P, shm):
+    """On one node through the shared-memory window, and (SPARCML_NODE_SHM=0) messages."""
+    run_in_mpiexec(P, "topk", "full", timeout=600, env={"SPARCML_NODE_SHM": shm})
