@@ -11,6 +11,7 @@ from mpirun import REPO, run_mpi
 CASES = REPO / "tests" / "mpi_cases"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3, 5])
 def test_bad_input_raises_the_same_error_on_every_rank(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "bad_input.py")],
@@ -18,6 +19,7 @@ def test_bad_input_raises_the_same_error_on_every_rank(nprocs):
     assert "BAD-INPUT 60 OK" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("launcher", [["-m", "mpi4py"], []], ids=["python-m-mpi4py", "wrapper"])
 def test_an_uncaught_error_on_one_rank_ends_the_job(launcher):
     script = str(CASES / "uncaught.py")
@@ -28,6 +30,7 @@ def test_an_uncaught_error_on_one_rank_ends_the_job(launcher):
     assert "unsorted index 1 at position 1" in proc.stderr
 
 
+@pytest.mark.mpi
 def test_exit_with_requests_never_waited_for_is_clean():
     code = """
         import numpy as np, sparcml

@@ -275,6 +275,7 @@ def test_allreduce_at_one_rank(quantizer):
 MIN_CHECKS = {2: 178, 3: 169}
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_compressed_allreduce_under_mpiexec(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",

@@ -297,6 +297,7 @@ def test_probing_a_simulated_network_recovers_its_spec(spec):
         assert net.intra_latency <= got.intra_latency <= net.intra_latency + 20e-6
 
 
+@pytest.mark.mpi
 def test_sparc_bench_probe_network_prints_a_spec_simulate_accepts():
     exe = os.path.join(os.path.dirname(sys.executable), "sparc-bench")
     proc = run_mpi(2, args=[exe, "--probe-network"], timeout=120)
@@ -306,6 +307,7 @@ def test_sparc_bench_probe_network_prints_a_spec_simulate_accepts():
 
 
 # ---- validation against real mpiexec ----------------------------------------------------------
+@pytest.mark.mpi
 @pytest.mark.parametrize("P", [2, 4, 8])
 def test_simulator_matches_mpiexec_bit_for_bit_and_byte_for_byte(P, tmp_path, monkeypatch):
     # the same index codes on both sides: real ranks on one node would weigh the coding's CPU
@@ -410,6 +412,7 @@ def test_compute_scale_multiplies_the_measured_compute():
         assert all(0.02 * scale <= t < 0.02 * scale * 1.1 + 1e-3 for t in times), (scale, times)
 
 
+@pytest.mark.mpi
 def test_sparc_bench_simulated_bytes_equal_the_real_sweeps(tmp_path):
     """The simulated sweep calls the algorithms in the real sweep's order (first calls, then
     repetitions interleaved), so what the balanced partitions learn between calls, and hence
