@@ -14,7 +14,8 @@ import pytest
 from matrix.harness import run_in_mpiexec, run_in_sim
 
 SMALL_P = (1, 2, 3, 4, 5, 8)
-SIMULATED = [(module, P) for module in ("allreduce", "collectives", "topk") for P in SMALL_P]
+SIMULATED = [(module, P) for module in ("allreduce", "collectives", "topk", "compression")
+             for P in SMALL_P]
 SIMULATED += [("bad_input", P) for P in SMALL_P if P > 1]  # one rank differs from the others
 
 
@@ -69,6 +70,12 @@ def test_collectives_under_mpiexec(P):
 @pytest.mark.parametrize("P", [2, 5])  # 3, 4, 8: simulated
 def test_bad_input_under_mpiexec(P):
     run_in_mpiexec(P, "bad_input", "full", timeout=300)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [2, 3])
+def test_compression_under_mpiexec(P):
+    run_in_mpiexec(P, "compression", "full", timeout=300)
 
 
 @pytest.mark.mpi

@@ -10,7 +10,7 @@ rank or on none, as in mpi4py's own tests, and the runner goes on to the next ca
 that checked nothing fails. An exception other than a recorded check (a bug, a hang broken by
 a timeout) ends the run, naming the case.
 
-Each case module (``allreduce``, ``collectives``, ``topk``, ``bad_input``) has ``cases(profile, P,
+Each case module (``allreduce``, ``collectives``, ``topk``, ``bad_input``, ``compression``) has ``cases(profile, P,
 simulated)``: the list of :class:`Case` to run at P ranks under a profile (``"full"``; the
 modules name their profiles for many ranks), on simulated ranks or real ones.
 :func:`run_cases` runs such a list and returns a report: the names it ran, in order, and the
@@ -28,7 +28,7 @@ from sparcml.sim import SimComm
 
 __all__ = ["Case", "Checks", "CaseError", "MODULES", "case_list", "run_cases"]
 
-MODULES = ("allreduce", "collectives", "topk", "bad_input")
+MODULES = ("allreduce", "collectives", "topk", "bad_input", "compression")
 _MAX_REPORTED = 5  # failed checks reported per rank and case
 
 
