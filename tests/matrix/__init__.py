@@ -10,12 +10,20 @@ rank or on none, as in mpi4py's own tests, and the runner goes on to the next ca
 that checked nothing fails. An exception other than a recorded check (a bug, a hang broken by
 a timeout) ends the run, naming the case.
 
-Each case module (``allreduce``, ``collectives``, ``topk``, ``bad_input``, ``compression``) has ``cases(profile, P,
-simulated)``: the list of :class:`Case` to run at P ranks under a profile (``"full"``; the
-modules name their profiles for many ranks), on simulated ranks or real ones.
+Each case module (:data:`MODULES`) has ``cases(profile, P, simulated)``: the list of
+:class:`Case` to run at P ranks under a profile (``"full"``; the modules name their profiles
+for many ranks), on simulated ranks or real ones.
 :func:`run_cases` runs such a list and returns a report: the names it ran, in order, and the
-failures by name. The pytest side (``tests/matrix/harness.py``)
-compares the names with the list it derives from the same module and asserts no failure.
+failures by name. The pytest side (``tests/matrix/harness.py``) compares the names with the
+list it derives from the same module and asserts no failure.
+
+Still scripts in ``tests/mpi_cases`` (run under mpiexec only): ``hierarchical``, ``partitions``
+and ``one_bad_rank`` set ``SPARCML_*`` environment variables per call or per rank (one
+environment for every simulated rank; they can move once the options are keywords);
+``one_bad_rank`` also runs without ``-m mpi4py`` on purpose, and ``uncaught`` and
+``fail_in_exchange`` test that a failing process ends the job; ``torch_*`` and ``deep_apps``
+need torch; ``linear_*`` and ``toy_algorithm_run`` run the applications and CLIs;
+``sim_validation`` compares real and simulated bytes (tests/test_sim.py).
 """
 
 from __future__ import annotations
