@@ -9,9 +9,11 @@ import pytest
 # tests/ helpers (mpirun.py, reference kernels, the matrix package) importable as plain modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-# What launches MPI ranks. A test that starts one of these carries the ``mpi`` marker, so that
-# ``-m "not mpi"`` really spawns no MPI job: the guard below fails a test that forgets it.
-_LAUNCHERS = {"mpiexec", "mpirun", "mpiexec.hydra", "mpiexec.gforker", "orterun", "prterun"}
+# What launches MPI ranks (jobs/emulate.sh: mpiexec over emulated nodes). A test that starts
+# one of these carries the ``mpi`` marker, so that ``-m "not mpi"`` really spawns no MPI job:
+# the guard below fails a test that forgets it.
+_LAUNCHERS = {"mpiexec", "mpirun", "mpiexec.hydra", "mpiexec.gforker", "orterun", "prterun",
+              "emulate.sh"}
 
 
 def _launches_mpi(args) -> bool:
