@@ -14,19 +14,23 @@ import pytest
 from matrix.harness import run_in_mpiexec, run_in_sim
 
 SMALL_P = (1, 2, 3, 4, 5, 8)
-SIMULATED = [(module, P) for module in ("allreduce", "collectives", "topk", "compression")
-             for P in SMALL_P]
-SIMULATED += [("bad_input", P) for P in SMALL_P if P > 1]  # one rank differs from the others
+# the fast subset's sample (seconds each): the rest of the small-P runs are marked slow
+QUICK = {("allreduce", "small", 3), ("bad_input", "full", 3), ("compression", "full", 2)}
+SIMULATED = [(module, "full", P) for P in SMALL_P
+             for module in ("allreduce", "collectives", "topk", "compression")]
+SIMULATED += [("bad_input", "full", P) for P in SMALL_P if P > 1]  # one rank differs
+SIMULATED += [("allreduce", "small", 3)]
 
 
 # ---- simulated ranks ---------------------------------------------------------------------------
-@pytest.mark.parametrize("module, P", SIMULATED)
-def test_cases_on_simulated_ranks(module, P):
-    run_in_sim(P, module, "full", timeout=600)
+@pytest.mark.parametrize("module, profile, P", [
+    pytest.param(*run, marks=() if run in QUICK else pytest.mark.slow) for run in SIMULATED])
+def test_cases_on_simulated_ranks(module, profile, P):
+    run_in_sim(P, module, profile, timeout=600)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("P", [16, 64, 256])
+@pytest.mark.parametrize("P", [16, pytest.param(64, marks=pytest.mark.slow),
+                               pytest.param(256, marks=pytest.mark.slow)])
 def test_allreduce_on_many_simulated_ranks(P):
     run_in_sim(P, "allreduce", "large", timeout=600)
 
@@ -38,8 +42,7 @@ def test_allreduce_on_a_thousand_simulated_ranks(P):
     run_in_sim(P, "allreduce", "log-p", timeout=900)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("P", [64, 257])
+@pytest.mark.parametrize("P", [64, pytest.param(257, marks=pytest.mark.slow)])
 def test_topk_allreduce_on_many_simulated_ranks(P):
     run_in_sim(P, "topk", "large", timeout=600)
 
