@@ -5,7 +5,7 @@ the case module ran and none failed (``tests/matrix/harness.py``).
 
 The simulator covers the algorithms at every P cheaply (no process start, kernels compiled
 once: the full allreduce matrix at P = 8 takes 17 s of CPU simulated, where one mpiexec job of
-3 ranks takes about 50); mpiexec covers what only real ranks have (MPI's matching and
+3 ranks takes about 50, a third of it MPICH polling); mpiexec covers what only real ranks have (MPI's matching and
 progress, the shared-memory window of one node) at fewer process counts.
 """
 
@@ -50,7 +50,7 @@ def test_topk_allreduce_on_many_simulated_ranks(P):
 # ---- real ranks --------------------------------------------------------------------------------
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("P", [1, 2, 3, 5, 7, 8])  # 4: simulated
+@pytest.mark.parametrize("P", [1, 3, 5, 8])  # 2, 4: simulated; 7 was here, 5 is odd too
 def test_allreduce_under_mpiexec(P):
     run_in_mpiexec(P, "allreduce", "full", timeout=600)
 
