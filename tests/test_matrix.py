@@ -5,8 +5,9 @@ the case module ran and none failed (``tests/matrix/harness.py``).
 
 The simulator covers the algorithms at every P cheaply (no process start, kernels compiled
 once: the full allreduce matrix at P = 8 takes 17 s of CPU simulated, where one mpiexec job of
-3 ranks takes about 50, a third of it MPICH polling); mpiexec covers what only real ranks have (MPI's matching and
-progress, the shared-memory window of one node) at fewer process counts.
+3 ranks takes about 50, more than half of it system time of MPICH's polling); mpiexec covers
+what only real ranks have (MPI's matching and progress, the shared-memory window of one node)
+at fewer process counts.
 """
 
 import pytest
