@@ -214,7 +214,8 @@ def _node_aware_body(comm, dim, density, algorithms):
     return out
 
 
-@pytest.mark.parametrize("P, spec", [(64, "8x10gbit,ppn=8"), (21, "4x10gbit,ppn=6")])
+@pytest.mark.parametrize("P, spec", [pytest.param(64, "8x10gbit,ppn=8", marks=pytest.mark.slow),
+                                     (21, "4x10gbit,ppn=6")])
 def test_node_aware_sends_no_more_per_node_than_flat_sends_per_rank(P, spec):
     """Issue 13, item 5 at test size: with R ranks per node, what a node's leader sends off the
     node is no more than what one rank sends in the flat algorithm (the sum of the node's R
