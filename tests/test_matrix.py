@@ -49,18 +49,20 @@ def test_topk_allreduce_on_many_simulated_ranks(P):
 
 
 # ---- real ranks --------------------------------------------------------------------------------
+# Timeouts: a deadlock fails one test. On a machine shared by many jobs (load 30 to 100 on 2
+# cores) a full matrix at P = 7 took over 600 s; the mpiexec limit stays under pytest's 900 s.
 @pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("P", [1, 3, 5, 8])  # 2, 4: simulated; 7 was here, 5 is odd too
 def test_allreduce_under_mpiexec(P):
-    run_in_mpiexec(P, "allreduce", "full", timeout=600)
+    run_in_mpiexec(P, "allreduce", "full", timeout=850)
 
 
 @pytest.mark.mpi
 @pytest.mark.slow
 def test_allreduce_on_16_real_ranks():
     """Above 8 ranks for real: 16 processes on this machine's cores (oversubscribed)."""
-    run_in_mpiexec(16, "allreduce", "small", timeout=900)
+    run_in_mpiexec(16, "allreduce", "small", timeout=850)
 
 
 @pytest.mark.mpi
