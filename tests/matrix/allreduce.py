@@ -145,7 +145,8 @@ def int64_stored(comm, check, density, algorithms):
     """int64 stored indices through every algorithm: the int32 limit lowered for a small dim.
     The limit is process-wide (every simulated rank shares it): set by every rank between
     barriers, so that no rank is inside another case meanwhile."""
-    comm.Barrier()
+    before = vector_module._INT32_LIMIT
+    comm.Barrier()  # every rank has read it before any rank changes it
     vector_module._INT32_LIMIT = 1000
     comm.Barrier()
     try:
@@ -158,7 +159,7 @@ def int64_stored(comm, check, density, algorithms):
                                     f"int64-stored d={density} {pattern} int={integer_values}")
     finally:
         comm.Barrier()
-        vector_module._INT32_LIMIT = 2**31
+        vector_module._INT32_LIMIT = before
 
 
 def above_2_31(comm, check):

@@ -208,7 +208,8 @@ def memo(comm, check):
 def collective_path(comm, check):
     """The MPI-collective path of the selection's allgather (taken beyond 16 ranks), forced
     by lowering the limit: process-wide, so set by every rank between barriers."""
-    comm.Barrier()
+    before = global_topk.DIRECT_MAX_RANKS
+    comm.Barrier()  # every rank has read it before any rank changes it
     global_topk.DIRECT_MAX_RANKS = 0
     comm.Barrier()
     try:
@@ -218,7 +219,7 @@ def collective_path(comm, check):
         check_topk(comm, check, alternating_ones(), 77, "collective path, ties")
     finally:
         comm.Barrier()
-        global_topk.DIRECT_MAX_RANKS = 16
+        global_topk.DIRECT_MAX_RANKS = before
 
 
 def nonblocking(comm, check):
