@@ -1,5 +1,55 @@
+import os
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
-# tests/ helpers (mpirun.py, reference kernels) importable as plain modules
+import pytest
+
+# tests/ helpers (mpirun.py, reference kernels, the matrix package) importable as plain modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+# What launches MPI ranks (jobs/emulate.sh: mpiexec over emulated nodes). A test that starts
+# one of these carries the ``mpi`` marker, so that ``-m "not mpi"`` really spawns no MPI job:
+# the guard below fails a test that forgets it.
+_LAUNCHERS = {"mpiexec", "mpirun", "mpiexec.hydra", "mpiexec.gforker", "orterun", "prterun",
+              "emulate.sh"}
+
+
+def _launches_mpi(args) -> bool:
+    words = shlex.split(args) if isinstance(args, str) else [os.fspath(a) for a in args]
+    return any(os.path.basename(str(w)) in _LAUNCHERS for w in words)
+
+
+@pytest.fixture(autouse=True)
+def _mpi_marker_guard(request, monkeypatch):
+    """Fails a test without ``@pytest.mark.mpi`` that starts a process whose command line
+    names an MPI launcher (``run_mpi``, ``mpiexec_path()``, ``sparc-jobs run -- mpiexec``).
+    It sees the commands this process starts, not what a child starts on its own."""
+    if request.node.get_closest_marker("mpi") is not None:
+        yield
+        return
+    spawned = []
+    real = subprocess.Popen
+
+    class Guarded(real):
+        def __init__(self, args, *rest, **kwargs):
+            if _launches_mpi(args):
+                spawned.append(args)
+                pytest.fail(f"{request.node.nodeid} starts MPI ranks ({args!r}) without "
+                            f"@pytest.mark.mpi", pytrace=False)
+            super().__init__(args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", Guarded)
+    yield
+    call = getattr(request.node, "_call_report", None)
+    if spawned and (call is None or call.passed):  # the test caught the failure
+        pytest.fail(f"{request.node.nodeid} starts MPI ranks without @pytest.mark.mpi",
+                    pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    if call.when == "call":
+        item._call_report = outcome.get_result()  # for the guard's teardown

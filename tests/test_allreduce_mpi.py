@@ -1,4 +1,6 @@
-"""Multi-rank tests of sparcml.allreduce: one mpiexec job per process count, many cases each."""
+"""Multi-rank tests of sparcml.allreduce that need real processes: an uncaught error ends the
+job, exit with requests in flight. The correctness matrix and bad input run on real and
+simulated ranks in tests/test_matrix.py."""
 
 import sys
 
@@ -9,28 +11,7 @@ from mpirun import REPO, run_mpi
 CASES = REPO / "tests" / "mpi_cases"
 
 
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 7, 8])
-def test_every_algorithm_equals_the_dense_sum(nprocs):
-    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
-                                 str(CASES / "allreduce_matrix.py")], timeout=300)
-    assert "CASES 864 OK" in proc.stdout, proc.stdout + proc.stderr
-
-
-def test_every_algorithm_equals_the_dense_sum_at_16_ranks():
-    """Above 8 ranks for real: 16 processes on this machine's cores (oversubscribed), the
-    smaller matrix (``SPARC_MATRIX=small``); P in {64, 256, 1000} run in tests/test_sim.py."""
-    proc = run_mpi(16, args=[sys.executable, "-m", "mpi4py", str(CASES / "allreduce_matrix.py")],
-                   timeout=600, env={"SPARC_MATRIX": "small"})
-    assert "CASES 204 OK" in proc.stdout, proc.stdout + proc.stderr
-
-
-@pytest.mark.parametrize("nprocs", [2, 3, 5])
-def test_bad_input_raises_the_same_error_on_every_rank(nprocs):
-    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "bad_input.py")],
-                   timeout=180)
-    assert "BAD-INPUT 60 OK" in proc.stdout, proc.stdout + proc.stderr
-
-
+@pytest.mark.mpi
 @pytest.mark.parametrize("launcher", [["-m", "mpi4py"], []], ids=["python-m-mpi4py", "wrapper"])
 def test_an_uncaught_error_on_one_rank_ends_the_job(launcher):
     script = str(CASES / "uncaught.py")
@@ -41,13 +22,7 @@ def test_an_uncaught_error_on_one_rank_ends_the_job(launcher):
     assert "unsorted index 1 at position 1" in proc.stderr
 
 
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 5, 8])
-def test_nonblocking_and_other_collectives(nprocs):
-    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "collectives.py")],
-                   timeout=240)
-    assert "COLLECTIVES 228 OK" in proc.stdout, proc.stdout + proc.stderr
-
-
+@pytest.mark.mpi
 def test_exit_with_requests_never_waited_for_is_clean():
     code = """
         import numpy as np, sparcml

@@ -66,6 +66,7 @@ def test_kernel_benchmark_times_each_variant_in_each_history(monkeypatch, tmp_pa
     assert rec["metrics"]["warm/workspace/speedup"] > 0
 
 
+@pytest.mark.mpi
 def test_sweep_writes_one_parsable_record_per_row(tmp_path):
     out = tmp_path / "bench.jsonl"
     dim, densities, patterns, P = 100_003, (0.001, 0.3), ("random", "overlap", "disjoint"), 3
@@ -105,6 +106,7 @@ def test_sweep_writes_one_parsable_record_per_row(tmp_path):
     assert "dsar_split_allgather+q4" in proc.stdout and "auto:" in proc.stdout
 
 
+@pytest.mark.mpi
 def test_overlap_mode_times_comm_compute_and_both(tmp_path):
     out = tmp_path / "overlap.jsonl"
     run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--overlap", "5",
@@ -136,6 +138,7 @@ def test_overlap_mode_times_comm_compute_and_both(tmp_path):
                           capture_output=True, timeout=60).returncode == 1
 
 
+@pytest.mark.mpi
 def test_reuse_output_rows_record_it(tmp_path):
     out = tmp_path / "reuse.jsonl"
     proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",
@@ -217,6 +220,7 @@ def test_reports_without_their_runs_name_the_run_they_need(tmp_path, capsys):
     assert "sparc-bench --overlap 50 100 --output" in err, err
 
 
+@pytest.mark.mpi
 def test_topk_rows_time_topk_allreduce_beside_the_algorithms(tmp_path):
     out = tmp_path / "topk.jsonl"
     proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "65536",
@@ -240,6 +244,7 @@ def test_powerlaw_pattern_is_a_minibatch_support():
     assert all(np.mean(v.indices < 6000) > 0.5 for v in vecs)  # most on the first tenth
 
 
+@pytest.mark.mpi
 def test_coding_and_partition_columns_side_by_side(tmp_path):
     out = tmp_path / "wire.jsonl"
     proc = run_mpi(3, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "60000",

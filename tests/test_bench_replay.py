@@ -84,6 +84,7 @@ def test_simulated_sweep_replays_and_models_only_where_asked(tmp_path, capsys):
     assert "replay:toy" in capsys.readouterr().out
 
 
+@pytest.mark.mpi
 def test_real_sweep_replays_the_same_inputs(tmp_path):
     path, out = tmp_path / "toy.npz", tmp_path / "real.jsonl"
     vecs = _record(path, count=2)

@@ -109,6 +109,7 @@ def read(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+@pytest.mark.mpi
 def test_apps_end_to_end_on_two_ranks(tmp_path):
     write_cifar(tmp_path / "cifar10", archive=True)
     write_ptb(tmp_path / "ptb")

@@ -53,6 +53,7 @@ def test_the_communication_flags_build_a_compression():
     assert problem.startswith("--algorithm: unknown algorithm 'ring'")
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("app,argv,needle", [
     ("sparc-cnn", ["--depth", "1"],
      "the digits CNN needs --width >= 1 and --depth >= 2, got 16, 1"),

@@ -21,6 +21,7 @@ from sparcapps.records import read_records
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 EMULATE = REPO / "jobs" / "emulate.sh"
+pytestmark = pytest.mark.mpi  # every test runs ranks through emulate.sh's mpiexec
 ALLREDUCE = """
 import json, sys, time
 import numpy as np

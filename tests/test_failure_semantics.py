@@ -11,6 +11,7 @@ from mpirun import REPO, run_mpi
 CASES = REPO / "tests" / "mpi_cases"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3, 4])
 def test_one_bad_rank_raises_everywhere_without_mpi4py_abort(nprocs):
     # plain `python script.py`, not `-m mpi4py`: a hang here would be a hang for users
@@ -18,6 +19,7 @@ def test_one_bad_rank_raises_everywhere_without_mpi4py_abort(nprocs):
     assert "ONE-BAD-RANK 34 OK" in proc.stdout
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("mode,call", [("raise", "blocking"), ("raise", "nonblocking"),
                                        ("kill", "blocking"), ("kill", "nonblocking")])
 def test_failure_inside_an_exchange_ends_the_job(mode, call):

@@ -11,6 +11,7 @@ from sparcml import ALGORITHMS, CostModel
 CASES = REPO / "tests" / "mpi_cases"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
 def test_node_aware_allreduce_equals_the_flat_sum(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "hierarchical.py")],
@@ -38,6 +39,7 @@ def test_the_model_prefers_node_aware_where_the_node_link_is_shared():
     assert 0 < one_node < slow_node
 
 
+@pytest.mark.mpi
 def test_bench_times_each_algorithm_flat_and_node_aware_side_by_side(tmp_path):
     import json
 

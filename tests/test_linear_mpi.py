@@ -11,6 +11,7 @@ from mpirun import REPO, run_mpi
 CASES = REPO / "tests" / "mpi_cases"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3, 4])
 def test_estimator_same_weights_on_every_rank_and_for_every_P(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
@@ -19,6 +20,7 @@ def test_estimator_same_weights_on_every_rank_and_for_every_P(nprocs):
     assert f"LINEAR-CASES {expected} OK" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [2, 3])
 def test_cli_resume_is_bitwise_dense_baseline_and_bad_input(nprocs, tmp_path):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "linear_cli.py"),
@@ -26,6 +28,7 @@ def test_cli_resume_is_bitwise_dense_baseline_and_bad_input(nprocs, tmp_path):
     assert "LINEAR-CLI 9 OK" in proc.stdout, proc.stdout + proc.stderr
 
 
+@pytest.mark.mpi
 def test_console_scripts(tmp_path):
     bindir = Path(sys.executable).parent
     svm = shutil.which("sparc-svm", path=str(bindir)) or shutil.which("sparc-svm")
@@ -42,6 +45,7 @@ def test_console_scripts(tmp_path):
     assert out.returncode == 0 and "--checkpoint-every" in out.stdout and "--loss {" not in out.stdout
 
 
+@pytest.mark.mpi
 def test_sigterm_through_sparc_jobs_and_mpiexec_checkpoints_and_resumes(tmp_path):
     """The chain a Slurm time-limit warning takes: SIGTERM to ``sparc-jobs run`` (the batch
     step), forwarded to mpiexec, forwarded by hydra to the ranks; they stop after the same

@@ -74,6 +74,7 @@ def test_policy_comes_from_the_environment(monkeypatch):
         partition.partition_policy()
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3, 5])
 def test_balanced_partitions_on_several_ranks(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",

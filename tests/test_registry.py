@@ -96,6 +96,7 @@ def test_a_toy_algorithm_registers_and_is_known_everywhere():
     assert toy_algorithm.NAME not in sparcml.ALGORITHMS
 
 
+@pytest.mark.mpi
 def test_toy_algorithm_at_three_ranks_and_through_sparc_bench():
     proc = run_mpi(3, args=[sys.executable, str(REPO / "tests/mpi_cases/toy_algorithm_run.py"),
                             str(REPO / "tests")], timeout=300)

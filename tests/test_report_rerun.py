@@ -76,6 +76,7 @@ def test_sbatch_line_rebuilt_inside_a_job(monkeypatch):
     assert jobs.submission_command("", {}) is None  # outside Slurm: the mpiexec level
 
 
+@pytest.mark.mpi
 def test_rerun_figure_into_new_records(tmp_path, capsys):
     """``sparc-report RESULTS --rerun FIGURE -o DIR`` reruns a small figure's command and puts
     the figures side by side.

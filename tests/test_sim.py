@@ -1,8 +1,8 @@
 """sparcml.sim: the simulated communicator runs sparcml's unchanged algorithms at large P.
 
 - the network spec parser (good specs, actionable errors);
-- every algorithm equals the dense sum at P in {16, 64, 256, 1000} (odd and non-powers of two),
-  every rank holding the same bits; sharing on and off give the same bits and bytes;
+- sharing on and off give the same bits and bytes (every algorithm's correctness at P from 1
+  to 1000 is in the test matrix, tests/test_matrix.py, run on simulated and real ranks);
 - communicator management the node-aware algorithm needs (Split_type by simulated node,
   Split, Bcast, point-to-point on sub-communicators);
 - the virtual clock: a message of n bytes costs alpha + n beta; ranks of one node use the
@@ -114,33 +114,6 @@ def _check_matrix(P, cases, algorithms, share=True):
     return res
 
 
-def test_every_algorithm_equals_the_dense_sum_at_16_ranks():
-    cases = [(4001, d, p) for d in (0.001, 0.05, 0.6) for p in ("random", "identical",
-                                                                 "disjoint")]
-    _check_matrix(16, cases, sparcml.ALGORITHMS)
-
-
-def test_every_algorithm_at_64_ranks():
-    cases = [(4001, 0.002, "random"), (4001, 0.05, "identical"), (4001, 0.6, "disjoint")]
-    _check_matrix(64, cases, sparcml.ALGORITHMS)
-
-
-def test_every_algorithm_at_256_ranks():
-    _check_matrix(256, [(3001, 0.01, "random")], sparcml.ALGORITHMS)
-
-
-# the split algorithms send P (P - 1) messages: 10^6 at P = 1000, minutes of simulation; they
-# run at P = 1000 in ``sparc-bench --simulate 1000 --verify`` (BENCHMARKS.md), not in the suite
-LOG_P_ALGORITHMS = ("ssar_recursive_double", "allgather", "dense")
-
-
-def test_1000_ranks():
-    """P = 1000: not a power of two (the fold of recursive doubling); 999: odd."""
-    assert set(LOG_P_ALGORITHMS) <= set(sparcml.ALGORITHMS)
-    _check_matrix(1000, [(2003, 0.002, "random")], LOG_P_ALGORITHMS)
-    _check_matrix(999, [(2003, 0.3, "identical")], ("ssar_recursive_double",))
-
-
 def test_sharing_changes_no_bit_and_no_byte():
     cases = [(3001, 0.02, "random"), (3001, 0.4, "identical")]
     shared = _check_matrix(24, cases, sparcml.ALGORITHMS, share=True)
@@ -241,7 +214,8 @@ def _node_aware_body(comm, dim, density, algorithms):
     return out
 
 
-@pytest.mark.parametrize("P, spec", [(64, "8x10gbit,ppn=8"), (21, "4x10gbit,ppn=6")])
+@pytest.mark.parametrize("P, spec", [pytest.param(64, "8x10gbit,ppn=8", marks=pytest.mark.slow),
+                                     (21, "4x10gbit,ppn=6")])
 def test_node_aware_sends_no_more_per_node_than_flat_sends_per_rank(P, spec):
     """Issue 13, item 5 at test size: with R ranks per node, what a node's leader sends off the
     node is no more than what one rank sends in the flat algorithm (the sum of the node's R
@@ -304,32 +278,6 @@ def test_a_failing_rank_fails_the_run_without_hanging():
         sim.run(8, _fails, timeout=60)
 
 
-def _topk_body(comm, dim, density, k):
-    rank = comm.Get_rank()
-    rng = np.random.default_rng([dim, rank])
-    idx = np.flatnonzero(rng.random(dim) < density)
-    vec = SparseVector(dim, idx, rng.integers(-64, 65, idx.size).astype(np.float32))
-    result, dropped = sparcml.topk_allreduce(vec, k, comm)
-    return vec.to_dense(), result.indices, result.values, dropped.to_dense()
-
-
-@pytest.mark.parametrize("P", [64, 257])
-def test_topk_allreduce_at_large_p(P):
-    """Issue 14 in the simulator: the top-k of the dense sum (ties to the lower index; integer
-    values, so every order of addition gives the same sum), the same on every rank, and
-    sum(vec) == result + sum(dropped)."""
-    dim, density, k = 3001, 0.02, 100
-    res = sim.run(P, _topk_body, args=(dim, density, k), timeout=600).results
-    total = np.sum([r[0] for r in res], axis=0)
-    nz = np.flatnonzero(total)
-    expect = np.sort(nz[np.lexsort((nz, -np.abs(total[nz])))][:k])
-    for r, (_, idx, val, _) in enumerate(res):
-        assert np.array_equal(idx, expect) and np.array_equal(val, total[expect]), r
-    result = np.zeros(dim, np.float32)
-    result[expect] = total[expect]
-    assert np.array_equal(result + np.sum([r[3] for r in res], axis=0), total)
-
-
 # ---- probing a network -------------------------------------------------------------------------
 @pytest.mark.parametrize("spec", ["4x1gbit,latency=20us",
                                   "3x10gbit,ppn=4,intra=50gbit,latency=3us,intra-latency=1us"])
@@ -350,6 +298,7 @@ def test_probing_a_simulated_network_recovers_its_spec(spec):
         assert net.intra_latency <= got.intra_latency <= net.intra_latency + 20e-6
 
 
+@pytest.mark.mpi
 def test_sparc_bench_probe_network_prints_a_spec_simulate_accepts():
     exe = os.path.join(os.path.dirname(sys.executable), "sparc-bench")
     proc = run_mpi(2, args=[exe, "--probe-network"], timeout=120)
@@ -359,6 +308,7 @@ def test_sparc_bench_probe_network_prints_a_spec_simulate_accepts():
 
 
 # ---- validation against real mpiexec ----------------------------------------------------------
+@pytest.mark.mpi
 @pytest.mark.parametrize("P", [2, 4, 8])
 def test_simulator_matches_mpiexec_bit_for_bit_and_byte_for_byte(P, tmp_path, monkeypatch):
     # the same index codes on both sides: real ranks on one node would weigh the coding's CPU
@@ -489,6 +439,7 @@ def test_compute_scale_multiplies_the_measured_compute():
         assert all(0.02 * scale <= t < 0.02 * scale * 1.1 + 1e-3 for t in times), (scale, times)
 
 
+@pytest.mark.mpi
 def test_sparc_bench_simulated_bytes_equal_the_real_sweeps(tmp_path):
     """The simulated sweep calls the algorithms in the real sweep's order (first calls, then
     repetitions interleaved), so what the balanced partitions learn between calls, and hence

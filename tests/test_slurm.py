@@ -160,6 +160,8 @@ def _sweep(env, template, *args, app_args=()):
     return [line.split("\t") for line in out.stdout.splitlines()]
 
 
+@pytest.mark.mpi  # the templates launch MPI ranks inside the Slurm jobs
+@pytest.mark.slow
 def test_templates_under_slurm(slurm, tmp_path):
     res = tmp_path / "results"
     env = {**slurm, "SPARC_N_PER_RANK": "1024"}
@@ -256,6 +258,8 @@ def test_templates_under_slurm(slurm, tmp_path):
     assert f"--output {res}" not in text.split("## Commands to rerun")[1]
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 def test_time_limit_warning_checkpoints_under_slurm(slurm, tmp_path):
     """The signal app.sbatch asks for before the time limit, sent by Slurm to the batch shell
     (``scancel --batch --signal=TERM``, what ``--signal=B:TERM@120`` does): the training stops

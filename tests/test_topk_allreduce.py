@@ -1,17 +1,12 @@
-"""sparcml.topk_allreduce: the distributed selection kernels against NumPy, and the collective
-against the top-k of the dense sum at P in {1, 2, 3, 5, 8} (tests/mpi_cases/topk_allreduce.py)."""
-
-import sys
-from pathlib import Path
+"""sparcml.topk_allreduce: the distributed selection kernels against NumPy. The collective
+against the top-k of the dense sum is in the test matrix (tests/matrix/topk.py, run on real and
+simulated ranks by tests/test_matrix.py)."""
 
 import numpy as np
 import pytest
 
-from mpirun import run_mpi
-
 from sparcml._topk import select_kernels
 
-CASES = Path(__file__).parent / "mpi_cases"
 F32 = (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000))
 
 
@@ -101,18 +96,6 @@ def test_drop_and_zero_indices():
     dense = np.arange(1, 6, dtype=np.float64)
     assert select_kernels.zero_indices(dense, np.array([0, 3])).tolist() == [0, 2, 3, 0, 5]
     assert dense.tolist() == [1, 2, 3, 4, 5]
-
-
-@pytest.mark.parametrize("nprocs,shm", [(1, "1"), (2, "1"), (3, "1"), (3, "0"), (5, "1"),
-                                        (8, "1")])
-def test_topk_allreduce_equals_the_topk_of_the_dense_sum(nprocs, shm):
-    """On one node through the shared-memory window, and (SPARCML_NODE_SHM=0) messages."""
-    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
-                                 str(CASES / "topk_allreduce.py")], timeout=300,
-                   env={"SPARCML_NODE_SHM": shm})
-    # no mismatch cases at P = 1; fewer at 8; the window's comparison only where it is on
-    expected = {1: 114, 8: 80}.get(nprocs, 116) - (2 if shm == "0" else 0)
-    assert f"TOPK {expected} OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_bin_counts_keep_histograms_small_next_to_the_selection():

@@ -24,6 +24,7 @@ CASE = REPO / "tests" / "mpi_cases" / "torch_adapter.py"
 MIN_CHECKS = {1: 234, 2: 239, 3: 215}
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_distributed_optimizer(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASE)], timeout=240,

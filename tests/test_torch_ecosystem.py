@@ -20,6 +20,7 @@ torch = pytest.importorskip("torch")
 CASE = REPO / "tests" / "mpi_cases" / "torch_ecosystem.py"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_optimizer_habits_and_ddp_hook(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASE)], timeout=300,
@@ -35,6 +36,7 @@ def readme_ddp_example() -> str:
     return found.group(1)
 
 
+@pytest.mark.mpi
 def test_readme_ddp_example_runs_as_written(tmp_path):
     script = tmp_path / "ddp_example.py"
     script.write_text(readme_ddp_example())

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), pytest.mark.slow]  # builds a wheel, a fresh venv
 
 
 def _tracked_copy(dest: Path) -> Path:
@@ -100,6 +100,7 @@ def test_wheel_has_the_catalog_and_no_apps_dependencies(wheel_venv):
     assert out[1] == "[]", f"core install pulled in app dependencies: {out[1]}"
 
 
+@pytest.mark.mpi
 def test_main_job_runs_from_the_wheel(wheel_venv):
     venv, work, env = wheel_venv
     records = work / "main.jsonl"
