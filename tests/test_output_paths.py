@@ -118,6 +118,7 @@ def test_write_with_fallback_creates_parents_and_falls_back(tmp_path, capsys):
     spare.unlink()
 
 
+@pytest.mark.mpi
 def test_bad_output_on_every_rank_is_one_line_and_exit_2(tmp_path, a_file):
     # no -m mpi4py: the CLI's own handling, P = 3
     proc = run_mpi(3, args=[sys.executable, "-m", "sparcapps.bench.cli", "--N", "1000",
@@ -178,6 +179,7 @@ def test_convert_refuses_a_feature_index_beyond_the_trainable_width(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["huge.svm"], "nothing half-written"
 
 
+@pytest.mark.mpi
 def test_linear_on_a_foreign_file_wider_than_memory_is_one_line(tmp_path):
     import h5py
 

@@ -21,8 +21,9 @@ from mpirun import mpiexec_path
 CASE = Path(__file__).resolve().parent / "mpi_cases" / "small_shm.py"
 N = 4 << 20  # the window needs ~64 MiB at P = 2, more than the 32 MB tmpfs
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
-                                reason="a private mount namespace needs root and unshare")
+pytestmark = [pytest.mark.mpi,
+              pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                                 reason="a private mount namespace needs root and unshare")]
 
 
 def _run(nprocs, *, small_shm, env_extra=None):

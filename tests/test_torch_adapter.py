@@ -33,6 +33,7 @@ def test_distributed_optimizer(nprocs):
     assert found and int(found.group(1)) >= MIN_CHECKS[nprocs], proc.stdout + proc.stderr
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_load_state_dict_is_collective(nprocs):
     """Rank 0's state on every rank, other options or another step on one rank: every rank
