@@ -306,3 +306,35 @@ def test_compressors_under_mpiexec_end_with_identical_parameters(nprocs):
                    timeout=300)
     found = re.search(r"COMPRESSORS (\d+) OK", proc.stdout)
     assert found and int(found.group(1)) >= 13 * 3, proc.stdout + proc.stderr
+
+
+# -- the apps' flags (torch-free: the parser and the Compression they build) ------------------
+
+def test_the_apps_compressor_flag_builds_each_named_compression():
+    from sparcapps.deep import lstm
+    from sparcapps.deep.compressor_table import _name
+    from sparcapps.deep.train import MOMENTUM_COMPRESSORS, _check_args, compression_from_args
+
+    parse = lstm.build_parser().parse_args
+    for name in COMPRESSORS:
+        args = parse(["--compressor", name, "--threshold", "0.01", "--powersgd-rank", "2",
+                      "--momentum", "0.5"] + (["--bits", "4"] if name == "qsgd" else []))
+        assert _check_args(args) == [], name
+        c = compression_from_args(args)
+        assert c.describe() == build(name, density=0.01, threshold=0.01, rank=2, momentum=0.5,
+                                     bits=args.bits, seed=0).describe(), name
+        assert _name({"config": vars(args)}).startswith(name)
+    c = compression_from_args(parse(["--compressor", "randomk", "--shared-indices"]))
+    assert c.compressor.shared
+    c = compression_from_args(parse(["--compressor", "dgc", "--density-warmup-steps", "9",
+                                     "--clip-norm", "2", "--momentum", "0.8"]))
+    assert c.compressor.warmup_steps == 9 and c.memory.clip_norm == 2.0
+    assert c.memory.momentum == 0.8 and "dgc" in MOMENTUM_COMPRESSORS
+    (problem,) = _check_args(parse(["--compressor", "threshold"]))
+    assert problem.startswith("--compressor threshold:") and "--threshold" in problem
+    (problem,) = _check_args(parse(["--compressor", "signsgd", "--bits", "4"]))
+    assert "takes no quantizer" in problem
+    (problem,) = _check_args(parse(["--compressor", "topk", "--global-topk"]))
+    assert "not both" in problem
+    with pytest.raises(SystemExit):  # argparse refuses an unknown name: exit 2
+        parse(["--compressor", "zip"])

@@ -49,10 +49,15 @@ def build(name: str, *, density: float = 0.01, bits: int = 0, threshold: float |
           seed: int = 0, chunk: int | None = None) -> Compression:
     """The :class:`Compression` named ``name`` (a key of :data:`COMPRESSORS`) with these
     parameters; ``bits`` adds a QSGD quantizer to the sparsifiers that go through the sparse
-    allreduce (topk, randomk without shared indices, threshold, dgc). Raises
-    :class:`~sparcml.CompressionError` for an unknown name or a bad parameter."""
+    allreduce (topk, randomk without shared indices, threshold, dgc), and is refused elsewhere.
+    Raises :class:`~sparcml.CompressionError` for an unknown name or a bad parameter."""
     if name not in COMPRESSORS:
         raise CompressionError(f"unknown compressor {name!r}; one of {', '.join(COMPRESSORS)}")
+    quantizable = ("topk", "threshold", "dgc", "qsgd") + (() if shared else ("randomk",))
+    if bits and name not in quantizable:
+        raise CompressionError(f"the {name} compressor{' with shared indices' * shared} "
+                               f"takes no quantizer (bits={bits}); bits go with "
+                               f"{', '.join(quantizable)}")
     q = QSGD(bits) if bits else None
     ef = ResidualMemory() if error_feedback else NoneMemory()
     if name == "topk":
@@ -61,7 +66,7 @@ def build(name: str, *, density: float = 0.01, bits: int = 0, threshold: float |
         return Compression(GlobalTopKCompressor(density=density), None, ef, algorithm)
     if name == "randomk":
         return Compression(RandomKCompressor(density=density, seed=seed, shared=shared),
-                           None if shared else q, ef, algorithm)
+                           q, ef, algorithm)
     if name == "threshold":
         if threshold is None:
             raise CompressionError("the threshold compressor needs a threshold (--threshold)")
