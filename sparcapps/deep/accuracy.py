@@ -7,7 +7,8 @@ allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef
 without error feedback); ``--configs`` adds ``global-topk-ef`` (the top 1% of the gradients'
 sum over ranks, ``--global-topk``, exact values, error feedback); ``--compressors NAME ...``
 adds one configuration ``compressor-NAME`` per name of :data:`sparcml.compression.COMPRESSORS`
-(``--compressor NAME``; its parameters after ``--``). It prints the final test accuracy of each run, the mean per
+(``--compressor NAME``; its parameters after ``--``). It prints the final test accuracy of
+each run, the mean per
 configuration and the difference to dense in points, and the bytes sent per step and rank.
 Records go to ``--output`` (default: ``results/deep-accuracy.jsonl``, appended; the path is
 printed first), one per run, as the apps write them.
