@@ -338,3 +338,31 @@ def test_the_apps_compressor_flag_builds_each_named_compression():
     assert "not both" in problem
     with pytest.raises(SystemExit):  # argparse refuses an unknown name: exit 2
         parse(["--compressor", "zip"])
+
+
+def test_the_table_of_compressors_from_records():
+    from sparcapps.deep import cnn
+    from sparcapps.deep.compressor_table import markdown, rows_of
+
+    def record(flags, acc, nbytes, density):
+        cfg = vars(cnn.build_parser().parse_args(flags))
+        return {"app": "sparc-cnn", "config": cfg, "N": 100_000, "P": 2, "status": "ok",
+                "metrics": {"test_accuracy": acc, "epochs": [{"sent_density": density}]},
+                "bytes": {"sent_per_step": nbytes}, "timings": {"step": {"median": 0.1}}}
+
+    rows = rows_of([record(["--dense"], 0.96, 4e5, 1.0),
+                    record(["--compressor", "efsignsgd"], 0.95, 1.25e4, 1.0),
+                    record(["--compressor", "efsignsgd", "--seed", "1"], 0.93, 1.25e4, 1.0),
+                    record(["--compressor", "threshold", "--threshold", "0.1"], 0.9, 900, 0.01)])
+    by = {r["compressor"]: r for r in rows}
+    assert list(by) == ["dense", "efsignsgd", "threshold (|v|>=0.1)"]
+    assert by["efsignsgd"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
+    assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.02)
+    # the modeled network: an allgather of 1 bit per value receives P n / 8 bytes, more than
+    # a dense allreduce's 2 * 4 n once P > 64; the measured k is used
+    assert 0 < by["efsignsgd"]["sim64_ms"] < by["efsignsgd"]["sim256_ms"]
+    assert by["efsignsgd"]["sim256_ms"] > by["dense"]["sim256_ms"]
+    sparse = by["threshold (|v|>=0.1)"]
+    assert sparse["sim64_ms"] < by["dense"]["sim64_ms"], "1% of the values sent"
+    assert sparse["sim64_ms"] < sparse["sim256_ms"], "the sum of 256 selections fills in"
+    assert "| sparc-cnn | efsignsgd | 0 1 | 2 |" in markdown(rows)
