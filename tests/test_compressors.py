@@ -183,18 +183,24 @@ def test_signsgd_majority_at_one_rank_and_signum_momentum():
 def test_efsignsgd_scaled_signs_and_error_feedback():
     rng = np.random.default_rng(4)
     x = rng.standard_normal(37).astype(np.float32)
-    buf = EFSignCompressor.encode(x)
+    buf = EFSignCompressor().encode(x)
     assert buf.nbytes == 5 + 4, "ceil(37 / 8) bytes of signs + one float32 scale"
     scale = struct.unpack("<f", buf[-4:].tobytes())[0]
     assert scale == pytest.approx(np.abs(x.astype(np.float64)).mean(), rel=1e-6)
-    assert np.array_equal(EFSignCompressor.decode(buf, 37, np.float32),
+    assert np.array_equal(EFSignCompressor().decode(buf, 37, np.float32),
                           np.where(x >= 0, 1, -1).astype(np.float32) * np.float32(scale))
+    chunked = EFSignCompressor(chunk=10)
+    buf = chunked.encode(x)
+    assert buf.nbytes == 5 + 4 * 4, "four scales: 10, 10, 10 and 7 values"
+    scales = [np.abs(x[i:i + 10].astype(np.float64)).mean() for i in range(0, 37, 10)]
+    want = np.where(x >= 0, 1, -1) * np.repeat(scales, 10)[:37]
+    assert np.allclose(chunked.decode(buf, 37, np.float32), want, rtol=1e-6)
     inputs = [rng.standard_normal(37).astype(np.float32) for _ in range(5)]
     c = Compression(EFSignCompressor())
     steps = run_steps(c, inputs)
     for g, r in steps:
         assert np.allclose(r.sent.to_dense(), np.abs(g).mean() * np.where(g >= 0, 1, -1),
-                           rtol=1e-6)
+                           rtol=1e-6), "37 values: one chunk"
     g, r = steps[-1]
     assert np.array_equal(c.memory.residual("k"), g - r.sent.to_dense())
     check_memory_invariant(c, inputs, steps)

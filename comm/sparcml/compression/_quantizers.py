@@ -7,8 +7,9 @@ EF-signSGD, FP16 / BF16 casting; and TernGrad as a preset of :class:`sparcml.QSG
   a zero counts as +1, as in GRACE); one ``Allgather`` of ``ceil(n / 8)`` bytes per rank;
   every rank takes the majority vote ``sign(sum of signs)`` (0 on a tie). The result is
   ``P * vote`` so that the optimizer's average over ranks is the vote itself. No memory.
-- :class:`EFSignCompressor` (Karimireddy et al. 2019): a rank sends ``(|g|_1 / n) sign(g)``:
-  the bits and one scale (in ``g``'s dtype) in one ``Allgather``; the result is the sum of
+- :class:`EFSignCompressor` (Karimireddy et al. 2019): a rank sends ``(|g|_1 / n) sign(g)``
+  per chunk of values: the bits and the chunks' scales (in ``g``'s dtype) in one
+  ``Allgather``; the result is the sum of
   the ranks' scaled signs; the memory (error feedback) keeps ``g - scale sign(g)``. The
   learning rate is applied after the reduction (by the optimizer), not before the
   compression as in the paper: the same for a constant rate.
@@ -41,9 +42,9 @@ __all__ = ["SignCompressor", "EFSignCompressor", "CastCompressor", "terngrad",
            "pack_signs", "unpack_signs", "to_bf16", "from_bf16"]
 
 
-def terngrad(bucket_size: int = 1 << 20, seed=None) -> QSGD:
-    """TernGrad's ternary quantizer: ``QSGD(2, bucket_size, norm="max")`` (one max per bucket;
-    TernGrad uses one per layer, so the default bucket is large)."""
+def terngrad(bucket_size: int = 1024, seed=None) -> QSGD:
+    """TernGrad's ternary quantizer: ``QSGD(2, bucket_size, norm="max")`` (one max per bucket
+    of values; TernGrad uses one per layer, which a flat gradient bucket no longer has)."""
     return QSGD(2, bucket_size=bucket_size, norm="max", seed=seed)
 
 
@@ -152,23 +153,42 @@ class SignCompressor(_Stateless, Compressor):
 
 
 class EFSignCompressor(_Stateless, Compressor):
-    """Scaled signs ``(|g|_1 / n) sign(g)`` with error feedback (the default memory)."""
+    """Scaled signs ``(|g|_1 / m) sign(g)`` with error feedback (the default memory), one
+    scale per ``chunk`` consecutive values (``m`` of them; None: one scale for the bucket).
+    GRACE and the paper scale per tensor; a flat bucket holds many tensors of different
+    gradient magnitudes, so the default is a scale per 1024 values (4 bytes more per 1024)."""
+
+    def __init__(self, chunk: int | None = 1024):
+        if chunk is not None and (isinstance(chunk, (bool, np.bool_))
+                                  or not isinstance(chunk, (int, np.integer)) or chunk < 1):
+            raise CompressionError(f"chunk must be None or a number of values >= 1, "
+                                   f"got {chunk!r}")
+        self.chunk = None if chunk is None else int(chunk)
 
     def _options(self) -> dict:
-        return {}
+        return {"chunk": self.chunk}
 
-    @staticmethod
-    def encode(g: np.ndarray) -> np.ndarray:
-        """The wire bytes: the packed signs, then the scale ``|g|_1 / n`` in ``g``'s dtype."""
-        scale = np.array([np.abs(g).sum(dtype=np.float64) / max(1, g.shape[0])], g.dtype)
-        return np.concatenate([pack_signs(g), scale.view(np.uint8)])
+    def _chunk(self, n: int) -> int:
+        return max(1, n if self.chunk is None else min(self.chunk, n))
 
-    @staticmethod
-    def decode(buf: np.ndarray, n: int, dtype) -> np.ndarray:
+    def encode(self, g: np.ndarray) -> np.ndarray:
+        """The wire bytes: the packed signs, then ``ceil(n / chunk)`` scales ``|g|_1 / m`` of
+        each chunk of m values, in ``g``'s dtype."""
+        n = g.shape[0]
+        c = self._chunk(n)
+        starts = np.arange(0, max(n, 1), c)
+        sums = np.add.reduceat(np.abs(g).astype(np.float64), starts) if n else np.zeros(1)
+        sizes = np.minimum(starts + c, n) - starts
+        scales = (sums / np.maximum(sizes, 1)).astype(g.dtype)
+        return np.concatenate([pack_signs(g), scales.view(np.uint8)])
+
+    def decode(self, buf: np.ndarray, n: int, dtype) -> np.ndarray:
         """The scaled signs :meth:`encode` wrote into ``buf``."""
         dtype = np.dtype(dtype)
-        scale = np.asarray(buf[-dtype.itemsize:]).view(dtype)[0]
-        return unpack_signs(buf[:-dtype.itemsize], n, dtype) * scale
+        c = self._chunk(n)
+        nbits = (n + 7) // 8
+        scales = np.asarray(buf[nbits:]).view(dtype)
+        return unpack_signs(buf[:nbits], n, dtype) * np.repeat(scales, c)[:n]
 
     def compress(self, x: np.ndarray) -> SparseVector:
         return SparseVector.dense(self.decode(self.encode(x), x.shape[0], x.dtype))
