@@ -361,14 +361,14 @@ def test_the_table_of_compressors_from_records():
                     record(["--compressor", "efsignsgd", "--seed", "1"], 0.93, 1.25e4, 1.0),
                     record(["--compressor", "threshold", "--threshold", "0.1"], 0.9, 900, 0.01)])
     by = {r["compressor"]: r for r in rows}
-    assert list(by) == ["dense", "efsignsgd", "threshold (|v|>=0.1)"]
+    assert list(by) == ["dense", "efsignsgd", "threshold (abs >= 0.1)"]
     assert by["efsignsgd"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
     assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.02)
     # the modeled network: an allgather of 1 bit per value receives P n / 8 bytes, more than
     # a dense allreduce's 2 * 4 n once P > 64; the measured k is used
     assert 0 < by["efsignsgd"]["sim64_ms"] < by["efsignsgd"]["sim256_ms"]
     assert by["efsignsgd"]["sim256_ms"] > by["dense"]["sim256_ms"]
-    sparse = by["threshold (|v|>=0.1)"]
+    sparse = by["threshold (abs >= 0.1)"]
     assert sparse["sim64_ms"] < by["dense"]["sim64_ms"], "1% of the values sent"
     assert sparse["sim64_ms"] < sparse["sim256_ms"], "the sum of 256 selections fills in"
     assert "| sparc-cnn | efsignsgd | 0 1 | 2 |" in markdown(rows)

@@ -3,7 +3,8 @@ the final test accuracy (mean over the seeds found) against the dense baseline, 
 per step and rank, the median step time as measured, and the predicted communication time of
 one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
 predicted_seconds` on :func:`sparcml.sim.network_cost_model`'s analytic model, one rank per
-node, the run's buckets and measured sent density).
+node, the run's buckets and measured sent density). Records whose compression is not what
+their options build with this code (an older default) are left out.
 
 ``python -m sparcapps.deep.compressor_table RECORDS.jsonl ... [--figure FILE.png]`` prints
 the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app).
@@ -36,7 +37,7 @@ def _name(rec) -> str:
     if name == "randomk" and cfg.get("shared_indices"):
         extra.append("shared")
     if name == "threshold":
-        extra.append(f"|v|>={cfg.get('threshold')}")
+        extra.append(f"abs >= {cfg.get('threshold')}")
     if name == "powersgd":
         extra.append(f"rank {cfg.get('powersgd_rank')}")
     if name in ("signsgd", "signum"):
@@ -46,11 +47,8 @@ def _name(rec) -> str:
     return name + (f" ({', '.join(extra)})" if extra else "")
 
 
-def _predicted(rec, P: int) -> float:
-    """Predicted seconds of one step's reductions at P ranks (all buckets)."""
-    from sparcml.compression import predicted_seconds
-    from sparcml.sim import network_cost_model
-
+def _compression(rec):
+    """The Compression the record's options build with this code."""
     from .train import compression_from_args
 
     cfg = argparse.Namespace(**rec["config"])
@@ -59,7 +57,23 @@ def _predicted(rec, P: int) -> float:
                        ("clip_norm", None)):
         if not hasattr(cfg, key):
             setattr(cfg, key, value)
-    compression = compression_from_args(cfg)
+    return compression_from_args(cfg)
+
+
+def current(rec) -> bool:
+    """Whether the record's run is what its options build now (records that name their
+    compression: an older default, such as EF-signSGD's scale per bucket, is left out)."""
+    made = rec.get("metrics", {}).get("compression")
+    return made is None or made == _compression(rec).describe()
+
+
+def _predicted(rec, P: int) -> float:
+    """Predicted seconds of one step's reductions at P ranks (all buckets)."""
+    from sparcml.compression import predicted_seconds
+    from sparcml.sim import network_cost_model
+
+    cfg = argparse.Namespace(**rec["config"])
+    compression = _compression(rec)
     model = network_cost_model(NETWORK, P, overhead=0.0, factors=False)
     N = int(rec["N"])
     buckets = max(1, math.ceil(N * 4 / max(1, int(cfg.bucket_mb * 2**20))))
@@ -72,7 +86,8 @@ def rows_of(records) -> list[dict]:
     """One dict per (app, compressor): the table's columns."""
     groups = defaultdict(list)
     for rec in records:
-        if rec.get("status", "ok") != "ok" or "test_accuracy" not in rec.get("metrics", {}):
+        if rec.get("status", "ok") != "ok" or "test_accuracy" not in rec.get("metrics", {}) \
+                or not current(rec):
             continue
         groups[(rec["app"], _name(rec))].append(rec)
     dense = {app: np.mean([r["metrics"]["test_accuracy"] for r in recs])
