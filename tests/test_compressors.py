@@ -359,9 +359,10 @@ def test_the_table_of_compressors_from_records():
     rows = rows_of([record(["--dense"], 0.96, 4e5, 1.0),
                     record(["--compressor", "efsignsgd"], 0.95, 1.25e4, 1.0),
                     record(["--compressor", "efsignsgd", "--seed", "1"], 0.93, 1.25e4, 1.0),
-                    record(["--compressor", "threshold", "--threshold", "0.1"], 0.9, 900, 0.01)])
+                    record(["--compressor", "threshold", "--threshold", "0.1"], 0.9, 900, 0.01),
+                    record(["--dense", "--lr", "0.001"], 0.1, 4e5, 1.0)])
     by = {r["compressor"]: r for r in rows}
-    assert list(by) == ["dense", "efsignsgd", "threshold (abs >= 0.1)"]
+    assert list(by) == ["dense", "dense (lr 0.001)", "efsignsgd", "threshold (abs >= 0.1)"]
     assert by["efsignsgd"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
     assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.02)
     # the modeled network: an allgather of 1 bit per value receives P n / 8 bytes, more than

@@ -24,10 +24,23 @@ __all__ = ["main", "rows_of"]
 NETWORK = "256x10gbit"
 
 
+def _default_lr(app: str):
+    """The app's default ``--lr`` (None for another app)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"sparcapps.deep.{app.removeprefix('sparc-')}")
+        return module.build_parser().get_default("lr")
+    except (ImportError, AttributeError):
+        return None
+
+
 def _name(rec) -> str:
     cfg = rec["config"]
     if cfg.get("dense"):
-        return "dense"
+        default_lr = _default_lr(rec["app"])
+        return "dense" if default_lr is None or cfg["lr"] == default_lr else \
+            f"dense (lr {cfg['lr']:g})"
     name = cfg.get("compressor") or ("global-topk" if cfg.get("global_topk") else "topk")
     extra = []
     if cfg.get("bits") and name != "qsgd":
