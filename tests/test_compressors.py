@@ -364,7 +364,7 @@ def test_the_table_of_compressors_from_records():
     by = {r["compressor"]: r for r in rows}
     assert list(by) == ["dense", "dense (lr 0.001)", "efsignsgd", "threshold (abs >= 0.1)"]
     assert by["efsignsgd"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
-    assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.02)
+    assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.01), "over the seeds dense ran"
     # the modeled network: an allgather of 1 bit per value receives P n / 8 bytes, more than
     # a dense allreduce's 2 * 4 n once P > 64; the measured k is used
     assert 0 < by["efsignsgd"]["sim64_ms"] < by["efsignsgd"]["sim256_ms"]

@@ -1,5 +1,6 @@
 """The table of compressors (issue 24) from the deep apps' records: per app and compressor,
-the final test accuracy (mean over the seeds found) against the dense baseline, the bytes sent
+the final test accuracy (mean over the seeds found) against the dense baseline's mean over the
+same seeds, the bytes sent
 per step and rank, the median step time as measured, and the predicted communication time of
 one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
 predicted_seconds` on :func:`sparcml.sim.network_cost_model`'s analytic model, one rank per
@@ -95,6 +96,14 @@ def _predicted(rec, P: int) -> float:
     return buckets * predicted_seconds(compression, model, P=P, n=n, sent=sent)
 
 
+def _vs_dense(recs, dense) -> float | None:
+    """Mean accuracy less the dense runs' mean over the same seeds (None without them)."""
+    pairs = [(r["metrics"]["test_accuracy"], dense.get((r["app"], r["config"]["seed"])))
+             for r in recs]
+    pairs = [(a, d) for a, d in pairs if d is not None]
+    return float(np.mean([a - d for a, d in pairs])) if pairs else None
+
+
 def rows_of(records) -> list[dict]:
     """One dict per (app, compressor): the table's columns."""
     groups = defaultdict(list)
@@ -103,8 +112,8 @@ def rows_of(records) -> list[dict]:
                 or not current(rec):
             continue
         groups[(rec["app"], _name(rec))].append(rec)
-    dense = {app: np.mean([r["metrics"]["test_accuracy"] for r in recs])
-             for (app, name), recs in groups.items() if name == "dense"}
+    dense = {(app, r["config"]["seed"]): r["metrics"]["test_accuracy"]
+             for (app, name), recs in groups.items() if name == "dense" for r in recs}
     rows = []
     for (app, name), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "dense",
                                                                   kv[0][1])):
@@ -114,7 +123,7 @@ def rows_of(records) -> list[dict]:
             "P": sorted({r["P"] for r in recs}), "epochs": sorted({r["config"]["epochs"]
                                                                     for r in recs}),
             "accuracy": float(np.mean(accs)),
-            "vs_dense": float(np.mean(accs) - dense[app]) if app in dense else None,
+            "vs_dense": _vs_dense(recs, dense),
             "bytes": float(np.mean([r["bytes"]["sent_per_step"] for r in recs])),
             "step_ms": float(np.median([r["timings"]["step"]["median"] for r in recs])) * 1e3,
             "sim64_ms": _predicted(recs[0], 64) * 1e3,
