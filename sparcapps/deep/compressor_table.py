@@ -4,8 +4,10 @@ same seeds, the bytes sent
 per step and rank, the median step time as measured, and the predicted communication time of
 one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
 predicted_seconds` on :func:`sparcml.sim.network_cost_model`'s analytic model, one rank per
-node, the run's buckets and measured sent density). Records whose compression is not what
-their options build with this code (an older default) are left out.
+node, the run's buckets and measured sent density; the local merge and dense rates at the
+CostModel's defaults, so that the table does not depend on the load of the host drawing it).
+Records whose compression is not what their options build with this code (an older default)
+are left out.
 
 ``python -m sparcapps.deep.compressor_table RECORDS.jsonl ... [--figure FILE.png]`` prints
 the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app).
@@ -14,6 +16,7 @@ the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections import defaultdict
@@ -83,12 +86,16 @@ def current(rec) -> bool:
 
 def _predicted(rec, P: int) -> float:
     """Predicted seconds of one step's reductions at P ranks (all buckets)."""
+    from sparcml import CostModel
     from sparcml.compression import predicted_seconds
     from sparcml.sim import network_cost_model
 
     cfg = argparse.Namespace(**rec["config"])
     compression = _compression(rec)
-    model = network_cost_model(NETWORK, P, overhead=0.0, factors=False)
+    # the local merge / dense rates at the CostModel's defaults: measured ones vary with load
+    model = dataclasses.replace(network_cost_model(NETWORK, P, overhead=0.0, factors=False),
+                                gamma_merge=CostModel.gamma_merge,
+                                gamma_dense=CostModel.gamma_dense)
     N = int(rec["N"])
     buckets = max(1, math.ceil(N * 4 / max(1, int(cfg.bucket_mb * 2**20))))
     n = math.ceil(N / buckets)
@@ -156,7 +163,9 @@ def figure(rows, path) -> None:
     for ax, app in zip(axes[0], apps):
         for r in (r for r in rows if r["app"] == app):
             ax.scatter(r["bytes"], 100 * r["accuracy"], s=25)
-            ax.annotate(r["compressor"].split(" (")[0], (r["bytes"], 100 * r["accuracy"]),
+            label = r["compressor"] if r["compressor"].startswith("dense") \
+                else r["compressor"].split(" (")[0]
+            ax.annotate(label, (r["bytes"], 100 * r["accuracy"]),
                         fontsize=7, xytext=(3, 2), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel("bytes sent per step and rank")
