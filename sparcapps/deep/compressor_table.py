@@ -1,8 +1,7 @@
 """The table of compressors (issue 24) from the deep apps' records: per app and compressor,
 the final test accuracy (mean over the seeds found) against the dense baseline's mean over the
-same seeds, the bytes sent
-per step and rank, the median step time as measured, and the predicted communication time of
-one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
+same seeds, the bytes sent per step and rank, the median step time as measured, and the
+predicted communication time of one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
 predicted_seconds` on :func:`sparcml.sim.network_cost_model`'s analytic model, one rank per
 node, the run's buckets and measured sent density; the local merge and dense rates at the
 CostModel's defaults, so that the table does not depend on the load of the host drawing it).
