@@ -50,7 +50,8 @@ __all__ = ["positive_int", "nonnegative_int", "fraction", "registered_algorithms
            "add_bits_argument", "add_checkpoint_every_argument", "add_data_home_argument",
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
            "output_dir", "positive_float", "nonnegative_float", "add_deprecated_alias",
-           "add_timeout_argument", "add_records_output_argument", "plain_text"]
+           "add_timeout_argument", "add_records_output_argument", "plain_text",
+           "add_compressor_arguments"]
 
 BITS_CHOICES = (0, 2, 4, 8)
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -255,6 +256,32 @@ def add_bits_argument(parser, *, default: int = 0, what: str = "dense messages")
     return parser.add_argument(
         "--bits", type=int, choices=BITS_CHOICES, default=default,
         help=f"QSGD-quantize {what} to this many bits per value; 0: full precision")
+
+
+def add_compressor_arguments(group):
+    """``--compressor NAME`` (:data:`sparcml.compression.COMPRESSORS`; default: top-k from
+    ``--density``) and its parameters: ``--threshold`` (threshold), ``--powersgd-rank``,
+    ``--shared-indices`` (random-k), ``--density-warmup-steps`` and ``--clip-norm`` (DGC).
+    ``--density``, ``--bits``, ``--momentum``, ``--seed`` and ``--no-error-feedback`` are the
+    app's own flags, read by the compressors that use them."""
+    from sparcml.compression import COMPRESSORS
+
+    group.add_argument("--compressor", default=None, choices=list(COMPRESSORS), metavar="NAME",
+                       help="gradient compressor: " + "; ".join(
+                           f"{k}: {v}" for k, v in COMPRESSORS.items())
+                       + ". Default: topk (or --global-topk)")
+    group.add_argument("--threshold", type=float, default=None,
+                       help="--compressor threshold: send entries with |v| >= this")
+    group.add_argument("--powersgd-rank", type=positive_int, default=4,
+                       help="--compressor powersgd: the rank of the approximation")
+    group.add_argument("--shared-indices", action="store_true",
+                       help="--compressor randomk: every rank draws the same positions "
+                            "(a dense allreduce of k values)")
+    group.add_argument("--density-warmup-steps", type=nonnegative_int, default=0,
+                       help="--compressor dgc: steps of the exponential density warm-up "
+                            "from 25%% down to --density")
+    group.add_argument("--clip-norm", type=float, default=None,
+                       help="--compressor dgc: clip each rank's bucket to this L2 norm")
 
 
 def add_checkpoint_every_argument(parser, unit: str, *, help: str):

@@ -5,7 +5,10 @@ for every app and seed, ``mpiexec -n P`` runs of the app (each with its default 
 and learning rate) in three configurations: ``dense_baseline`` (full gradients, dense
 allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same
 without error feedback); ``--configs`` adds ``global-topk-ef`` (the top 1% of the gradients'
-sum over ranks, ``--global-topk``, exact values, error feedback). It prints the final test accuracy of each run, the mean per
+sum over ranks, ``--global-topk``, exact values, error feedback); ``--compressors NAME ...``
+adds one configuration ``compressor-NAME`` per name of :data:`sparcml.compression.COMPRESSORS`
+(``--compressor NAME``; its parameters after ``--``). It prints the final test accuracy of
+each run, the mean per
 configuration and the difference to dense in points, and the bytes sent per step and rank.
 Records go to ``--output`` (default: ``results/deep-accuracy.jsonl``, appended; the path is
 printed first), one per run, as the apps write them.
@@ -53,12 +56,17 @@ def main(argv=None) -> int:
     add_list_argument(p, "--configs", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
                       metavar="CONFIG",
                       help="configurations to run (dense_baseline is always run: the reference)")
+    from sparcml.compression import COMPRESSORS
+
+    add_list_argument(p, "--compressors", choices=list(COMPRESSORS), default=[],
+                      metavar="NAME", help="also run --compressor NAME for each NAME")
     add_records_output_argument(p, per="run", default="results/deep-accuracy.jsonl")
     p.add_argument("extra", nargs=argparse.REMAINDER, help="after --: options for every run")
     args = p.parse_args(argv)
     extra = [a for a in args.extra if a != "--"]
     configs = {name: CONFIGS[name] for name in CONFIGS
                if name == "dense_baseline" or name in args.configs}
+    configs.update({f"compressor-{c}": ["--compressor", c] for c in args.compressors})
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"sparc-deep-accuracy: records appended to {out}", flush=True)
@@ -79,7 +87,7 @@ def main(argv=None) -> int:
                 rec = read_records([out])[0][before]
                 acc = rec["metrics"]["test_accuracy"]
                 table[(app, name, seed)] = (acc, rec["bytes"]["sent_per_step"])
-                print(f"sparc-{app} seed {seed} {name:14}: test accuracy {acc:.4f}, "
+                print(f"sparc-{app} seed {seed} {name:20}: test accuracy {acc:.4f}, "
                       f"{rec['bytes']['sent_per_step']:,.0f} B/step/rank, "
                       f"{len(rec['metrics']['epochs'])} epochs", flush=True)
     print(f"\nP={args.nprocs}, seeds {args.seeds}; records in {out}")

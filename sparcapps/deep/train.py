@@ -24,7 +24,10 @@ The communication options build a :class:`sparcml.compression.Compression`
 (:func:`compression_from_args`): ``--density`` (top-k per bucket, or per ``--topk-bucket-size``
 chunk), ``--global-topk`` (the top-k of the sum over ranks, :func:`sparcml.topk_allreduce`),
 ``--bits`` (QSGD), ``--no-error-feedback``, ``--algorithm``; ``--dense`` is
-``Compression.none()``, the dense baseline.
+``Compression.none()``, the dense baseline. ``--compressor NAME`` picks one of
+:data:`sparcml.compression.COMPRESSORS` instead of top-k (its parameters:
+:func:`sparcapps.cli_args.add_compressor_arguments`; the record's ``metrics.compression``
+names the configuration).
 
 Checkpoints (:mod:`sparcapps.deep.checkpoint`; ``--checkpoint-every-epochs E`` into
 ``--checkpoint FILE``; ``--resume FILE``): the model, every rank's optimizer state (momentum,
@@ -57,6 +60,9 @@ from .usage import collectively as _collectively
 from .usage import finished as _finished
 from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
 
+#: compressors that take the optimizer's --momentum (the SGD then runs without momentum)
+MOMENTUM_COMPRESSORS = ("dgc", "signum")
+
 __all__ = ["build_parser", "run_app", "compression_from_args", "ClassifyTask",
            "LanguageModelTask", "CheckpointError", "params_digest"]
 
@@ -67,9 +73,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     from sparcml import DEFAULT_ALGORITHM
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_data_home_argument, add_records_output_argument,
-                                    algorithm_help, algorithm_name, fraction, make_parser,
-                                    positive_int)
+                                    add_compressor_arguments, add_data_home_argument,
+                                    add_records_output_argument, algorithm_help,
+                                    algorithm_name, fraction, make_parser, positive_int)
 
     p = make_parser(prog, description)
     g = p.add_argument_group("data and model")
@@ -111,6 +117,7 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                         "(sparcml.topk_allreduce: bytes per rank independent of P; what is "
                         "not kept stays in the error feedback); needs --bits 0; --algorithm "
                         "auto lets the cost model choose it or an allreduce per bucket")
+    add_compressor_arguments(g)
     g = p.add_argument_group("output")
     add_records_output_argument(g)
     g.add_argument("--checkpoint", default=None, help=f"checkpoint file (default: {prog}.ckpt)")
@@ -130,6 +137,15 @@ def compression_from_args(args):
 
     if args.dense:
         return Compression.none()
+    if getattr(args, "compressor", None):
+        from sparcml.compression import build
+
+        return build(args.compressor, density=args.density, bits=args.bits,
+                     threshold=args.threshold, rank=args.powersgd_rank,
+                     momentum=args.momentum, shared=args.shared_indices,
+                     density_warmup_steps=args.density_warmup_steps, clip_norm=args.clip_norm,
+                     error_feedback=not args.no_error_feedback, algorithm=args.algorithm,
+                     seed=args.seed, chunk=args.topk_bucket_size)
     compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
         else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
     return Compression(compressor,
@@ -174,6 +190,16 @@ def _check_args(args) -> list[str]:
     if args.global_topk and not args.dense and (args.bits or args.topk_bucket_size):
         problems.append("--global-topk sends exact values of the whole bucket: pass --bits 0 "
                         "and no --topk-bucket-size")
+    elif getattr(args, "compressor", None) and args.global_topk:
+        problems.append("give --compressor or --global-topk, not both "
+                        "(--compressor global-topk is the same)")
+    elif getattr(args, "compressor", None) and not args.dense:
+        from sparcml import CompressionError
+
+        try:
+            compression_from_args(args)
+        except (CompressionError, IncompatibleOptionsError, UnknownAlgorithmError) as exc:
+            problems.append(f"--compressor {args.compressor}: {exc}")
     elif not args.dense:
         try:
             check_algorithm_options(args.algorithm, quantizer=QSGD(args.bits) if args.bits
@@ -261,7 +287,10 @@ def _build(app, args, make_task, comm) -> _Run:
     task = _collectively(comm, lambda: make_task(args, comm))
     model = task.model
     st.broadcast_parameters(model, comm=comm)
-    inner = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+    # DGC and signum apply --momentum inside the compression: the SGD runs without
+    own_momentum = getattr(args, "compressor", None) in MOMENTUM_COMPRESSORS and not args.dense
+    inner = torch.optim.SGD(model.parameters(), lr=args.lr,
+                            momentum=0.0 if own_momentum else args.momentum,
                             weight_decay=args.weight_decay)
     opt = st.DistributedOptimizer(
         inner, model.named_parameters(), compression=compression_from_args(args),
@@ -287,6 +316,7 @@ def _build(app, args, make_task, comm) -> _Run:
     run.env = capture_environment(comm)
     if comm.Get_rank() == 0:
         what = "dense baseline" if args.dense else (
+            f"{opt.compression.describe()}") if getattr(args, "compressor", None) else (
             f"top-k density {args.density}" + (f", {args.bits}-bit QSGD" if args.bits else "")
             + ("" if not args.no_error_feedback else ", no error feedback"))
         print(f"{app}: {args.dataset}, {type(model).__name__} {n_params:,} parameters, "
@@ -424,6 +454,7 @@ def _record_run(run: _Run) -> int:
         timings["epoch"] = summarize([h["epoch_seconds"] for h in run.history])
     final = run.history[-1] if run.history else {}
     metrics = {"epochs": run.history, "params": run.n_params, "params_sha256": digest,
+               "compression": opt.compression.describe(),
                "params_identical_across_ranks": same, "model": type(run.model).__name__,
                **{k: final[k] for k in ("test_accuracy", "test_perplexity", "test_loss")
                   if k in final}}

@@ -113,6 +113,18 @@ class Compressor(ABC):
         the sum of what every rank sends is reduced exactly."""
         return None
 
+    def fresh(self) -> "Compressor":
+        """A copy for one optimizer or hook: ``self`` for compressors without state; those
+        with state across calls (a step count, a momentum, a warm start) return a new one."""
+        return self
+
+    # Optional hooks (looked up with getattr, so the compressors above need neither):
+    # ``compress_in(ctx, g, key) -> SparseVector``: used instead of :meth:`compress` by
+    # :meth:`Compression.allreduce_in` when the choice depends on the rank, the key or a step;
+    # ``reduce_in(ctx, g, key, *, stats, check) -> Reduced``: the whole reduction of the
+    # compensated ``g`` (its own wire format: signs, 16-bit floats, low-rank factors); the
+    # bundle then updates the memory with the ``sent`` it reports.
+
 
 class NoneCompressor(_NoOptions, Compressor):
     """Send everything: the array as a dense-backed vector (no copy)."""
@@ -378,6 +390,8 @@ class Compression:
         if quantizer is not None and not isinstance(quantizer, QSGD):
             raise IncompatibleOptionsError(f"quantizer must be a sparcml.QSGD or None, got "
                                            f"{quantizer!r}; e.g. quantizer=sparcml.QSGD(4)")
+        if memory is None and hasattr(compressor, "default_memory"):
+            memory = compressor.default_memory()
         if memory is None:
             lossy = not compressor.lossless or quantizer is not None
             memory = ResidualMemory() if lossy else NoneMemory()
@@ -385,6 +399,9 @@ class Compression:
             raise IncompatibleOptionsError(f"memory must be a sparcml.compression.Memory "
                                            f"(ResidualMemory(), NoneMemory()), got {memory!r}")
         check_algorithm_options(algorithm, quantizer=quantizer)
+        if quantizer is not None and hasattr(compressor, "reduce_in"):
+            raise IncompatibleOptionsError(
+                f"{compressor!r} sends its own wire format; it takes no quantizer")
         if quantizer is not None and compressor.global_k(1) is not None:
             raise IncompatibleOptionsError(
                 "GlobalTopKCompressor sends exact values (sparcml.topk_allreduce takes no "
@@ -418,7 +435,7 @@ class Compression:
         """The same configuration with an empty memory and, with a quantizer, a new QSGD of the
         same bits, bucket size and norm whose random stream is seeded by ``seed``."""
         q = None if self.quantizer is None else QSGD.from_code(self.quantizer.code, seed=seed)
-        return Compression(self.compressor, q, self.memory.fresh(), self.algorithm)
+        return Compression(self.compressor.fresh(), q, self.memory.fresh(), self.algorithm)
 
     # -- reductions ---------------------------------------------------------------------------
 
@@ -435,7 +452,15 @@ class Compression:
             return Reduced(result, vec, vec.nnz, 0.0)
         t0 = time.perf_counter()
         g = self.memory.compensate(x, key)
-        vec = self.compressor.compress(g)
+        reduce = getattr(self.compressor, "reduce_in", None)
+        if reduce is not None:
+            red = reduce(ctx, g, key, stats=stats, check=check)
+            t1 = time.perf_counter()
+            self.memory.update(g, key, red.sent)
+            return red._replace(compress_seconds=red.compress_seconds
+                                + time.perf_counter() - t1)
+        compress_in = getattr(self.compressor, "compress_in", None)
+        vec = self.compressor.compress(g) if compress_in is None else compress_in(ctx, g, key)
         seconds = time.perf_counter() - t0
         k_global = self.compressor.global_k(vec.dim)
         algorithm, use_global = self.algorithm, k_global is not None

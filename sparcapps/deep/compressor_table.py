@@ -1,0 +1,198 @@
+"""The table of compressors (issue 24) from the deep apps' records: per app and compressor,
+the final test accuracy (mean over the seeds found) against the dense baseline's mean over the
+same seeds, the bytes sent per step and rank, the median step time as measured, and the
+predicted communication time of one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
+predicted_seconds` on :func:`sparcml.sim.network_cost_model`'s analytic model, one rank per
+node, the run's buckets and measured sent density; the local merge and dense rates at the
+CostModel's defaults, so that the table does not depend on the load of the host drawing it).
+Records whose compression is not what their options build with this code (an older default)
+are left out.
+
+``python -m sparcapps.deep.compressor_table RECORDS.jsonl ... [--figure FILE.png]`` prints
+the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+from collections import defaultdict
+
+import numpy as np
+
+__all__ = ["main", "rows_of"]
+
+NETWORK = "256x10gbit"
+
+
+def _default_lr(app: str):
+    """The app's default ``--lr`` (None for another app)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"sparcapps.deep.{app.removeprefix('sparc-')}")
+        return module.build_parser().get_default("lr")
+    except (ImportError, AttributeError):
+        return None
+
+
+def _name(rec) -> str:
+    cfg = rec["config"]
+    if cfg.get("dense"):
+        default_lr = _default_lr(rec["app"])
+        return "dense" if default_lr is None or cfg["lr"] == default_lr else \
+            f"dense (lr {cfg['lr']:g})"
+    name = cfg.get("compressor") or ("global-topk" if cfg.get("global_topk") else "topk")
+    extra = []
+    if cfg.get("bits") and name != "qsgd":
+        extra.append(f"{cfg['bits']}-bit")
+    if name in ("topk", "randomk", "dgc", "global-topk"):
+        extra.append(f"{100 * cfg['density']:g}%")
+    if name == "randomk" and cfg.get("shared_indices"):
+        extra.append("shared")
+    if name == "threshold":
+        extra.append(f"abs >= {cfg.get('threshold')}")
+    if name == "powersgd":
+        extra.append(f"rank {cfg.get('powersgd_rank')}")
+    if name in ("signsgd", "signum"):
+        extra.append(f"lr {cfg['lr']:g}")
+    if cfg.get("no_error_feedback"):
+        extra.append("no EF")
+    return name + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _compression(rec):
+    """The Compression the record's options build with this code."""
+    from .train import compression_from_args
+
+    cfg = argparse.Namespace(**rec["config"])
+    for key, value in (("compressor", None), ("threshold", None), ("powersgd_rank", 4),
+                       ("shared_indices", False), ("density_warmup_steps", 0),
+                       ("clip_norm", None)):
+        if not hasattr(cfg, key):
+            setattr(cfg, key, value)
+    return compression_from_args(cfg)
+
+
+def current(rec) -> bool:
+    """Whether the record's run is what its options build now (records that name their
+    compression: an older default, such as EF-signSGD's scale per bucket, is left out)."""
+    made = rec.get("metrics", {}).get("compression")
+    return made is None or made == _compression(rec).describe()
+
+
+def _predicted(rec, P: int) -> float:
+    """Predicted seconds of one step's reductions at P ranks (all buckets)."""
+    from sparcml import CostModel
+    from sparcml.compression import predicted_seconds
+    from sparcml.sim import network_cost_model
+
+    cfg = argparse.Namespace(**rec["config"])
+    compression = _compression(rec)
+    # the local merge / dense rates at the CostModel's defaults: measured ones vary with load
+    model = dataclasses.replace(network_cost_model(NETWORK, P, overhead=0.0, factors=False),
+                                gamma_merge=CostModel.gamma_merge,
+                                gamma_dense=CostModel.gamma_dense)
+    N = int(rec["N"])
+    buckets = max(1, math.ceil(N * 4 / max(1, int(cfg.bucket_mb * 2**20))))
+    n = math.ceil(N / buckets)
+    sent = rec["metrics"]["epochs"][-1].get("sent_density", 1.0) * n
+    return buckets * predicted_seconds(compression, model, P=P, n=n, sent=sent)
+
+
+def _vs_dense(recs, dense) -> float | None:
+    """Mean accuracy less the dense runs' mean over the same seeds (None without them)."""
+    pairs = [(r["metrics"]["test_accuracy"], dense.get((r["app"], r["config"]["seed"])))
+             for r in recs]
+    pairs = [(a, d) for a, d in pairs if d is not None]
+    return float(np.mean([a - d for a, d in pairs])) if pairs else None
+
+
+def rows_of(records) -> list[dict]:
+    """One dict per (app, compressor): the table's columns."""
+    groups = defaultdict(list)
+    for rec in records:
+        if rec.get("status", "ok") != "ok" or "test_accuracy" not in rec.get("metrics", {}) \
+                or not current(rec):
+            continue
+        groups[(rec["app"], _name(rec))].append(rec)
+    dense = {(app, r["config"]["seed"]): r["metrics"]["test_accuracy"]
+             for (app, name), recs in groups.items() if name == "dense" for r in recs}
+    rows = []
+    for (app, name), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "dense",
+                                                                  kv[0][1])):
+        accs = [r["metrics"]["test_accuracy"] for r in recs]
+        rows.append({
+            "app": app, "compressor": name, "seeds": sorted(r["config"]["seed"] for r in recs),
+            "P": sorted({r["P"] for r in recs}), "epochs": sorted({r["config"]["epochs"]
+                                                                    for r in recs}),
+            "accuracy": float(np.mean(accs)),
+            "vs_dense": _vs_dense(recs, dense),
+            "bytes": float(np.mean([r["bytes"]["sent_per_step"] for r in recs])),
+            "step_ms": float(np.median([r["timings"]["step"]["median"] for r in recs])) * 1e3,
+            "sim64_ms": _predicted(recs[0], 64) * 1e3,
+            "sim256_ms": _predicted(recs[0], 256) * 1e3,
+        })
+    return rows
+
+
+def markdown(rows) -> str:
+    out = ["| app | compressor | seeds | P | epochs | test acc. % | vs dense (points) "
+           "| bytes/step/rank | step ms (shm, measured) | comm ms P=64 | comm ms P=256 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        vs = "" if r["vs_dense"] is None else f"{100 * r['vs_dense']:+.2f}"
+        out.append(f"| {r['app']} | {r['compressor']} | {' '.join(map(str, r['seeds']))} "
+                   f"| {' '.join(map(str, r['P']))} | {' '.join(map(str, r['epochs']))} "
+                   f"| {100 * r['accuracy']:.2f} | {vs} | {r['bytes']:,.0f} "
+                   f"| {r['step_ms']:.0f} | {r['sim64_ms']:.3f} | {r['sim256_ms']:.3f} |")
+    return "\n".join(out)
+
+
+def figure(rows, path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    apps = sorted({r["app"] for r in rows})
+    fig, axes = plt.subplots(1, len(apps), figsize=(6.5 * len(apps), 4.8), squeeze=False)
+    for ax, app in zip(axes[0], apps):
+        for r in (r for r in rows if r["app"] == app):
+            ax.scatter(r["bytes"], 100 * r["accuracy"], s=25)
+            label = r["compressor"] if r["compressor"].startswith("dense") \
+                else r["compressor"].split(" (")[0]
+            ax.annotate(label, (r["bytes"], 100 * r["accuracy"]),
+                        fontsize=7, xytext=(3, 2), textcoords="offset points")
+        ax.set_xscale("log")
+        ax.set_xlabel("bytes sent per step and rank")
+        ax.set_ylabel("final test accuracy (%)")
+        ax.set_title(f"{app}: compressors vs dense")
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None) -> int:
+    from sparcapps.cli_args import make_parser
+    from sparcapps.records import read_records
+
+    p = make_parser("compressor_table", __doc__)
+    p.add_argument("records", nargs="+", help="JSONL records of sparc-cnn / sparc-lstm runs")
+    p.add_argument("--figure", default=None, help="also draw accuracy vs bytes into this PNG")
+    args = p.parse_args(argv)
+    records = read_records(args.records)[0]
+    rows = rows_of(records)
+    if not rows:
+        print("compressor_table: no finished deep-app records", file=sys.stderr)
+        return 1
+    print(markdown(rows))
+    if args.figure:
+        figure(rows, args.figure)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,377 @@
+"""The compressors beyond top-k and QSGD (sparcml.compression: random-k, threshold-v, DGC,
+signSGD / signum, EF-signSGD, FP16 / BF16, TernGrad, PowerSGD), torch-free:
+
+- each encode / decode against a plain NumPy (or pure Python) reference: the bits, the scales,
+  the seeds;
+- each memory invariant at P = 1: what was not delivered is what the memory holds
+  (``residual == g - sent``; the sum of the inputs == the sum of what was sent + residual);
+- the catalog by name, bad options;
+- and, one mpiexec job per process count (P = 1, 2, 3), every rank ending with identical
+  parameters (tests/mpi_cases/compressors.py).
+"""
+
+import re
+import struct
+import sys
+import zlib
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+import sparcml
+from mpirun import REPO, run_mpi
+from sparcml._runtime.context import context_for
+from sparcml.compression import (COMPRESSORS, CastCompressor, Compression, DGCCompressor,
+                                 DGCMemory, EFSignCompressor, NoneMemory, PowerSGDCompressor,
+                                 RandomKCompressor, ResidualMemory, SignCompressor,
+                                 ThresholdCompressor, build, from_bf16, matrix_shape,
+                                 pack_signs, terngrad, to_bf16, unpack_signs)
+
+
+def self_ctx():
+    return context_for(MPI.COMM_SELF)
+
+
+def run_steps(c, inputs, key="k"):
+    """Reduce each input at P = 1; per step (g, Reduced) with g the compensated input."""
+    out = []
+    for x in inputs:
+        old = c.memory.residual(key)
+        g = x + old if old is not None else x.copy()
+        out.append((g, c.allreduce_in(self_ctx(), x, key=key)))
+    return out
+
+
+def check_memory_invariant(c, inputs, steps, key="k", atol=1e-5):
+    delivered = sum(r.sent.to_dense().astype(np.float64) for _, r in steps)
+    residual = c.memory.residual(key)
+    assert residual is not None
+    assert np.allclose(sum(x.astype(np.float64) for x in inputs), delivered + residual,
+                       rtol=0, atol=atol), "sum of inputs == sum of sent + residual"
+
+
+# -- random-k ---------------------------------------------------------------------------------
+
+def reference_randomk(n, k, seed, key, step, rank=None):
+    entropy = [seed, zlib.crc32(repr(key).encode()), step] + ([] if rank is None else [rank + 1])
+    return np.sort(np.random.default_rng(entropy).choice(n, k, replace=False))
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_randomk_draws_the_seeded_positions_and_keeps_the_rest(shared):
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(100).astype(np.float32) for _ in range(4)]
+    c = Compression(RandomKCompressor(density=0.1, seed=3, shared=shared))
+    assert isinstance(c.memory, ResidualMemory)
+    steps = run_steps(c, inputs, key="w")
+    for step, (g, r) in enumerate(steps):
+        want = reference_randomk(100, 10, 3, "w", step, None if shared else 0)
+        assert np.array_equal(r.sent.indices, want)
+        assert np.array_equal(r.sent.values, g[want]), "exact values"
+        assert np.array_equal(r.result.to_dense(), r.sent.to_dense()), "P = 1: sum == sent"
+        assert r.values_sent == 10
+    assert not np.array_equal(steps[0][1].sent.indices, steps[1][1].sent.indices)
+    check_memory_invariant(c, inputs, steps, key="w")
+    # a fresh copy starts its steps again
+    again = run_steps(c.fresh(), inputs[:1], key="w")
+    assert np.array_equal(again[0][1].sent.indices, steps[0][1].sent.indices)
+
+
+def test_randomk_options():
+    assert RandomKCompressor(k=5).num_sent(3) == 3
+    assert RandomKCompressor(density=0.001).num_sent(100) == 1
+    with pytest.raises(sparcml.CompressionError, match="exactly one"):
+        RandomKCompressor()
+    with pytest.raises(sparcml.CompressionError, match="seed"):
+        RandomKCompressor(k=1, seed=-1)
+    with pytest.raises(sparcml.IncompatibleOptionsError, match="no quantizer"):
+        Compression(RandomKCompressor(k=1, shared=True), sparcml.QSGD(4))
+    Compression(RandomKCompressor(k=1, shared=False), sparcml.QSGD(4))  # sparse: quantizable
+
+
+# -- threshold-v ------------------------------------------------------------------------------
+
+def test_threshold_keeps_every_large_entry():
+    rng = np.random.default_rng(1)
+    inputs = [rng.standard_normal(200) for _ in range(5)]
+    c = Compression(ThresholdCompressor(1.5))
+    steps = run_steps(c, inputs)
+    for g, r in steps:
+        want = [i for i in range(200) if abs(g[i]) >= 1.5]
+        assert r.sent.indices.tolist() == want
+        assert np.array_equal(r.sent.values, g[want])
+    assert len({r.values_sent for _, r in steps}) > 1, "a variable k"
+    check_memory_invariant(c, inputs, steps, atol=1e-12)
+    with pytest.raises(sparcml.CompressionError, match="threshold"):
+        ThresholdCompressor(0)
+    with pytest.raises(sparcml.CompressionError, match="NaN"):
+        ThresholdCompressor(1.0).compress(np.array([np.nan, 1.0]))
+
+
+# -- DGC --------------------------------------------------------------------------------------
+
+def test_dgc_momentum_correction_masking_clipping_and_warmup():
+    rng = np.random.default_rng(2)
+    n, m, clip = 50, 0.9, 3.0
+    inputs = [rng.standard_normal(n) for _ in range(6)]
+    comp = DGCCompressor(0.04, warmup_steps=4, initial_density=0.5)
+    # 0.5 * (0.04 / 0.5) ** (s / 4) of 50 values, then 0.04
+    assert [round(comp.density_at(s) * n) for s in range(6)] == [25, 13, 7, 4, 2, 2]
+    c = Compression(comp, memory=DGCMemory(m, clip_norm=clip))
+    u, v = np.zeros(n), np.zeros(n)
+    sents = []
+    for step, x in enumerate(inputs):
+        r = c.allreduce_in(self_ctx(), x, key=0)
+        xc = x * min(1.0, clip / np.linalg.norm(x))          # local gradient clipping
+        u = m * u + xc                                       # momentum correction
+        v = v + u
+        k = max(1, round(comp.density_at(step) * n))
+        idx = np.sort(np.argsort(-np.abs(v), kind="stable")[:k])
+        assert r.sent.indices.tolist() == idx.tolist(), f"step {step}"
+        assert np.allclose(r.sent.values, v[idx])
+        v[idx] = 0                                           # sent: leaves the accumulation
+        u[idx] = 0                                           # momentum factor masking
+        assert np.allclose(c.memory.residual(0), v) and np.allclose(c.memory.velocity(0), u)
+        sents.append(r)
+    state = c.memory.state_dict()
+    other = DGCMemory(m, clip)
+    other.load_state_dict(state)
+    assert np.array_equal(other.velocity(0), c.memory.velocity(0))
+    assert isinstance(Compression(DGCCompressor()).memory, DGCMemory)
+    assert repr(c.memory.fresh()) == "DGCMemory(momentum=0.9, clip_norm=3.0)"
+    with pytest.raises(sparcml.CompressionError, match="momentum"):
+        DGCMemory(1.0)
+
+
+# -- signs ------------------------------------------------------------------------------------
+
+def reference_pack(x):
+    out = bytearray((len(x) + 7) // 8)
+    for i, v in enumerate(x):
+        if v >= 0:
+            out[i // 8] |= 1 << (i % 8)
+    return np.frombuffer(bytes(out), np.uint8)
+
+
+def test_sign_bits_are_packed_one_per_value():
+    x = np.array([0.5, -1.0, 0.0, -0.0, 2.0, -3.0, 1.0, 1.0, -1.0, 4.0], np.float32)
+    bits = pack_signs(x)
+    assert bits.nbytes == 2 and np.array_equal(bits, reference_pack(x))
+    assert unpack_signs(bits, 10, np.float32).tolist() == [1, -1, 1, 1, 1, -1, 1, 1, -1, 1]
+    y = np.random.default_rng(3).standard_normal(1001)
+    assert np.array_equal(pack_signs(y), reference_pack(y))
+
+
+def test_signsgd_majority_at_one_rank_and_signum_momentum():
+    x = np.array([0.3, -0.2, 0.0, -5.0])
+    c = Compression(SignCompressor())
+    assert isinstance(c.memory, NoneMemory)
+    r = c.allreduce_in(self_ctx(), x, key=0)
+    assert r.result.to_dense().tolist() == [1, -1, 1, -1] and r.sent.to_dense().tolist() == \
+        [1, -1, 1, -1]
+    s = Compression(SignCompressor(0.5)).fresh()
+    seq = [np.array([1.0, -1.0]), np.array([-3.0, 0.4])]
+    m = np.zeros(2)
+    for x in seq:
+        m = 0.5 * m + 0.5 * x
+        got = s.allreduce_in(self_ctx(), x, key=0).result.to_dense()
+        assert got.tolist() == np.where(m >= 0, 1.0, -1.0).tolist()
+    assert got.tolist() == [-1.0, -1.0], "the momentum decides, not the last gradient alone"
+
+
+def test_efsignsgd_scaled_signs_and_error_feedback():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(37).astype(np.float32)
+    buf = EFSignCompressor().encode(x)
+    assert buf.nbytes == 5 + 4, "ceil(37 / 8) bytes of signs + one float32 scale"
+    scale = struct.unpack("<f", buf[-4:].tobytes())[0]
+    assert scale == pytest.approx(np.abs(x.astype(np.float64)).mean(), rel=1e-6)
+    assert np.array_equal(EFSignCompressor().decode(buf, 37, np.float32),
+                          np.where(x >= 0, 1, -1).astype(np.float32) * np.float32(scale))
+    chunked = EFSignCompressor(chunk=10)
+    buf = chunked.encode(x)
+    assert buf.nbytes == 5 + 4 * 4, "four scales: 10, 10, 10 and 7 values"
+    scales = [np.abs(x[i:i + 10].astype(np.float64)).mean() for i in range(0, 37, 10)]
+    want = np.where(x >= 0, 1, -1) * np.repeat(scales, 10)[:37]
+    assert np.allclose(chunked.decode(buf, 37, np.float32), want, rtol=1e-6)
+    inputs = [rng.standard_normal(37).astype(np.float32) for _ in range(5)]
+    c = Compression(EFSignCompressor())
+    steps = run_steps(c, inputs)
+    for g, r in steps:
+        assert np.allclose(r.sent.to_dense(), np.abs(g).mean() * np.where(g >= 0, 1, -1),
+                           rtol=1e-6), "37 values: one chunk"
+    g, r = steps[-1]
+    assert np.array_equal(c.memory.residual("k"), g - r.sent.to_dense())
+    check_memory_invariant(c, inputs, steps)
+
+
+# -- 16-bit floats ----------------------------------------------------------------------------
+
+def reference_bf16(v: float) -> int:
+    u = struct.unpack("<I", struct.pack("<f", v))[0]
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def test_bf16_rounds_to_nearest_even():
+    vals = np.array([1.0, -2.5, 3.14159, 1e-30, 65504.0, 1.00390625, 1.01171875, 0.0],
+                    np.float32)
+    words = to_bf16(vals)
+    assert words.tolist() == [reference_bf16(float(v)) for v in vals]
+    assert from_bf16(to_bf16(np.array([1.00390625], np.float32)))[0] == 1.0, "tie to even"
+    assert from_bf16(np.array([0x3F80], np.uint16)).tolist() == [1.0]
+    assert np.isnan(from_bf16(to_bf16(np.array([np.nan], np.float32)))[0])
+
+
+@pytest.mark.parametrize("fmt", ["fp16", "bf16"])
+def test_cast_compressor_rounds_once_and_feeds_the_error_back(fmt):
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(64).astype(np.float32) for _ in range(3)]
+    c = Compression(CastCompressor(fmt), memory=ResidualMemory())
+    steps = run_steps(c, inputs)
+    for g, r in steps:
+        want = g.astype(np.float16).astype(np.float32) if fmt == "fp16" else \
+            np.array([struct.unpack("<f", struct.pack("<I", reference_bf16(float(v)) << 16))[0]
+                      for v in g], np.float32)
+        assert np.array_equal(r.sent.to_dense(), want)
+        assert np.array_equal(r.result.to_dense(), want)
+        assert not np.array_equal(want, g), "16 bits lose something"
+    check_memory_invariant(c, inputs, steps)
+    assert isinstance(Compression(CastCompressor(fmt)).memory, NoneMemory)
+    with pytest.raises(sparcml.CompressionError, match="fp16"):
+        CastCompressor("fp8")
+
+
+# -- TernGrad ---------------------------------------------------------------------------------
+
+def test_terngrad_is_a_ternary_code_with_the_bucket_max():
+    x = np.random.default_rng(6).standard_normal(300).astype(np.float32)
+    q = terngrad(bucket_size=100, seed=1)
+    out = q.quantize(x)
+    for b in range(3):
+        s = np.abs(x[b * 100:(b + 1) * 100]).max()
+        part = out[b * 100:(b + 1) * 100]
+        assert set(np.unique(np.abs(part)).tolist()) <= {0.0, float(s)}, "{-s, 0, s}"
+        signs = np.sign(part[part != 0])
+        assert np.array_equal(signs, np.sign(x[b * 100:(b + 1) * 100][part != 0]))
+    means = np.mean([terngrad(bucket_size=100, seed=i).quantize(x) for i in range(400)], 0)
+    assert np.abs(means - x).max() < 0.35, "unbiased"
+
+
+# -- PowerSGD ---------------------------------------------------------------------------------
+
+def test_powersgd_at_one_rank_against_numpy():
+    n, r = 300, 2
+    rows, cols = matrix_shape(n)
+    assert (rows, cols) == (18, 17) and matrix_shape(1) == (1, 1) and matrix_shape(16) == (4, 4)
+    comp = PowerSGDCompressor(r, seed=9)
+    c = Compression(comp)
+    rng = np.random.default_rng(7)
+    inputs = [rng.standard_normal(n) for _ in range(4)]
+    q = np.random.default_rng([9, zlib.crc32(repr("k").encode())]).standard_normal((cols, r))
+    resid = np.zeros(n)
+    steps = []
+    for x in inputs:
+        g = x + resid
+        m = np.zeros(rows * cols)
+        m[:n] = g
+        m = m.reshape(rows, cols)
+        p, _ = np.linalg.qr(m @ q)
+        q = m.T @ p
+        approx = (p @ q.T).ravel()[:n]                      # warm start: q is kept
+        red = c.allreduce_in(self_ctx(), x, key="k")
+        assert np.allclose(red.result.to_dense(), approx, atol=1e-10)
+        assert red.values_sent == (rows + cols) * r
+        resid = g - approx
+        assert np.allclose(c.memory.residual("k"), resid, atol=1e-10)
+        steps.append((g, red))
+    check_memory_invariant(c, inputs, steps, atol=1e-9)
+    small = Compression(PowerSGDCompressor(4)).allreduce_in(self_ctx(), np.arange(5.0), key=0)
+    assert small.result.to_dense().tolist() == [0, 1, 2, 3, 4], "small buckets go whole"
+
+
+# -- the catalog ------------------------------------------------------------------------------
+
+def test_every_named_compressor_builds_and_reduces_at_one_rank():
+    x = np.random.default_rng(8).standard_normal(400).astype(np.float32)
+    for name in COMPRESSORS:
+        c = build(name, density=0.05, threshold=1.0, bits=4 if name == "qsgd" else 0)
+        r = c.fresh(seed=0).allreduce_in(self_ctx(), x, key=0)
+        assert r.result.dim == 400 and np.isfinite(r.result.to_dense()).all(), name
+    with pytest.raises(sparcml.CompressionError, match="unknown compressor 'zip'"):
+        build("zip")
+    with pytest.raises(sparcml.CompressionError, match="--threshold"):
+        build("threshold")
+    assert "warmup_steps=7" in build("dgc", density_warmup_steps=7).describe()
+
+
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
+def test_compressors_under_mpiexec_end_with_identical_parameters(nprocs):
+    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
+                                 str(REPO / "tests" / "mpi_cases" / "compressors.py")],
+                   timeout=300)
+    found = re.search(r"COMPRESSORS (\d+) OK", proc.stdout)
+    assert found and int(found.group(1)) >= 13 * 3, proc.stdout + proc.stderr
+
+
+# -- the apps' flags (torch-free: the parser and the Compression they build) ------------------
+
+def test_the_apps_compressor_flag_builds_each_named_compression():
+    from sparcapps.deep import lstm
+    from sparcapps.deep.compressor_table import _name
+    from sparcapps.deep.train import MOMENTUM_COMPRESSORS, _check_args, compression_from_args
+
+    parse = lstm.build_parser().parse_args
+    for name in COMPRESSORS:
+        args = parse(["--compressor", name, "--threshold", "0.01", "--powersgd-rank", "2",
+                      "--momentum", "0.5"] + (["--bits", "4"] if name == "qsgd" else []))
+        assert _check_args(args) == [], name
+        c = compression_from_args(args)
+        assert c.describe() == build(name, density=0.01, threshold=0.01, rank=2, momentum=0.5,
+                                     bits=args.bits, seed=0).describe(), name
+        assert _name({"config": vars(args)}).startswith(name)
+    c = compression_from_args(parse(["--compressor", "randomk", "--shared-indices"]))
+    assert c.compressor.shared
+    c = compression_from_args(parse(["--compressor", "dgc", "--density-warmup-steps", "9",
+                                     "--clip-norm", "2", "--momentum", "0.8"]))
+    assert c.compressor.warmup_steps == 9 and c.memory.clip_norm == 2.0
+    assert c.memory.momentum == 0.8 and "dgc" in MOMENTUM_COMPRESSORS
+    (problem,) = _check_args(parse(["--compressor", "threshold"]))
+    assert problem.startswith("--compressor threshold:") and "--threshold" in problem
+    (problem,) = _check_args(parse(["--compressor", "signsgd", "--bits", "4"]))
+    assert "takes no quantizer" in problem
+    (problem,) = _check_args(parse(["--compressor", "topk", "--global-topk"]))
+    assert "not both" in problem
+    with pytest.raises(SystemExit):  # argparse refuses an unknown name: exit 2
+        parse(["--compressor", "zip"])
+
+
+def test_the_table_of_compressors_from_records():
+    from sparcapps.deep import cnn
+    from sparcapps.deep.compressor_table import markdown, rows_of
+
+    def record(flags, acc, nbytes, density):
+        cfg = vars(cnn.build_parser().parse_args(flags))
+        return {"app": "sparc-cnn", "config": cfg, "N": 100_000, "P": 2, "status": "ok",
+                "metrics": {"test_accuracy": acc, "epochs": [{"sent_density": density}]},
+                "bytes": {"sent_per_step": nbytes}, "timings": {"step": {"median": 0.1}}}
+
+    rows = rows_of([record(["--dense"], 0.96, 4e5, 1.0),
+                    record(["--compressor", "efsignsgd"], 0.95, 1.25e4, 1.0),
+                    record(["--compressor", "efsignsgd", "--seed", "1"], 0.93, 1.25e4, 1.0),
+                    record(["--compressor", "threshold", "--threshold", "0.1"], 0.9, 900, 0.01),
+                    record(["--compressor", "threshold", "--threshold", "0.01"], 0.9, 9e4, 0.3),
+                    record(["--dense", "--lr", "0.001"], 0.1, 4e5, 1.0)])
+    by = {r["compressor"]: r for r in rows}
+    assert list(by) == ["dense", "dense (lr 0.001)", "efsignsgd", "threshold (abs >= 0.01)",
+                        "threshold (abs >= 0.1)"]
+    assert by["efsignsgd"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
+    assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.01), "over the seeds dense ran"
+    # the modeled network: an allgather of 1 bit per value receives P n / 8 bytes, more than
+    # a dense allreduce's 2 * 4 n once P > 64; the measured k is used
+    assert 0 < by["efsignsgd"]["sim64_ms"] < by["efsignsgd"]["sim256_ms"]
+    assert by["efsignsgd"]["sim256_ms"] > by["dense"]["sim256_ms"]
+    sparse = by["threshold (abs >= 0.1)"]
+    assert sparse["sim64_ms"] < by["threshold (abs >= 0.01)"]["sim64_ms"], "1% against 30%"
+    assert sparse["sim64_ms"] < sparse["sim256_ms"], "the sum of 256 selections fills in"
+    assert "| sparc-cnn | efsignsgd | 0 1 | 2 |" in markdown(rows)
