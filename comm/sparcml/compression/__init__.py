@@ -1,15 +1,22 @@
-"""Gradient compression in GRACE's split: compressor, quantizer, memory, communicator."""
+"""Gradient compression in GRACE's split: compressor, quantizer, memory, communicator.
 
-from ._objects import *  # noqa: F401,F403
-from ._objects import __all__ as _objects_all
-from ._sparsifiers import *  # noqa: F401,F403
-from ._sparsifiers import __all__ as _sparsifiers_all
-from ._quantizers import *  # noqa: F401,F403
-from ._quantizers import __all__ as _quantizers_all
-from ._powersgd import *  # noqa: F401,F403
-from ._powersgd import __all__ as _powersgd_all
-from ._catalog import COMPRESSORS, build  # noqa: F401
-from ._cost import predicted_seconds  # noqa: F401
+The compressors a GRACE or PowerSGD user reaches for, each over sparcml's collectives:
+``COMPRESSORS`` names them for ``--compressor`` and :func:`build` makes one by name.
+"""
 
-__all__ = [*_objects_all, *_sparsifiers_all, *_quantizers_all, *_powersgd_all,
-           "COMPRESSORS", "build", "predicted_seconds"]
+from ._objects import (Compression, Compressor, TopKCompressor, GlobalTopKCompressor,
+                       NoneCompressor, Memory, ResidualMemory, NoneMemory, Reduced, assemble_parts)
+from ._sparsifiers import (RandomKCompressor, ThresholdCompressor, DGCCompressor, DGCMemory,
+                           key_seed)
+from ._quantizers import (SignCompressor, EFSignCompressor, CastCompressor, terngrad, pack_signs,
+                          unpack_signs, to_bf16, from_bf16)
+from ._powersgd import (PowerSGDCompressor, matrix_shape, orthogonalize)
+from ._catalog import COMPRESSORS, build
+from ._cost import predicted_seconds
+
+__all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor", "NoneCompressor",
+           "Memory", "ResidualMemory", "NoneMemory", "Reduced", "assemble_parts",
+           "RandomKCompressor", "ThresholdCompressor", "DGCCompressor", "DGCMemory", "key_seed",
+           "SignCompressor", "EFSignCompressor", "CastCompressor", "terngrad", "pack_signs",
+           "unpack_signs", "to_bf16", "from_bf16", "PowerSGDCompressor", "matrix_shape",
+           "orthogonalize", "COMPRESSORS", "build", "predicted_seconds"]
