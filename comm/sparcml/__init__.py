@@ -12,9 +12,11 @@ from ._collectives.gather_scatter import allgather, bcast, reduce_scatter
 from ._runtime.context import TrafficStats
 from ._model.costmodel import CostModel
 from ._collectives.entry import allreduce, calibrate, iallreduce
-from ._errors import (CollectiveFailure, CompressionError, IncompatibleOptionsError,
-                      InvalidArgumentError, InvalidOutputError, InvalidVectorError,
-                      QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
+from ._options import Options, default_options
+from ._errors import (AgreementFieldError, CollectiveFailure, CompressionError,
+                      IncompatibleOptionsError, InvalidArgumentError, InvalidOptionError,
+                      InvalidOutputError, InvalidVectorError, QuantizationError,
+                      RankMismatchError, SparcmlError, UnknownAlgorithmError,
                       UnsupportedDtypeError)
 from ._collectives.exchange import block_bounds
 from ._topk.topk_allreduce import TopKReduced, itopk_allreduce, topk_allreduce
@@ -33,6 +35,8 @@ __all__ = [
     "register",
     "SparseVector",
     "TrafficStats",
+    "Options",
+    "default_options",
     "allreduce",
     "calibrate",
     "CostModel",
@@ -52,6 +56,8 @@ __all__ = [
     "InvalidVectorError",
     "InvalidOutputError",
     "InvalidArgumentError",
+    "InvalidOptionError",
+    "AgreementFieldError",
     "CollectiveFailure",
     "RankMismatchError",
     "UnknownAlgorithmError",

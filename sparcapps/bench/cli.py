@@ -369,9 +369,10 @@ def run_sweep(args) -> int:
 def _node_layout(comm) -> str:
     """'N nodes x R ranks' as the node-aware allreduce groups ``comm`` (collective)."""
     from sparcml._runtime.context import context_for
-    from sparcml._collectives.hierarchical import forced_ranks_per_node, layout_for
+    from sparcml import default_options
+    from sparcml._collectives.hierarchical import layout_for
 
-    forced = forced_ranks_per_node()
+    forced = default_options().ranks_per_node or 0
     layout = layout_for(context_for(comm), forced)
     how = f"{forced} per node forced" if forced else "MPI's COMM_TYPE_SHARED"
     return f"{layout.nodes} node(s) of {'/'.join(map(str, layout.sizes))} ranks, {how}"

@@ -116,7 +116,9 @@ assert stats.bytes_sent <= bound, (stats.bytes_sent, bound)
 # SPARCML_NODE_SHM=0: the same result bits, bytes and messages either way
 import os  # noqa: E402
 
-from sparcml._collectives.hierarchical import ENV_NODE_SHM, layout_for  # noqa: E402
+from sparcml._collectives.hierarchical import layout_for  # noqa: E402
+
+ENV_NODE_SHM = "SPARCML_NODE_SHM"
 
 if os.environ.get(ENV_NODE_SHM, "1") != "0":
     ways = {}

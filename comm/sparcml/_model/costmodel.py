@@ -31,10 +31,10 @@ every rank must receive, and the reduce-scatter + allgather volume ``(P-1)/P (k 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 
 from .._collectives.registry import algorithm_names, get_algorithm
+from .._options import current_options
 from .._topk.select_kernels import digit_bits
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
@@ -71,10 +71,10 @@ def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None
     positions: the smallest of ``s_idx`` (raw), the Elias-Fano code (about
     ``L + 1 + 2^-L (span / items - 1)`` bits, ``L = floor(log2(span / items))``) and the bitmap
     (``span / items`` bits), as :func:`sparcml._wire.codec.index_layout` chooses (headers and byte
-    rounding aside). ``coded``: default from the environment (``SPARCML_INDEX_CODING=raw``
-    sends raw indices)."""
+    rounding aside). ``coded``: default from the running call's options
+    (:func:`sparcml._options.current_options`; ``index_coding="raw"`` sends raw indices)."""
     if coded is None:
-        coded = os.environ.get("SPARCML_INDEX_CODING", "auto").strip().lower() != "raw"
+        coded = current_options().code_indices
     if not coded or items <= 0 or span <= 0:
         return float(s_idx)
     ratio = max(span / items, 1.0)

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
+from .._errors import SparcmlError
+from .._options import current_options
 from .progress import Waiter, wait_policy
 from .workspace import Workspace
 
@@ -113,8 +115,14 @@ def _delete(comm, keyval, ctx):  # called by MPI when the user's communicator is
 def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
     """A context on a fresh duplicate of ``comm`` (collective)."""
     dup = comm.Dup()
-    return CommContext(dup, dup.Get_rank(), dup.Get_size(),
-                       waiter if waiter is not None else Waiter(wait_policy(dup)))
+    if waiter is None:
+        auto = wait_policy(dup)
+        waiter = Waiter(auto, auto=auto)  # each call then waits as its options say
+        try:  # until then as the running call's (a node's sub-communicator), or the default
+            waiter.use(current_options().wait)
+        except SparcmlError:  # an invalid SPARCML_WAIT: the call's agreement raises it
+            pass
+    return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter)
 
 
 def context_for(comm: MPI.Comm) -> CommContext:
