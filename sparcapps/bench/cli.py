@@ -197,13 +197,11 @@ def run_sweep(args) -> int:
     from mpi4py import MPI
 
     import sparcml
-    from sparcml import AUTO, DENSE_BASELINE
+    from sparcml import DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record
 
-    from sparcml._topk.topk_allreduce import NAME as TOPK_NAME
-
     from .inputs import REPLAY, bench_cells
-    from .runner import BenchCase, run_cell, time_local_selection
+    from .runner import run_cell, time_local_selection
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -269,28 +267,7 @@ def run_sweep(args) -> int:
               "the reduce-scatter phase, what each block's owner receives)")
     for dim, density, pattern, label in cells:
         replay = args.replay if pattern == REPLAY else None
-        cases = []
-        for algorithm in algorithms:
-            for coding, parts in _variants(algorithm, args):
-                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                       args.nonblocking, reuse_output=args.reuse_output,
-                                       index_coding=coding, partitions=parts,
-                                       replay=replay))
-                if args.bits and _takes_quantizer(algorithm):  # and quantized
-                    cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                           args.nonblocking, args.bits,
-                                           args.quantize_sparse, args.reuse_output,
-                                           index_coding=coding, partitions=parts,
-                                           replay=replay))
-            if args.hierarchical and algorithm != DENSE_BASELINE:
-                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                       args.nonblocking, reuse_output=args.reuse_output,
-                                       hierarchical=True, replay=replay))
-        if args.topk is not None:
-            for coding, parts in _variants(TOPK_NAME, args):
-                cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
-                                       args.nonblocking, topk=args.topk, replay=replay,
-                                       index_coding=coding, partitions=parts))
+        cases = cell_cases(args, algorithms, dim, density, pattern, replay)
         outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                         model=model)
         dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -309,15 +286,7 @@ def run_sweep(args) -> int:
                 ratios.append(f"{case.algorithm} {over_flat:.2f}x")
             if rank != 0:
                 continue
-            name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
-            if case.topk is not None:
-                name += f"({case.topk})"
-            if case.bits:
-                name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
-            if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
-                name += "+h"
-            name += ("" if case.index_coding == "auto" else "+" + case.index_coding) + (
-                "+eq" if case.partitions == "equal" else "")
+            name = row_name(case, out["ran"], out["hierarchical"])
             b = out["bytes"]
             imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
             m = out.get("model")
@@ -364,6 +333,60 @@ def run_sweep(args) -> int:
             print(f"{'':>10} node-aware speedup over flat (flat / +h median): "
                   + ", ".join(ratios), flush=True)
     return 0
+
+
+def cell_cases(args, algorithms, dim, density, pattern, replay) -> list:
+    """The :class:`~.runner.BenchCase` list of one cell, in the order they are timed: per
+    algorithm its index coding and partition variants (each also quantized with ``--bits``),
+    then its node-aware row (``--hierarchical``, with the first variant's options); last the
+    ``--topk`` rows. The real and the
+    simulated sweep time the same list."""
+    from sparcml import DENSE_BASELINE
+    from sparcml._topk.topk_allreduce import NAME as TOPK_NAME
+
+    from .runner import BenchCase
+
+    cases = []
+    for algorithm in algorithms:
+        for coding, parts in _variants(algorithm, args):
+            cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                   args.nonblocking, reuse_output=args.reuse_output,
+                                   index_coding=coding, partitions=parts, replay=replay))
+            if args.bits and _takes_quantizer(algorithm):  # and quantized
+                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                       args.nonblocking, args.bits, args.quantize_sparse,
+                                       args.reuse_output, index_coding=coding,
+                                       partitions=parts, replay=replay))
+        if args.hierarchical and algorithm != DENSE_BASELINE:
+            # beside the flat row of the first variant (its flat / node-aware ratio)
+            coding, parts = _variants(algorithm, args)[0]
+            cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
+                                   args.nonblocking, reuse_output=args.reuse_output,
+                                   hierarchical=True, index_coding=coding, partitions=parts,
+                                   replay=replay))
+    if args.topk is not None:
+        for coding, parts in _variants(TOPK_NAME, args):
+            cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
+                                   args.nonblocking, topk=args.topk, replay=replay,
+                                   index_coding=coding, partitions=parts))
+    return cases
+
+
+def row_name(case, ran: str | None, hierarchical: bool) -> str:
+    """A row's label: the algorithm (``auto:<what it ran>``), ``(k)`` for top-k, ``+qB`` for
+    quantized, ``+h`` node-aware (asked for, or ``auto``'s choice), ``+raw``/``+coded`` and
+    ``+eq`` for the index coding and partition variants."""
+    from sparcml import AUTO
+
+    name = case.algorithm if case.algorithm != AUTO else f"auto:{ran}"
+    if case.topk is not None:
+        name += f"({case.topk})"
+    if case.bits:
+        name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
+    if case.hierarchical or hierarchical:
+        name += "+h"
+    return name + ("" if case.index_coding == "auto" else "+" + case.index_coding) + (
+        "+eq" if case.partitions == "equal" else "")
 
 
 def _node_layout(comm) -> str:

@@ -83,13 +83,14 @@ def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None
     return min(float(s_idx), ef, ratio / 8)
 
 
-def stream_bytes(items: float, N: int, s_idx: int, s_val: int) -> float:
+def stream_bytes(items: float, N: int, s_idx: int, s_val: int,
+                 coded: bool | None = None) -> float:
     """Bytes of a stream of ``items`` entries by the switch rule (dense past it; sparse items
-    with their indices coded, :func:`index_bytes`)."""
+    with their indices coded, :func:`index_bytes`, whose ``coded`` this is)."""
     c = s_idx + s_val
     if items >= N * s_val / c:
         return N * s_val
-    return items * (index_bytes(items, N, s_idx) + s_val)
+    return items * (index_bytes(items, N, s_idx, coded) + s_val)
 
 
 def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
