@@ -15,8 +15,8 @@ field               environment default         accepted values         agreed
 ``node_shm``        ``SPARCML_NODE_SHM``        True, False (``1/0``)   yes
 ``ranks_per_node``  ``SPARCML_RANKS_PER_NODE``  None, an int >= 1       yes
 ``auto_tuning``     ``SPARCML_AUTO_TUNING``     True, False (``1/0``)   yes
-``wait``            ``SPARCML_WAIT``            ``auto``, ``spin``,     no (per rank)
-                                                ``yield``
+``wait``            ``SPARCML_WAIT``            ``auto``, ``spin``,     yes (the policy
+                                                ``yield``               it gives)
 ==================  ==========================  ======================  ==============
 
 The agreed fields are one group of the call's agreement (:func:`option_fields`): a rank whose
@@ -76,8 +76,9 @@ class Options:
     ``ranks_per_node``: None (MPI's grouping by shared memory) or R: ranks ``[jR, (j+1)R)``
     form node j (to try multi-node paths on one machine). ``auto_tuning``: ``auto`` measures
     near-ties instead of trusting the cost model alone. ``wait``: ``"spin"`` (MPI's busy
-    polling), ``"yield"`` (test and sleep) or ``"auto"`` (yield when this node's ranks
-    outnumber the cores); this rank's own, not agreed.
+    polling), ``"yield"`` (test and sleep) or ``"auto"`` (yield when a node's ranks outnumber
+    its cores); agreed as the policy it gives (a blocking collective on one rank does not
+    match a non-blocking one on another).
 
     Validated when made: :class:`~sparcml.InvalidOptionError` names the field and the values
     it accepts. Frozen and hashable; ``dataclasses.replace(opts, partitions="equal")`` makes
@@ -235,5 +236,6 @@ def option_labels() -> dict[str, dict[int, str]]:
             "options.index_coding": {**dict(enumerate(map(repr, INDEX_CODINGS))),
                                      -1: "(invalid)"},
             "options.node_shm": flag, "options.auto_tuning": flag,
-            "options.ranks_per_node": {0: "None (MPI's grouping)", -1: "(invalid)"}}
+            "options.ranks_per_node": {0: "None (MPI's grouping)", -1: "(invalid)"},
+            "options.wait": {0: "spin", 1: "yield", -1: "(invalid)"}}
 

@@ -284,7 +284,8 @@ def agreed_call(ctx, options, fields: dict, describe=None, maxima: dict | None =
     agreed fields to ``fields`` as one group (:func:`~sparcml._options.option_fields`), runs
     the block capturing any exception as this rank's error, then :func:`agree` (``fields``
     preset to the values of a rank that fails early: every rank must pass the same names) and
-    sets ``ctx.waiter``'s policy to the options' ``wait``. ``describe``: as for :func:`agree`,
+    sets ``ctx.waiter``'s policy to the options' ``wait`` (agreed as the policy it gives:
+    ``"auto"`` and ``"yield"`` agree where the automatic policy yields). ``describe``: as for :func:`agree`,
     for the call's own fields (the options' are named here)."""
     call = AgreedCall(fields, dict(maxima or {}))
     failed = capture()
@@ -292,6 +293,9 @@ def agreed_call(ctx, options, fields: dict, describe=None, maxima: dict | None =
     with failed:
         resolved = resolve_options(options)
     fields.update(option_fields(resolved))
+    # how the ranks will wait: a blocking collective on one rank and its non-blocking twin
+    # on another do not match, so the policy each rank would use is agreed (options' wait)
+    fields["options.wait"] = -1 if resolved is None else int(ctx.waiter.policy(resolved.wait))
     if resolved is not None:
         call.options = resolved
     with failed:

@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
-from .._errors import SparcmlError
-from .._options import current_options
 from .progress import Waiter, wait_policy
 from .workspace import Workspace
 
@@ -117,11 +115,8 @@ def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
     dup = comm.Dup()
     if waiter is None:
         auto = wait_policy(dup)
-        waiter = Waiter(auto, auto=auto)  # each call then waits as its options say
-        try:  # until then as the running call's (a node's sub-communicator), or the default
-            waiter.use(current_options().wait)
-        except SparcmlError:  # an invalid SPARCML_WAIT: the call's agreement raises it
-            pass
+        # each call then waits as its (agreed) options say; until then alike on every rank
+        waiter = Waiter(auto, auto=auto)
     return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter)
 
 

@@ -43,8 +43,9 @@ def _cores() -> int:
 
 
 def wait_policy(comm: MPI.Comm) -> bool:
-    """``wait="auto"``'s answer: True when waits on ``comm`` should yield the CPU (this node's
-    ranks outnumber the cores). Collective (a node-local split)."""
+    """``wait="auto"``'s answer: True when waits on ``comm`` should yield the CPU (some node's
+    ranks outnumber its cores), the same on every rank. Collective (a node-local split and
+    two allgathers)."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         local_ranks = node.Get_size()
@@ -55,7 +56,9 @@ def wait_policy(comm: MPI.Comm) -> bool:
     # simulator's ranks are threads of one process, and its requests are not MPI's)
     kernel = _kernel_id()
     same_kernel = len({pid for k, pid in comm.allgather((kernel, os.getpid())) if k == kernel})
-    return max(local_ranks, same_kernel) > _cores()
+    # one answer for every rank: a blocking collective on one rank and its non-blocking twin
+    # on another do not match (MPI), so the ranks that would spin yield too
+    return any(comm.allgather(max(local_ranks, same_kernel) > _cores()))
 
 
 def _kernel_id() -> str:
@@ -81,14 +84,20 @@ class Waiter:
         self.max_sleep = max(_MIN_SLEEP_SECONDS, float(max_sleep))
         self.auto = auto
 
-    def use(self, wait: str) -> None:
-        """Wait as a call's ``Options.wait`` says (``"auto"``: as :func:`wait_policy` found);
-        a fixed waiter keeps its policy."""
+    def policy(self, wait: str) -> bool:
+        """Whether a call with ``Options.wait`` = ``wait`` yields (``"auto"``: as
+        :func:`wait_policy` found); a fixed waiter's own policy whatever ``wait`` says."""
         if self.auto is None:
-            return
+            return self.yield_cpu
         if wait not in WAITS:
             raise ValueError(f"wait must be one of {', '.join(WAITS)}, got {wait!r}")
-        self.yield_cpu = self.auto if wait == "auto" else wait == "yield"
+        return self.auto if wait == "auto" else wait == "yield"
+
+    def use(self, wait: str) -> None:
+        """Wait as :meth:`policy` says for ``wait`` from now on. Every rank of a communicator
+        must wait alike (a blocking collective does not match a non-blocking one): the entry
+        points agree on :meth:`policy` before they call this."""
+        self.yield_cpu = self.policy(wait)
 
     def _pause(self, spins: int, started: float) -> None:
         if spins < _SPINS_BEFORE_SLEEP:
