@@ -30,6 +30,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     import sparcml
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
+                                    add_options_arguments,
                                     add_data_home_argument, algorithm_help, algorithm_name,
                                     make_parser, positive_int)
 
@@ -80,6 +81,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     add_bits_argument(c)
     c.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
+    add_options_arguments(c)
     o = p.add_argument_group("output")
     o.add_argument("--output", metavar="FILE.jsonl", help="append the result record here")
     o.add_argument("--save-model", metavar="FILE.h5", help="write the final model here")
@@ -234,6 +236,7 @@ def run(args, prog: str) -> int:
     import sparcml
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
+    from sparcapps.cli_args import options_from_args
     from sparcapps.interrupt import StopOnSignal
 
     from .collective import collective_errors
@@ -261,6 +264,7 @@ def run(args, prog: str) -> int:
             loss=args.loss, alpha=args.alpha, learning_rate=args.learning_rate, eta0=args.eta0,
             power_t=args.power_t, batch_size=args.batch_size, epochs=args.epochs, tol=args.tol,
             algorithm=args.algorithm, quantizer=quantizer, quantize_sparse=args.quantize_sparse,
+            options=options_from_args(args),
             seed=args.seed, comm=comm, fit_intercept=not args.no_intercept,
             shuffle=not args.no_shuffle)
         with collective_errors(comm):

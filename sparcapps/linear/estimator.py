@@ -117,6 +117,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     warm_start : bool
         As SGDClassifier: ``fit`` starts from the weights of the previous ``fit`` (the sample
         counter ``t_`` and the epochs start again).
+    options : sparcml.Options or None
+        The options of every allreduce (None: the process defaults, ``SPARCML_*``).
 
     Attributes
     ----------
@@ -137,7 +139,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                  power_t=0.5, batch_size=256, epochs=5, tol=None, n_iter_no_change=5,
                  algorithm=sparcml.DEFAULT_ALGORITHM, quantizer=None, quantize_sparse=False,
                  seed=0, comm=None, fit_intercept=True, shuffle=True, class_weight=None,
-                 warm_start=False):
+                 warm_start=False, options=None):
         self.loss = loss
         self.alpha = alpha
         self.learning_rate = learning_rate
@@ -156,6 +158,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         self.shuffle = shuffle
         self.class_weight = class_weight
         self.warm_start = warm_start
+        self.options = options
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -317,7 +320,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
             fit_intercept=self.fit_intercept, global_batch=self.batch_size * comm.Get_size(),
             seed=self.seed, shuffle=self.shuffle, algorithm=self.algorithm,
             quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
-            intercept_decay=self._intercept_decay)
+            intercept_decay=self._intercept_decay, options=self.options)
 
     def fit(self, X, y, sample_weight=None, *, monitor=None, resume=None):
         """Train from zero weights (from the previous fit's with ``warm_start``; from
