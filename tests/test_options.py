@@ -152,3 +152,20 @@ def test_nan_and_huge_values_are_named():
                           (None, "None"), (math.inf, "inf")]:
         _, _, error = pack_fields({"k": value}, {})
         assert isinstance(error, AgreementFieldError) and needle in str(error), error
+
+
+def test_compression_carries_its_options_into_every_reduction(monkeypatch):
+    from sparcml.compression import Compression, TopKCompressor
+
+    assert "options=" not in Compression().describe()  # unchanged for the defaults
+    raw = Options(index_coding="raw")
+    comp = Compression(TopKCompressor(k=2), options=raw)
+    assert comp.fresh().options == raw and comp.with_options(None).options is None
+    assert "index_coding='raw'" in comp.describe()
+    with pytest.raises(InvalidOptionError):
+        Compression(options="raw")
+    seen = []
+    monkeypatch.setattr("sparcml.compression._objects.allreduce_in",
+                        lambda ctx, vec, **kw: seen.append(kw["options"]) or vec)
+    comp.allreduce(np.arange(5, dtype=np.float32))
+    assert seen == [raw]

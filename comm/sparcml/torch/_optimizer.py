@@ -151,7 +151,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self._buckets: list[Bucket] = []
         self._handles = []
-        options = ""
+        reduce_options, options = options, ""  # options: from here, the description line
         with capture() as failed:  # every rank validates, then all raise the same error
             if not isinstance(optimizer, torch.optim.Optimizer):
                 raise IncompatibleOptionsError(
@@ -166,8 +166,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     f"compression must be a sparcml.compression._objects.Compression, got "
                     f"{type(compression).__name__}; e.g. Compression(TopKCompressor("
                     f"density=0.01), quantizer=sparcml.QSGD(4))")
-            if options is not None:
-                compression = compression.with_options(options)
+            if reduce_options is not None:
+                compression = compression.with_options(reduce_options)
             self.bucket_bytes = _check_int("bucket_bytes", bucket_bytes, 1)
             self.backward_passes_per_step = _check_int("backward_passes_per_step",
                                                        backward_passes_per_step, 1)
