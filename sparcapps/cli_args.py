@@ -51,7 +51,8 @@ __all__ = ["positive_int", "nonnegative_int", "fraction", "registered_algorithms
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
            "output_dir", "positive_float", "nonnegative_float", "add_deprecated_alias",
            "add_timeout_argument", "add_records_output_argument", "plain_text",
-           "add_compressor_arguments"]
+           "add_compressor_arguments",
+           "add_options_arguments", "options_from_args"]
 
 BITS_CHOICES = (0, 2, 4, 8)
 _RANK_VARIABLES = ("PMI_RANK", "PMIX_RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
@@ -140,6 +141,29 @@ class Parser(argparse.ArgumentParser):
         if first_rank():
             self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
         self.exit(2)
+
+
+def add_options_arguments(group) -> None:
+    """``--partitions`` and ``--index-coding``: fields of the :class:`sparcml.Options` every
+    call gets (:func:`options_from_args`); unset, the process defaults (``SPARCML_*``)."""
+    group.add_argument("--partitions", choices=["balanced", "equal"], default=None,
+                       help="blocks of the split algorithms' reduce-scatter (default: "
+                            "SPARCML_PARTITIONS, else balanced)")
+    group.add_argument("--index-coding", choices=["auto", "coded", "raw"], default=None,
+                       help="indices of sparse messages (default: SPARCML_INDEX_CODING, else "
+                            "auto: coded where the link time saved exceeds the CPU time)")
+
+
+def options_from_args(args):
+    """The :class:`sparcml.Options` of :func:`add_options_arguments`'s flags: the process
+    defaults with the flags given."""
+    from dataclasses import replace
+
+    import sparcml
+
+    given = {name: getattr(args, name, None) for name in ("partitions", "index_coding")}
+    return replace(sparcml.default_options(),
+                   **{name: value for name, value in given.items() if value is not None})
 
 
 def make_parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:

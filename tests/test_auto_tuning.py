@@ -138,7 +138,7 @@ def test_simulated_auto_overrules_a_wrong_model_by_measurement(P):
 
 
 def test_simulated_auto_keeps_the_models_choice_with_tuning_off(monkeypatch):
-    monkeypatch.setenv(tuning.TUNING_ENV, "0")
+    monkeypatch.setenv("SPARCML_AUTO_TUNING", "0")
     res = sim.run(4, _workload, args=(6,), network="4x10gbit")
     assert all(r[0] == ["dense"] * 6 for r in res.results)
 

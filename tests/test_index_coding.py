@@ -106,5 +106,5 @@ def test_link_costs_from_the_model_or_from_where_the_ranks_are(monkeypatch):
     calibrated = _Ctx(4, 4)
     calibrated.history["model"] = CostModel(beta=3e-9, gamma_code=2e-9)
     assert index_coding_costs(calibrated) == (3e-9, 2e-9)
-    monkeypatch.setenv("SPARCML_INDEX_CODING", "coded")  # the smallest code, whatever it costs
-    assert index_coding_costs(_Ctx(4, 4)) is None
+    # the smallest code, whatever it costs
+    assert index_coding_costs(_Ctx(4, 4), "coded") is None

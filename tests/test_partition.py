@@ -64,14 +64,16 @@ def test_estimate_balances_a_power_law_support(P, monkeypatch):
     assert np.diff(dense).min() > np.diff(bounds).min()
 
 
-def test_policy_comes_from_the_environment(monkeypatch):
-    monkeypatch.delenv(partition.PARTITIONS_ENV, raising=False)
-    assert partition.POLICIES[partition.partition_policy()] == partition.BALANCED
-    monkeypatch.setenv(partition.PARTITIONS_ENV, "Equal")
-    assert partition.POLICIES[partition.partition_policy()] == partition.EQUAL
-    monkeypatch.setenv(partition.PARTITIONS_ENV, "skewed")
-    with pytest.raises(partition.InvalidArgumentError, match="expected one of balanced, equal"):
-        partition.partition_policy()
+def test_policy_default_comes_from_the_environment(monkeypatch):
+    from sparcml import InvalidOptionError, default_options
+
+    monkeypatch.delenv("SPARCML_PARTITIONS", raising=False)
+    assert default_options().partitions == partition.BALANCED
+    monkeypatch.setenv("SPARCML_PARTITIONS", "Equal")
+    assert default_options().partitions == partition.EQUAL
+    monkeypatch.setenv("SPARCML_PARTITIONS", "skewed")
+    with pytest.raises(InvalidOptionError, match="expected one of balanced, equal"):
+        default_options()
 
 
 @pytest.mark.mpi

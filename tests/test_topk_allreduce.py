@@ -5,6 +5,8 @@ simulated ranks by tests/test_matrix.py)."""
 import numpy as np
 import pytest
 
+from mpirun import run_mpi
+
 from sparcml._topk import select_kernels
 
 F32 = (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000))
@@ -154,6 +156,7 @@ def test_global_topk_compression_takes_no_quantizer():
     assert repr(GlobalTopKCompressor(density=0.5)) == "GlobalTopKCompressor(density=0.5)"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 3])
 def test_calibrate_topk_measures_topk_allreduce_into_the_model(nprocs):
     """sparcml.calibrate_topk adds topk_allreduce's fixed cost and growth to a calibrated

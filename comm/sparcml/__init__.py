@@ -24,9 +24,11 @@ from ._collectives.gather_scatter import allgather, bcast, reduce_scatter
 from ._runtime.context import TrafficStats
 from ._model.costmodel import CostModel
 from ._collectives.entry import allreduce, calibrate, iallreduce
-from ._errors import (CollectiveFailure, CompressionError, IncompatibleOptionsError,
-                      InvalidArgumentError, InvalidOutputError, InvalidVectorError,
-                      QuantizationError, RankMismatchError, SparcmlError, UnknownAlgorithmError,
+from ._options import Options, default_options
+from ._errors import (AgreementFieldError, CollectiveFailure, CompressionError,
+                      IncompatibleOptionsError, InvalidArgumentError, InvalidOptionError,
+                      InvalidOutputError, InvalidVectorError, QuantizationError,
+                      RankMismatchError, SparcmlError, UnknownAlgorithmError,
                       UnsupportedDtypeError)
 from ._collectives.exchange import block_bounds
 from ._collectives.hierarchical import node_sizes
@@ -52,6 +54,8 @@ __all__ = [
     "load_plugins",
     "SparseVector",
     "TrafficStats",
+    "Options",
+    "default_options",
     "allreduce",
     "calibrate",
     "calibrate_topk",
@@ -76,6 +80,8 @@ __all__ = [
     "InvalidVectorError",
     "InvalidOutputError",
     "InvalidArgumentError",
+    "InvalidOptionError",
+    "AgreementFieldError",
     "CollectiveFailure",
     "RankMismatchError",
     "UnknownAlgorithmError",

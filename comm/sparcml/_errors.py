@@ -13,6 +13,8 @@ __all__ = [
     "QuantizationError",
     "InvalidOutputError",
     "InvalidArgumentError",
+    "InvalidOptionError",
+    "AgreementFieldError",
     "CollectiveFailure",
 ]
 
@@ -58,6 +60,18 @@ class InvalidArgumentError(SparcmlError, ValueError, TypeError):
     of sparcml's own (an ``OverflowError`` from NumPy, a Numba typing error): the message names
     the rank, the original class and message. Both ``ValueError`` and ``TypeError``, so that
     callers catching either still do."""
+
+
+class InvalidOptionError(InvalidArgumentError):
+    """A field of :class:`sparcml.Options` (given as ``options=`` or read from its environment
+    default) outside its accepted values; the message names the field (or the variable) and
+    the values it accepts."""
+
+
+class AgreementFieldError(InvalidArgumentError):
+    """A value the ranks must agree on (``k``, a dim, an option) that cannot be compared
+    across ranks: not an integer of int64's range (``2**70``, a float, a string, None). Raised
+    on every rank, naming the field and the rank, before anything is exchanged."""
 
 
 class CollectiveFailure(SparcmlError, RuntimeError):

@@ -184,11 +184,12 @@ def run_sweep(args) -> int:
     from mpi4py import MPI
 
     import sparcml
-    from sparcml import AUTO, DENSE_BASELINE, TOPK_ALLREDUCE
+    from sparcml import DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record
 
     from .inputs import REPLAY, bench_cells
-    from .runner import BenchCase, run_cell, time_local_selection
+    from .cases import cell_cases, row_name
+    from .runner import run_cell, time_local_selection
 
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
@@ -251,28 +252,7 @@ def run_sweep(args) -> int:
               "in the reduce-scatter phase, what each block's owner receives)")
     for dim, density, pattern, label in cells:
         replay = args.replay if pattern == REPLAY else None
-        cases = []
-        for algorithm in algorithms:
-            for coding, parts in _variants(algorithm, args):
-                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                       args.nonblocking, reuse_output=args.reuse_output,
-                                       index_coding=coding, partitions=parts,
-                                       replay=replay))
-                if args.bits and _takes_quantizer(algorithm):  # and quantized
-                    cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                           args.nonblocking, args.bits,
-                                           args.quantize_sparse, args.reuse_output,
-                                           index_coding=coding, partitions=parts,
-                                           replay=replay))
-            if args.hierarchical and algorithm != DENSE_BASELINE:
-                cases.append(BenchCase(dim, density, pattern, algorithm, args.dtype,
-                                       args.nonblocking, reuse_output=args.reuse_output,
-                                       hierarchical=True, replay=replay))
-        if args.topk is not None:
-            for coding, parts in _variants(TOPK_ALLREDUCE, args):
-                cases.append(BenchCase(dim, density, pattern, TOPK_ALLREDUCE, args.dtype,
-                                       args.nonblocking, topk=args.topk, replay=replay,
-                                       index_coding=coding, partitions=parts))
+        cases = cell_cases(args, algorithms, dim, density, pattern, replay)
         outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
                         model=model)
         dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
@@ -291,15 +271,7 @@ def run_sweep(args) -> int:
                 ratios.append(f"{case.algorithm} {over_flat:.2f}x")
             if rank != 0:
                 continue
-            name = case.algorithm if case.algorithm != AUTO else f"auto:{out['ran']}"
-            if case.topk is not None:
-                name += f"({case.topk})"
-            if case.bits:
-                name += f"+q{case.bits}" + ("s" if case.quantize_sparse else "")
-            if case.hierarchical or out["hierarchical"]:  # asked for, or auto's choice
-                name += "+h"
-            name += ("" if case.index_coding == "auto" else "+" + case.index_coding) + (
-                "+eq" if case.partitions == "equal" else "")
+            name = row_name(case, out["ran"], out["hierarchical"])
             b = out["bytes"]
             imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
             m = out.get("model")
@@ -348,34 +320,18 @@ def run_sweep(args) -> int:
     return 0
 
 
+
+
 def _node_layout(comm) -> str:
     """'N nodes x R ranks' as the node-aware allreduce groups ``comm`` (collective)."""
-    import os
-
-    from sparcml import node_sizes
+    from sparcml import default_options, node_sizes
 
     sizes = node_sizes(comm)
-    forced = os.environ.get("SPARCML_RANKS_PER_NODE", "").strip()  # node_sizes checked it
+    forced = default_options().ranks_per_node or 0
     how = f"{forced} per node forced" if forced else "MPI's COMM_TYPE_SHARED"
     return f"{len(sizes)} node(s) of {'/'.join(map(str, sizes))} ranks, {how}"
 
 
-def _variants(algorithm: str, args) -> list[tuple[str, str]]:
-    """The (index coding, partitions) cases of an algorithm: every requested value where it
-    changes something (indices: not the dense baseline; partitions: the split algorithms and
-    topk_allreduce's reduce-scatter)."""
-    from sparcml import AUTO, DENSE_BASELINE, TOPK_ALLREDUCE
-
-    codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
-    split = "split" in algorithm or algorithm in (AUTO, TOPK_ALLREDUCE)
-    parts = args.partitions if split else ["balanced"]
-    return [(c, p) for c in codings for p in parts]
-
-
-def _takes_quantizer(algorithm: str) -> bool:
-    from sparcml import AUTO, get_algorithm
-
-    return algorithm == AUTO or get_algorithm(algorithm).accepts_quantizer
 
 
 def run_overlap(args) -> int:

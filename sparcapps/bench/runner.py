@@ -8,9 +8,8 @@ slowest rank's. Medians and spread come from those.
 
 from __future__ import annotations
 
-import os
 import time
-from dataclasses import KW_ONLY, dataclass
+from dataclasses import KW_ONLY, dataclass, replace
 
 import numpy as np
 from mpi4py import MPI
@@ -18,12 +17,11 @@ from mpi4py import MPI
 import sparcml
 from sparcapps.records import summarize
 from sparcml._runtime.context import context_for
-from sparcml._collectives.partition import PARTITIONS_ENV
-from sparcml._wire.codec import INDEX_CODING_ENV
 
 from .inputs import make_input
 
-__all__ = ["BenchCase", "run_case", "run_cell", "time_local_selection"]
+__all__ = ["BenchCase", "run_case", "run_cell", "case_call", "case_options", "settle_auto",
+           "time_local_selection"]
 
 
 @dataclass(frozen=True)
@@ -41,8 +39,8 @@ class BenchCase:
     topk: int | None = None         # time sparcml.topk_allreduce keeping this many (algorithm
     #                                 is then the label, sparcml.TOPK_ALLREDUCE)
     hierarchical: bool | None = None  # node-aware (True), flat (False), library default (None)
-    index_coding: str = "auto"      # SPARCML_INDEX_CODING for the call ("raw": the "before")
-    partitions: str = "balanced"    # SPARCML_PARTITIONS for the call (every rank alike)
+    index_coding: str = "auto"      # Options.index_coding of the call ("raw": the "before")
+    partitions: str = "balanced"    # Options.partitions of the call (every rank alike)
     replay: str | None = None       # pattern "replay": the file of recorded vectors
 
 
@@ -68,25 +66,7 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     for case in cases:
         quantizer = None if case.bits is None else sparcml.QSGD(bits=case.bits,
                                                                seed=[seed, rank])
-        options = {} if case.topk is not None else {
-                   "algorithm": case.algorithm, "quantizer": quantizer,
-                   "quantize_sparse": case.quantize_sparse,
-                   "hierarchical": case.hierarchical}
-        if case.reuse_output:
-            options["out"] = np.zeros(first.N, np.dtype(first.dtype))  # zeros: in memory now
-
-        def call(stats, options=options, nonblocking=case.nonblocking, case=case):
-            os.environ[INDEX_CODING_ENV] = case.index_coding
-            os.environ[PARTITIONS_ENV] = case.partitions
-            topk = case.topk
-            if topk is not None and nonblocking:
-                return sparcml.itopk_allreduce(vec, topk, comm, stats=stats).wait().result
-            if topk is not None:
-                return sparcml.topk_allreduce(vec, topk, comm, stats=stats).result
-            if nonblocking:
-                return sparcml.iallreduce(vec, comm, stats=stats, **options).wait()
-            return sparcml.allreduce(vec, comm, stats=stats, **options)
-
+        call = case_call(case, vec, comm, quantizer)
         call(sparcml.TrafficStats())  # first call: Dup, Numba load, auto's calibration
         calls.append(call)
     settle_auto([lambda call=call: call(sparcml.TrafficStats())
@@ -111,6 +91,38 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     k_max = max(comm.allgather(vec.nnz))
     return [_describe(case, comm, times[i], stats[i], results[i], k_max, model, phase1[i])
             for i, case in enumerate(cases)]
+
+
+def case_options(case: BenchCase) -> "sparcml.Options":
+    """The :class:`sparcml.Options` of a case's calls: the process defaults (the
+    ``SPARCML_*`` environment) with the case's index coding and partitions."""
+    return replace(sparcml.default_options(), index_coding=case.index_coding,
+                   partitions=case.partitions)
+
+
+def case_call(case: BenchCase, vec, comm, quantizer=None):
+    """``call(stats) -> result``: one call of ``case`` on ``vec`` (collective), its options
+    passed as the keyword. The real and the simulated sweep both call through this."""
+    options = case_options(case)
+    kwargs = {} if case.topk is not None else {
+        "algorithm": case.algorithm, "quantizer": quantizer,
+        "quantize_sparse": case.quantize_sparse, "hierarchical": case.hierarchical}
+    if case.reuse_output:
+        kwargs["out"] = np.zeros(case.N, np.dtype(case.dtype))  # zeros: in memory now
+
+    def call(stats):
+        if case.topk is not None and case.nonblocking:
+            return sparcml.itopk_allreduce(vec, case.topk, comm, stats=stats,
+                                           options=options).wait().result
+        if case.topk is not None:
+            return sparcml.topk_allreduce(vec, case.topk, comm, stats=stats,
+                                          options=options).result
+        if case.nonblocking:
+            return sparcml.iallreduce(vec, comm, stats=stats, options=options,
+                                      **kwargs).wait()
+        return sparcml.allreduce(vec, comm, stats=stats, options=options, **kwargs)
+
+    return call
 
 
 def settle_auto(auto_calls) -> None:

@@ -63,54 +63,58 @@ def add_arguments(p) -> None:
                         "SPEC for --simulate; run it on 2 nodes, e.g. mpiexec -n 4 -ppn 2")
 
 
-def _cell(comm, cases, dim, density, pattern, dtype, reps, warmup, seed, model, replay=None):
+def _cell(comm, cases, reps, warmup, seed, model):
+    """Time ``cases`` (:class:`~.runner.BenchCase` of one input) on the simulated ``comm``."""
     import sparcml
     import sparcml.sim as sim
 
     from .inputs import make_input
-    from .runner import settle_auto
+    from .runner import case_call, settle_auto
 
+    first = cases[0]
     rank, size = comm.Get_rank(), comm.Get_size()
-    vec = make_input(dim, density, pattern, rank, size, dtype=np.dtype(dtype), seed=seed,
-                     replay=replay)
+    vec = make_input(first.N, first.density, first.pattern, rank, size,
+                     dtype=np.dtype(first.dtype), seed=seed, replay=first.replay)
     if model is not None:
         sim.use_model(comm, model)
-    # the real sweep's order (sparcapps.bench.runner): one untimed first call per case, then
-    # the repetitions interleaved case by case, so state kept between calls (the balanced
+    # the real sweep's order (sparcapps.bench.runner.run_cell) and its calls (case_call: the
+    # same keywords, options included): one untimed first call per case, then the
+    # repetitions interleaved case by case, so state kept between calls (the balanced
     # partitions' estimate) evolves the same way and bytes match a real run's
-    for algorithm in cases:
-        sparcml.allreduce(vec, comm, algorithm=algorithm)
-    settle_auto([lambda: sparcml.allreduce(vec, comm, algorithm=sparcml.AUTO)
-                 for algorithm in cases if algorithm == sparcml.AUTO])
+    calls = [case_call(case, vec, comm) for case in cases]
+    for call in calls:
+        call(sparcml.TrafficStats())
+    settle_auto([lambda call=call: call(sparcml.TrafficStats())
+                 for case, call in zip(cases, calls)
+                 if case.topk is None and case.algorithm == sparcml.AUTO])
     stats = [sparcml.TrafficStats() for _ in cases]
     elapsed = [[] for _ in cases]
     results = [None] * len(cases)
     for rep in range(warmup + reps):
-        for i, algorithm in enumerate(cases):
+        for i, call in enumerate(calls):
             stats[i].reset()
             results[i] = None
             comm.Barrier()
             t0 = comm.clock()
-            results[i] = sparcml.allreduce(vec, comm, algorithm=algorithm, stats=stats[i])
+            results[i] = call(stats[i])
             t1 = comm.clock()
             if rep >= warmup:
                 elapsed[i].append(t1 - t0)
     out = []
-    for i, algorithm in enumerate(cases):
+    for i in range(len(cases)):
         result, st = results[i], stats[i]
         nnz = result.count_nonzero() if result.is_dense else result.nnz
         out.append({"elapsed": elapsed[i], "bytes": st.bytes_sent, "messages": st.messages,
                     "dense_messages": st.dense_messages, "ran": st.algorithm,
-                    "nnz": int(nnz), "dense": bool(result.is_dense), "k": int(vec.nnz)})
+                    "hierarchical": st.hierarchical, "nnz": int(nnz),
+                    "dense": bool(result.is_dense), "k": int(vec.nnz)})
         results[i] = None
     return out
 
 
-def _cells(comm, cells, dtype, reps, warmup, seed, model):
-    """:func:`_cell` for each ``(dim, density, pattern, algorithms, replay)``, in order."""
-    return [_cell(comm, run_algs, dim, density, pattern, dtype, reps, warmup, seed, model,
-                  replay)
-            for dim, density, pattern, run_algs, replay in cells]
+def _cells(comm, cells, reps, warmup, seed, model):
+    """:func:`_cell` for each list of cases, in order."""
+    return [_cell(comm, cases, reps, warmup, seed, model) for cases in cells]
 
 
 def _dense_fits(P, dim, itemsize, budget) -> bool:
@@ -123,40 +127,43 @@ def _modeled_dense(P, dim, dtype, net):
     return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize)
 
 
-def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val) -> int:
+def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
     """Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
-    doubling the expected union so far in each of its rounds (powers of two)."""
+    doubling the expected union so far in each of its rounds (powers of two). ``coded``:
+    the indices in their code (else raw)."""
     from sparcml import CostModel, get_algorithm
 
     index_bytes, stream_bytes = CostModel.index_bytes, CostModel.stream_bytes
     union_size = CostModel.union_size
     if get_algorithm(algorithm).baseline:  # allgather of the inputs
-        return int((P - 1) * stream_bytes(k, dim, s_idx, s_val))
+        return int((P - 1) * stream_bytes(k, dim, s_idx, s_val, coded))
     if "split" not in algorithm:  # recursive doubling: the union so far, once per round
         q = CostModel.overlap_from_result(k, K, P, dim)
         rounds = max(1, (P - 1).bit_length()) if P > 1 else 0
-        return int(sum(stream_bytes(union_size(k, 1 << r, dim, q), dim, s_idx, s_val)
+        return int(sum(stream_bytes(union_size(k, 1 << r, dim, q), dim, s_idx, s_val, coded)
                        for r in range(rounds)))
-    phase1 = (P - 1) / P * stream_bytes(k, dim, s_idx, s_val)
+    phase1 = (P - 1) / P * stream_bytes(k, dim, s_idx, s_val, coded)
     if get_algorithm(algorithm).writes_out:  # dsar: dense blocks
         gathered = dim * s_val
     else:
         block_K = K / P if K is not None else union_size(k / P, P, dim / P)
         dense = block_K * (s_idx + s_val) >= dim / P * s_val
-        gathered = dim * s_val if dense else K * (index_bytes(block_K, dim / P, s_idx) + s_val)
+        gathered = dim * s_val if dense else K * (index_bytes(block_K, dim / P, s_idx, coded)
+                                                  + s_val)
     return int(phase1 + (P - 1) / P * gathered)
 
 
-def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
+def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, coded=True):
     """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
 
     ``auto``: what its measured refinement would keep, with the rows standing in for its
     measurements: the contenders the simulator's cost model ranks within the margin
     (:meth:`sparcml.CostModel.contenders`, after one call, with the overlap that call's result
     teaches), and of those the one whose row in ``rows`` (modeled too when absent) is fastest;
-    that row's time and bytes."""
+    that row's time and bytes. ``coded``: the row's index coding is not raw (its modeled
+    bytes)."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
     from sparcml import AUTO, index_dtype_for
@@ -167,13 +174,14 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows):
     if algorithm == AUTO:
         q = model.overlap_from_result(k, K, P, dim)
         contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
-        candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows)
+        candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows,
+                                                     coded=coded)
                       for a in contenders}
         choice = min(contenders,
                      key=lambda a: candidates[a]["timings"]["allreduce"]["median"])
         return {**candidates[choice], "ran": choice, "modeled_only": True}
     t = model.predict(algorithm, P=P, N=dim, k=k, K=K, s_idx=s_idx, s_val=s_val)
-    nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val)
+    nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded)
     return {"timings": {"allreduce": summarize([t])},
             "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
             "result": dict(some["result"]), "ran": algorithm, "modeled_only": True}
@@ -204,16 +212,21 @@ def _warm_up(algorithms, dtype) -> None:
     """Every algorithm once on 2 ranks and a small input (loads the compiled kernels)."""
     import sparcml.sim as sim
 
-    sim.run(2, _cell, network="2x10gbit", args=(algorithms, 1 << 16, 0.01, "random", dtype,
-                                                 1, 0, 0, None))
+    from .runner import BenchCase
+
+    cases = [BenchCase(1 << 16, 0.01, "random", a, dtype) for a in algorithms]
+    sim.run(2, _cell, network="2x10gbit", args=(cases, 1, 0, 0, None))
 
 
 def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int:
-    """The sweep of ``cells`` (:func:`.inputs.bench_cells`) for each P of ``args.simulate``."""
+    """The sweep of ``cells`` (:func:`.inputs.bench_cells`) for each P of ``args.simulate``:
+    the real sweep's cases (:func:`.cases.cell_cases`: the same index coding, partition,
+    node-aware and top-k rows, each call with the same keywords)."""
     import sparcml.sim as sim
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
+    from .cases import cell_cases, row_name
     from .inputs import REPLAY
 
     net = sim.parse_network(args.network)
@@ -235,43 +248,34 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
         modeled.discard(DENSE_BASELINE)
         plan = []
         for dim, density, pattern, label in cells:
+            replay = args.replay if pattern == REPLAY else None
             dense_fits = _dense_fits(P, dim, itemsize, budget)
-            run_algs = [a for a in algorithms
-                        if (a != DENSE_BASELINE or dense_fits) and a not in modeled]
-            plan.append((dim, density, pattern, label, dense_fits, run_algs,
-                         args.replay if pattern == REPLAY else None))
+            cases = cell_cases(args, algorithms, dim, density, pattern, replay)
+            run_cases = [c for c in cases if (c.algorithm != DENSE_BASELINE or dense_fits)
+                         and c.algorithm not in modeled]
+            plan.append((dim, density, pattern, label, dense_fits, cases, run_cases, replay))
         # one simulation per P, the cells in the real sweep's order: sparcml keeps state on a
         # communicator from cell to cell (the balanced partitions' estimate), as a real job does
-        todo = [(dim, density, pattern, run_algs, replay)
-                for dim, density, pattern, _, _, run_algs, replay in plan if run_algs]
+        todo = [run_cases for *_, run_cases, _ in plan if run_cases]
         all_results = sim.run(P, _cells, network=net, compute_scale=args.compute_scale,
-                              args=(todo, args.dtype, reps, warmup, args.seed, model)
+                              args=(todo, reps, warmup, args.seed, model)
                               ).results if todo else []
         position = 0
-        for dim, density, pattern, label, dense_fits, run_algs, replay in plan:
+        for dim, density, pattern, label, dense_fits, cases, run_cases, replay in plan:
             cell_results = []
-            if run_algs:
+            if run_cases:
                 cell_results = [r[position] for r in all_results]
                 position += 1
-            rows = {}
-            for i, algorithm in enumerate(run_algs):
-                per_rank = [r[i] for r in cell_results]
-                times = np.max([p["elapsed"] for p in per_rank], axis=0)
-                sent = [p["bytes"] for p in per_rank]
-                rows[algorithm] = {
-                    "timings": {"allreduce": summarize(times)},
-                    "bytes": {"sent_per_rank_max": int(max(sent)),
-                              "sent_per_rank_mean": float(np.mean(sent)),
-                              "input_nnz_max": max(p["k"] for p in per_rank),
-                              "messages": per_rank[0]["messages"],
-                              "dense_messages": per_rank[0]["dense_messages"]},
-                    "result": {"nnz": per_rank[0]["nnz"], "dense": per_rank[0]["dense"],
-                               "density": per_rank[0]["nnz"] / dim if dim else 0.0},
-                    "ran": per_rank[0]["ran"], "modeled_only": False}
+            rows = {}  # by case
+            for i, case in enumerate(run_cases):
+                rows[case] = _simulated_row([r[i] for r in cell_results], dim)
+            # the plain row of each algorithm (default coding and partitions, flat): the
+            # dense reference and the modeled rows' inputs
+            plain = {c.algorithm: rows[c] for c in run_cases if _plain(c)}
             if not dense_fits:
                 t, nbytes = _modeled_dense(P, dim, args.dtype, net)
-                some = next(iter(rows.values()), None)
-                rows[DENSE_BASELINE] = {
+                some = next(iter(plain.values()), None)
+                plain[DENSE_BASELINE] = rows[cases[0]] = {
                     "timings": {"allreduce": summarize([t])},
                     "bytes": {"sent_per_rank_max": nbytes,
                               "sent_per_rank_mean": float(nbytes)},
@@ -279,20 +283,24 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                "dense": True,
                                "density": None if some is None
                                else some["result"]["density"]},
-                    "ran": DENSE_BASELINE, "modeled_only": True}
-            simulated = next((r for a, r in rows.items() if a != DENSE_BASELINE), None)
+                    "ran": DENSE_BASELINE, "hierarchical": False, "modeled_only": True}
+            simulated = next((r for a, r in plain.items() if a != DENSE_BASELINE), None)
             if simulated is None and modeled:
                 simulated = _estimated_sizes(P, dim, density, pattern)
-            for algorithm in [a for a in algorithms if a in modeled and a != AUTO] + (
-                    [AUTO] if AUTO in modeled and AUTO in algorithms else []):
-                rows[algorithm] = _modeled_row(algorithm, P, dim, args.dtype, net, simulated,
-                                               rows)
-            dense_median = rows[DENSE_BASELINE]["timings"]["allreduce"]["median"]
-            for algorithm in algorithms:
-                row = rows[algorithm]
+            for case in sorted((c for c in cases if c.algorithm in modeled and _flat(c)),
+                               key=lambda c: c.algorithm == AUTO):
+                rows[case] = _modeled_row(case.algorithm, P, dim, args.dtype, net, simulated,
+                                          plain, coded=case.index_coding != "raw")
+                if _plain(case):
+                    plain[case.algorithm] = rows[case]
+            dense_median = rows[cases[0]]["timings"]["allreduce"]["median"]
+            for case in cases:
+                row = rows.get(case)
+                if row is None:  # a node-aware or top-k row of an algorithm modeled only
+                    continue
                 t = row["timings"]["allreduce"]
                 speedup = dense_median / t["median"] if t["median"] > 0 else float("nan")
-                name = algorithm if algorithm != AUTO else f"auto:{row['ran']}"
+                name = row_name(case, row["ran"], row.get("hierarchical", False))
                 mark = "~" if row["modeled_only"] else " "
                 rd = row["result"]["density"]
                 print(f"{P:>5} {dim:>10} {density:>8.2g} {label:>8} {name:>22} "
@@ -305,11 +313,14 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                         "sparc-bench", config={**vars(args), **config, "reps": reps,
                                                "warmup": warmup,
                                                "algorithms": algorithms},
-                        environment=environment, algorithm=algorithm, P=P, N=dim,
+                        environment=environment, algorithm=case.algorithm, P=P, N=dim,
                         density=density, timings=row["timings"], bytes=row["bytes"],
                         metrics={"speedup_over_dense": speedup, "pattern": label,
                                  "replay": replay,
                                  "dtype": args.dtype, "ran": row["ran"],
+                                 "hierarchical": bool(row.get("hierarchical", False)),
+                                 "index_coding": case.index_coding,
+                                 "partitions": case.partitions, "topk": case.topk,
                                  "result_density": row["result"]["density"],
                                  "result_dense": row["result"]["dense"],
                                  "modeled_only": row["modeled_only"],
@@ -320,3 +331,30 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                     rec["ranks_per_node"] = min(P, net.ppn)
                     append_record(args.output, rec)
     return 0
+
+
+def _flat(case) -> bool:
+    return not case.hierarchical and case.topk is None
+
+
+def _plain(case) -> bool:
+    return _flat(case) and case.index_coding == "auto" and case.partitions == "balanced"
+
+
+def _simulated_row(per_rank, dim) -> dict:
+    """A row from each rank's :func:`_cell` entry of one case."""
+    from sparcapps.records import summarize
+
+    times = np.max([p["elapsed"] for p in per_rank], axis=0)
+    sent = [p["bytes"] for p in per_rank]
+    return {"timings": {"allreduce": summarize(times)},
+            "bytes": {"sent_per_rank_max": int(max(sent)),
+                      "sent_per_rank_mean": float(np.mean(sent)),
+                      "input_nnz_max": max(p["k"] for p in per_rank),
+                      "messages": per_rank[0]["messages"],
+                      "dense_messages": per_rank[0]["dense_messages"]},
+            "result": {"nnz": per_rank[0]["nnz"], "dense": per_rank[0]["dense"],
+                       "density": per_rank[0]["nnz"] / dim if dim else 0.0},
+            "ran": per_rank[0]["ran"], "hierarchical": any(p["hierarchical"] for p in per_rank),
+            "modeled_only": False}
+

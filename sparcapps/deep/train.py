@@ -74,8 +74,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
                                     add_compressor_arguments, add_data_home_argument,
-                                    add_records_output_argument, algorithm_help,
-                                    algorithm_name, fraction, make_parser, positive_int)
+                                    add_options_arguments, add_records_output_argument,
+                                    algorithm_help, algorithm_name, fraction, make_parser,
+                                    positive_int)
 
     p = make_parser(prog, description)
     g = p.add_argument_group("data and model")
@@ -101,6 +102,7 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--density", type=fraction, default=0.01,
                    help="fraction of each gradient bucket sent (top-k)")
     add_bits_argument(g, what="the values sent")
+    add_options_arguments(g)
     g.add_argument("--algorithm", default=DEFAULT_ALGORITHM, type=algorithm_name,
                    help=algorithm_help("sparcml allreduce algorithm:"))
     g.add_argument("--no-error-feedback", action="store_true",
@@ -135,8 +137,11 @@ def compression_from_args(args):
     from sparcml.compression import (Compression, GlobalTopKCompressor, NoneMemory,
                                      ResidualMemory, TopKCompressor)
 
+    from sparcapps.cli_args import options_from_args
+
+    options = options_from_args(args)
     if args.dense:
-        return Compression.none()
+        return Compression.none(options=options)
     if getattr(args, "compressor", None):
         from sparcml.compression import build
 
@@ -145,13 +150,13 @@ def compression_from_args(args):
                      momentum=args.momentum, shared=args.shared_indices,
                      density_warmup_steps=args.density_warmup_steps, clip_norm=args.clip_norm,
                      error_feedback=not args.no_error_feedback, algorithm=args.algorithm,
-                     seed=args.seed, chunk=args.topk_bucket_size)
+                     seed=args.seed, chunk=args.topk_bucket_size).with_options(options)
     compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
         else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
     return Compression(compressor,
                        quantizer=QSGD(args.bits) if args.bits else None,
                        memory=NoneMemory() if args.no_error_feedback else ResidualMemory(),
-                       algorithm=args.algorithm)
+                       algorithm=args.algorithm, options=options)
 
 
 def params_digest(model) -> str:

@@ -32,9 +32,9 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     import sparcml
 
     from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_data_home_argument, add_records_output_argument,
-                                    algorithm_help, algorithm_name, make_parser, output_file,
-                                    positive_int)
+                                    add_data_home_argument, add_options_arguments,
+                                    add_records_output_argument, algorithm_help,
+                                    algorithm_name, make_parser, output_file, positive_int)
 
     from .data import SYNTH_PRESETS
     from .schedule import SCHEDULES
@@ -86,6 +86,7 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     add_bits_argument(c)
     c.add_argument("--quantize-sparse", action="store_true",
                    help="with --bits, quantize the values of sparse messages too")
+    add_options_arguments(c)
     o = p.add_argument_group("output")
     add_records_output_argument(o)
     o.add_argument("--save-model", metavar="FILE.h5", type=output_file,
@@ -257,6 +258,7 @@ def run(args, prog: str) -> int:
     import sparcml
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
+    from sparcapps.cli_args import options_from_args
     from sparcapps.interrupt import StopOnSignal
 
     from .collective import collective_errors
@@ -287,6 +289,7 @@ def run(args, prog: str) -> int:
             power_t=args.power_t, batch_size=args.batch_size, max_iter=args.epochs,
             tol=args.tol,
             algorithm=args.algorithm, quantizer=quantizer, quantize_sparse=args.quantize_sparse,
+            options=options_from_args(args),
             seed=args.seed, comm=comm, fit_intercept=not args.no_intercept,
             shuffle=not args.no_shuffle)
         with collective_errors(comm):

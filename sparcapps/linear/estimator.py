@@ -124,6 +124,8 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         Deprecated (``FutureWarning`` in ``fit``): ``epochs=E`` is ``max_iter=E`` with the
         stopping rule it had, ``tol=None`` (exactly E epochs) unless ``tol`` is set to another
         value than the default; write ``max_iter=E, tol=None``.
+    options : sparcml.Options or None
+        The options of every allreduce (None: the process defaults, ``SPARCML_*``).
 
     Attributes
     ----------
@@ -144,7 +146,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                  power_t=0.5, batch_size=256, max_iter=1000, tol=1e-3, n_iter_no_change=5,
                  algorithm=sparcml.DEFAULT_ALGORITHM, quantizer=None, quantize_sparse=False,
                  seed=0, comm=None, fit_intercept=True, shuffle=True, class_weight=None,
-                 warm_start=False, epochs=None):
+                 warm_start=False, epochs=None, options=None):
         self.loss = loss
         self.alpha = alpha
         self.learning_rate = learning_rate
@@ -164,6 +166,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         self.class_weight = class_weight
         self.warm_start = warm_start
         self.epochs = epochs
+        self.options = options
 
     # -- parameters ---------------------------------------------------------------------------
 
@@ -339,7 +342,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
             fit_intercept=self.fit_intercept, global_batch=self.batch_size * comm.Get_size(),
             seed=self.seed, shuffle=self.shuffle, algorithm=self.algorithm,
             quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
-            intercept_decay=self._intercept_decay)
+            intercept_decay=self._intercept_decay, options=self.options)
 
     def fit(self, X, y, sample_weight=None, *, monitor=None, resume=None):
         """Train from zero weights (from the previous fit's with ``warm_start``; from

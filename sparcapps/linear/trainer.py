@@ -72,7 +72,8 @@ class DataParallelSGD:
                  alpha: float,
                  fit_intercept: bool, global_batch: int, seed: int, shuffle: bool,
                  algorithm: str, quantizer=None, quantize_sparse: bool = False,
-                 direct: bool | None = None, intercept_decay: float = INTERCEPT_DECAY):
+                 direct: bool | None = None, intercept_decay: float = INTERCEPT_DECAY,
+                 options=None):
         self.X = X
         self.y = y
         # per-row gradient weights (sample_weight x class_weight); ones multiply exactly
@@ -92,6 +93,7 @@ class DataParallelSGD:
         self.algorithm = algorithm
         self.quantizer = quantizer
         self.quantize_sparse = bool(quantize_sparse)
+        self.options = options  # sparcml.Options of every allreduce (None: the defaults)
         self.n_features = int(X.shape[1])
         self.dim = self.n_features + 1  # the last coordinate carries the intercept gradient
         self.plan = BatchPlan(comm.allgather(int(X.shape[0])), self.rank, global_batch, seed,
@@ -212,7 +214,8 @@ class DataParallelSGD:
         only)."""
         out = sparcml.allreduce(vec, self.comm, algorithm=self.algorithm,
                                 quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
-                                stats=self.stats, check=not self._checked)
+                                stats=self.stats, check=not self._checked,
+                                options=self.options)
         self._checked = True
         return out
 

@@ -13,7 +13,7 @@ import numpy as np
 
 import sparcml
 from sparcml import SparseVector
-from sparcml._collectives.hierarchical import ENV_NODE_SHM, layout_for
+from sparcml._collectives.hierarchical import layout_for
 from sparcml._model.costmodel import topk_sync_steps
 from sparcml._runtime.context import context_for
 from sparcml._topk import topk_allreduce as global_topk
@@ -134,6 +134,9 @@ def volume(comm, check):
     hist_bytes = 3 * 2 * ((1 << 11) + 1) * 8 + 8  # at most 3 rounds of 2049 bins (float32)
     bound = (P - 1) / P * (vec.nnz + k) * 8 * 1.1 + hist_bytes + 64 * P
     check(stats.bytes_sent <= bound, f"{stats.bytes_sent} bytes above {bound}")
+
+
+ENV_NODE_SHM = "SPARCML_NODE_SHM"  # the process default of Options.node_shm
 
 
 def window(comm, check):

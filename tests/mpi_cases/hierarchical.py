@@ -25,7 +25,7 @@ import sparcml
 from sparcml import SparseVector
 from sparcml._collectives.entry import allreduce_in
 from sparcml._runtime.context import context_for
-from sparcml._collectives.hierarchical import ENV_NODE_SHM, ENV_RANKS_PER_NODE
+ENV_NODE_SHM, ENV_RANKS_PER_NODE = "SPARCML_NODE_SHM", "SPARCML_RANKS_PER_NODE"
 
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
@@ -217,13 +217,19 @@ def check_errors():
         try:
             sparcml.allreduce(vec, hierarchical=True)
         except (sparcml.RankMismatchError, sparcml.InvalidArgumentError) as exc:
-            assert ENV_RANKS_PER_NODE in str(exc) or "ranks per node" in str(exc), exc
+            assert ENV_RANKS_PER_NODE in str(exc) or "ranks_per_node" in str(exc), exc
         else:
             raise AssertionError(f"no error for {ENV_RANKS_PER_NODE}={value} on rank {rank}")
         cases += 1
-    # the communicator is still usable, and the unset variable is ignored by flat calls
+    # an invalid default is an error of every call (flat ones too), on every rank; then the
+    # communicator is still usable
     os.environ[ENV_RANKS_PER_NODE] = "nonsense"
-    sparcml.allreduce(vec)
+    try:
+        sparcml.allreduce(vec)
+    except sparcml.InvalidOptionError as exc:
+        assert f"{ENV_RANKS_PER_NODE}='nonsense'" in str(exc), exc
+    else:
+        raise AssertionError(f"no error for {ENV_RANKS_PER_NODE}=nonsense on rank {rank}")
     os.environ.pop(ENV_RANKS_PER_NODE)
     assert same_everywhere(sparcml.allreduce(vec, hierarchical=True))
 

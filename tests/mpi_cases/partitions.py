@@ -42,7 +42,7 @@ def phase_one_ratio(ctx, kind):
 ctx = context_for(comm)
 results = {}
 for policy in partition.POLICIES:
-    os.environ[partition.PARTITIONS_ENV] = policy
+    os.environ["SPARCML_PARTITIONS"] = policy
     ctx.history.pop("partitions", None)
     for name in SPLIT:
         kind = partition.DENSE_KIND if name.startswith("dsar") else partition.SPARSE_KIND
@@ -65,7 +65,7 @@ for name in SPLIT:  # the same sum whatever the cut: bitwise
 
 # topk_allreduce's reduce-scatter takes the same balanced cut; its selection is the same
 for policy in partition.POLICIES:
-    os.environ[partition.PARTITIONS_ENV] = policy
+    os.environ["SPARCML_PARTITIONS"] = policy
     ctx.history.pop("partitions", None)
     got, dropped = sparcml.topk_allreduce(skewed(1), 700)
     results[policy, "topk"] = (got.indices.tolist(), got.values.tolist())
@@ -79,7 +79,7 @@ for policy in partition.POLICIES:
 assert results["equal", "topk"] == results["balanced", "topk"]
 
 if size > 1:
-    os.environ[partition.PARTITIONS_ENV] = partition.BALANCED
+    os.environ["SPARCML_PARTITIONS"] = partition.BALANCED
     ctx.history.pop("partitions", None)
     name = [n for n in SPLIT if n.startswith("ssar")][0]
     for _ in range(partition.CHECK_EVERY + 1):
@@ -98,14 +98,14 @@ if size > 1:
     # calls with equal blocks in between are not measurements of the balanced cut
     estimates = state.estimates
     for i in range(4 * partition.CHECK_EVERY):
-        os.environ[partition.PARTITIONS_ENV] = partition.EQUAL if i % 2 else partition.BALANCED
+        os.environ["SPARCML_PARTITIONS"] = partition.EQUAL if i % 2 else partition.BALANCED
         sparcml.allreduce(skewed(3, reverse=True), algorithm=name)
     state = ctx.history["partitions"][(DIM, partition.SPARSE_KIND)]
     assert state.estimates == estimates and state.imbalance <= 1.3, state
 
     # quantized calls never move the cut (their values depend on it): the same random stream
     # gives the same bits, even when the distribution has moved
-    os.environ[partition.PARTITIONS_ENV] = partition.BALANCED
+    os.environ["SPARCML_PARTITIONS"] = partition.BALANCED
 
     def quantized():
         return sparcml.allreduce(skewed(5), algorithm=name, quantize_sparse=True,
@@ -118,15 +118,15 @@ if size > 1:
     assert ctx.history["partitions"][(DIM, partition.SPARSE_KIND)].estimates == estimates
 
     # a policy that differs across ranks: the same error everywhere, nothing hangs
-    os.environ[partition.PARTITIONS_ENV] = partition.EQUAL if rank == size - 1 \
+    os.environ["SPARCML_PARTITIONS"] = partition.EQUAL if rank == size - 1 \
         else partition.BALANCED
     got = outcome_everywhere(comm, sparcml.RankMismatchError,
                              lambda: sparcml.allreduce(skewed(4), algorithm=name))
-    assert all(g[0] == "RankMismatchError" and "SPARCML_PARTITIONS" in g[1] for g in got), got
+    assert all(g[0] == "RankMismatchError" and "options.partitions" in g[1] for g in got), got
     got = outcome_everywhere(comm, sparcml.RankMismatchError,
                              lambda: sparcml.topk_allreduce(skewed(4), 100))
-    assert all(g[0] == "RankMismatchError" and "SPARCML_PARTITIONS" in g[1] for g in got), got
-    os.environ[partition.PARTITIONS_ENV] = "nonsense"
+    assert all(g[0] == "RankMismatchError" and "options.partitions" in g[1] for g in got), got
+    os.environ["SPARCML_PARTITIONS"] = "nonsense"
     got = outcome_everywhere(comm, sparcml.SparcmlError,
                              lambda: sparcml.allreduce(skewed(4), algorithm=name))
     assert all("SPARCML_PARTITIONS='nonsense'" in g[1] for g in got), got

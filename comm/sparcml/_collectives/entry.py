@@ -4,10 +4,11 @@
 on a context (the blocking path's, or the non-blocking engine's thread's). Every call:
 
 1. validates its arguments on this rank (:mod:`sparcml._collectives.validation`), keeping any exception;
-2. agrees with the other ranks (:func:`sparcml._runtime.agreement.agree`: one small ``Allreduce``):
-   equal dim, value dtype, algorithm, quantizer, partition policy (the environment's
-   ``SPARCML_PARTITIONS``: :mod:`sparcml._collectives.partition`), and no rank failed; otherwise every rank
-   raises the same error and the communicator stays usable;
+2. agrees with the other ranks (:func:`sparcml._runtime.agreement.agreed_call`: one small
+   ``Allreduce``): equal dim, value dtype, algorithm, quantizer, the agreed
+   :class:`~sparcml.Options` (``options=``, default from the environment:
+   :mod:`sparcml._options`), and no rank failed; otherwise every rank raises the same error
+   and the communicator stays usable;
 3. picks the algorithm (``auto``: :mod:`sparcml._model.auto`, refined by measuring near-ties:
    :mod:`sparcml._model.tuning`, whose trial times ride on step 2's reduction) and runs its
    registry record.
@@ -27,11 +28,12 @@ from mpi4py import MPI
 
 from . import arith, hierarchical as node_aware
 from .._model import auto, tuning
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
+from .._options import in_call
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, clock_of, context_for
 from .._errors import CollectiveFailure
+from .._options import Options
 from .._model.link_costs import index_coding_costs
-from .partition import POLICIES, POLICY_LABELS, partition_policy
 from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
 from .algorithms import DEFAULT_ALGORITHM
 from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
@@ -45,16 +47,13 @@ def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"
     return {"algorithm": names, "value dtype": VALUE_DTYPE_NAMES,
-            "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"},
-            "ranks per node": {0: "(MPI's grouping)", -1: "(invalid)"},
-            "partitions": POLICY_LABELS,
-            "auto tuning": {0: f"{tuning.TUNING_ENV}=0", 1: f"{tuning.TUNING_ENV}=1"}}
+            "hierarchical": {0: "False", 1: "True", 2: AUTO, -1: "(invalid)"}}
 
 
 def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
               quantizer=None, quantize_sparse: bool = False, stats: TrafficStats | None = None,
               check: bool = True, out: np.ndarray | None = None,
-              hierarchical=None) -> SparseVector:
+              hierarchical=None, options: Options | None = None) -> SparseVector:
     """Sum one sparse vector per rank; every rank gets the same result.
 
     Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) must call, in the same order
@@ -93,7 +92,11 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALG
         such call, collectively); ``None`` (default) is ``"auto"`` with ``algorithm="auto"``
         and ``False`` otherwise. Where every node holds one rank the two are the same and the
         flat one runs; with one node, ``True`` is a reduce to the leader and a broadcast. The
-        grouping is MPI's unless ``SPARCML_RANKS_PER_NODE`` forces one (equal on every rank).
+        grouping is MPI's unless ``options.ranks_per_node`` forces one (equal on every rank).
+    options : a :class:`~sparcml.Options` (partitions, index coding, node shared memory, ranks
+        per node, auto tuning, wait policy), or None: the process defaults from the
+        ``SPARCML_*`` environment variables (:func:`sparcml.default_options`). Its agreed
+        fields must be equal on every rank (:class:`~sparcml.RankMismatchError` otherwise).
 
     Returns
     -------
@@ -103,13 +106,14 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALG
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
     return allreduce_in(ctx, vec, algorithm=algorithm, quantizer=quantizer,
                         quantize_sparse=quantize_sparse, stats=stats, check=check, out=out,
-                        hierarchical=hierarchical)
+                        hierarchical=hierarchical, options=options)
 
 
 def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
                  quantize_sparse: bool = False, stats: TrafficStats | None = None,
                  check: bool = True, out: np.ndarray | None = None,
-                 sent: list | None = None, hierarchical=None) -> SparseVector:
+                 sent: list | None = None, hierarchical=None,
+                 options: Options | None = None) -> SparseVector:
     """:func:`allreduce` on a context (the blocking path's, or the communication thread's).
 
     ``sent``: a list to which the call appends :class:`~sparcml._wire.codec.Part` objects covering
@@ -119,47 +123,48 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     fold of recursive doubling) it is the input unchanged.
     """
     fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
-              "quantize_sparse": 0, "hierarchical": -1, "ranks per node": -1,
-              "node shm": -1, "partitions": -1, "auto tuning": -1}
-    nnz = seed = 0
+              "quantize_sparse": 0, "hierarchical": -1}
     record = None
     option = False
-    with capture() as failed:
+    with agreed_call(ctx, options, fields, _describe,
+                     maxima={"nnz": 0, "seed": 0,
+                             "auto trial ns": tuning.pending_ns(ctx.history)}) as call:
         record = check_algorithm_options(algorithm, quantizer=quantizer)
         option = node_aware.check_hierarchical(hierarchical, algorithm)
         fields["hierarchical"] = node_aware.hierarchical_code(option)
-        forced = fields["ranks per node"] = node_aware.forced_ranks_per_node() \
-            if option is not False else 0
-        fields["node shm"] = node_aware.node_shm_wanted()
         fields["algorithm"] = algorithm_code(algorithm)
         fields["quantizer"] = quantizer_code(quantizer)
         fields["quantize_sparse"] = int(bool(quantize_sparse))
-        fields["partitions"] = partition_policy()
-        fields["auto tuning"] = tuning.enabled()
         stats = check_stats(stats)
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
-        nnz = vec.nnz
+        call.maxima["nnz"] = vec.nnz
         if out is not None:
             check_out(out, vec)
         if quantizer is not None and ctx.size > 1:
             check_quantizable(vec)
             # one random seed common to all ranks (the maximum of their draws)
-            seed = int(quantizer._rng.integers(0, 2**62))
-    maxima = agree(ctx.comm, fields, failed.error, _describe, waiter=ctx.waiter,
-                   maxima={"nnz": nnz, "seed": seed,
-                           "auto trial ns": tuning.pending_ns(ctx.history)})
-    nnz_max, seed = maxima["nnz"], maxima["seed"]
-    tuning.resolve(ctx.history, maxima["auto trial ns"])
-    tune = bool(fields["auto tuning"])
+            call.maxima["seed"] = int(quantizer._rng.integers(0, 2**62))
+    with in_call(call.options):
+        return _run(ctx, vec, call.options, call.agreed, record, option, algorithm, quantizer,
+                    quantize_sparse, stats, out, sent)
+
+
+def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_sparse, stats,
+         out, sent):
+    """The call after the agreement: ``auto``'s choice, then the algorithm."""
+    nnz_max, seed = agreed["nnz"], agreed["seed"]
+    tuning.resolve(ctx.history, agreed["auto trial ns"])
+    tune = opts.auto_tuning
     stats.calls += 1
-    ctx.partitions = POLICIES[fields["partitions"]]
+    ctx.partitions = opts.partitions
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed,
-                  link_costs=index_coding_costs(ctx))
+                  code_indices=opts.code_indices,
+                  link_costs=index_coding_costs(ctx, opts.index_coding))
     layout = None
     if option is not False and ctx.size > 1:
-        layout = node_aware.layout_for(ctx, forced)
+        layout = node_aware.layout_for(ctx, opts.ranks_per_node or 0)
         chosen, node_phases = auto.choose_node_aware(ctx, layout, vec, nnz_max, codec,
                                                      _calibration_run, algorithm, option,
                                                      tune=tune)
@@ -185,7 +190,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             given = vec if record.writes_out else arith.normalize(vec, codec)
             result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,
                                     nnz_max=nnz_max, out=out, sent=sent,
-                                    shm=bool(fields["node shm"]))
+                                    shm=opts.node_shm)
         elif record.writes_out:
             result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
         else:
@@ -246,7 +251,8 @@ def _submitted(ctx, vec, kwargs):
 def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,
                quantizer=None, quantize_sparse: bool = False,
                stats: TrafficStats | None = None, check: bool = True,
-               out: np.ndarray | None = None, hierarchical=None):
+               out: np.ndarray | None = None, hierarchical=None,
+               options: Options | None = None):
     """Non-blocking :func:`allreduce`: returns a :class:`~sparcml._runtime.nonblocking.Request` at once.
 
     Same arguments and result (``request.wait()``) as :func:`allreduce`. Collective: every
@@ -257,5 +263,6 @@ def iallreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_AL
     from .._runtime.nonblocking import submit
 
     kwargs = {"algorithm": algorithm, "quantizer": quantizer, "quantize_sparse": quantize_sparse,
-              "stats": stats, "check": check, "out": out, "hierarchical": hierarchical}
+              "stats": stats, "check": check, "out": out, "hierarchical": hierarchical,
+              "options": options}
     return submit(comm, f"iallreduce({algorithm})", _submitted, vec, kwargs)

@@ -13,7 +13,8 @@ from mpi4py import MPI
 
 from . import arith
 from .. import _kernels as kernels
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
+from .._options import Options
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .entry import fail_stop
 from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, split_reduce
@@ -26,10 +27,11 @@ __all__ = ["allgather", "reduce_scatter", "bcast"]
 _DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 
 
-def _checked(ctx, vec, check, quantizer, stats, *, quantized_values: bool):
-    """Validate on this rank, then agree on dim, dtype and quantizer; ``(vec, stats)``."""
+def _checked(ctx, vec, check, quantizer, stats, options, *, quantized_values: bool):
+    """Validate on this rank, then agree on dim, dtype, quantizer and the options;
+    ``(vec, stats, options)``."""
     fields = {"dim": -1, "value dtype": -1, "quantizer": 0}
-    with capture() as failed:
+    with agreed_call(ctx, options, fields, _DESCRIBE) as call:
         fields["quantizer"] = quantizer_code(quantizer)
         stats = check_stats(stats)
         vec = coerce_vector(vec, check=check)
@@ -37,22 +39,25 @@ def _checked(ctx, vec, check, quantizer, stats, *, quantized_values: bool):
         fields["value dtype"] = vec.dtype.itemsize
         if quantizer is not None and quantized_values and ctx.size > 1:
             check_quantizable(vec)
-    agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter)
-    return vec, stats
+    return vec, stats, call.options
 
 
 def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
-              stats: TrafficStats | None = None, check: bool = True) -> list[SparseVector]:
+              stats: TrafficStats | None = None, check: bool = True,
+              options: Options | None = None) -> list[SparseVector]:
     """Every rank's vector, in rank order, on every rank.
 
     Each vector travels in the cheaper representation (switch rule) and comes back in it.
     With a ``quantizer`` (QSGD) all values travel quantized, and every rank (the sender
-    included) gets the decoded values. ``check`` as for :func:`sparcml.allreduce`.
+    included) gets the decoded values. ``check`` and ``options`` (its ``index_coding`` and
+    ``wait`` apply) as for :func:`sparcml.allreduce`.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    vec, stats = _checked(ctx, vec, check, quantizer, stats, quantized_values=True)
+    vec, stats, opts = _checked(ctx, vec, check, quantizer, stats, options,
+                                quantized_values=True)
     stats.calls += 1
-    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse=True)
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse=True,
+                  code_indices=opts.code_indices)
     mine = arith.normalize(vec, codec)
     buf, _ = encode_vector(mine, codec)
     if ctx.size == 1:
@@ -64,20 +69,23 @@ def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
 
 def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
                    quantize_sparse: bool = False, stats: TrafficStats | None = None,
-                   check: bool = True) -> SparseVector:
+                   check: bool = True, options: Options | None = None) -> SparseVector:
     """This rank's block of the sum, with global indices.
 
     Rank r owns ``[b[r], b[r+1])`` with ``b = sparcml.block_bounds(dim, P)``. Returns a sparse
     vector of dimension ``dim`` whose indices all lie in that block (a block that went dense
     during the reduction comes back as its nonzeros). Phase 1 of the split algorithms;
-    ``quantizer`` and ``quantize_sparse`` as for :func:`sparcml.allreduce`.
+    ``quantizer``, ``quantize_sparse`` and ``options`` (its ``index_coding`` and ``wait``
+    apply: the blocks are always equal) as for :func:`sparcml.allreduce`.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    vec, stats = _checked(ctx, vec, check, quantizer, stats, quantized_values=True)
+    vec, stats, opts = _checked(ctx, vec, check, quantizer, stats, options,
+                                quantized_values=True)
     stats.calls += 1
     bounds = block_bounds(vec.dim, ctx.size)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
-    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse)
+    codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse,
+                  code_indices=opts.code_indices)
     vec = arith.normalize(vec, codec)
     if ctx.size == 1:
         parts = [Part(0, vec.dim, vec.indices, vec.values)]
@@ -93,19 +101,20 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
 
 
 def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
-          stats: TrafficStats | None = None) -> SparseVector:
+          stats: TrafficStats | None = None, options: Options | None = None) -> SparseVector:
     """``root``'s vector on every rank (other ranks pass ``None`` or anything: it is ignored).
 
     ``root`` must be the same valid rank everywhere; an invalid vector on ``root`` or a bad
     ``root`` on any rank raises the same error on every rank. With a ``quantizer`` (QSGD;
     every rank passes the same configuration) the values travel quantized and every rank, the
-    root included, gets the decoded values.
+    root included, gets the decoded values. ``options`` as for :func:`sparcml.allreduce`
+    (its ``index_coding`` and ``wait`` apply).
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
     buf = np.empty(0, np.uint8)
     dense = False
     fields = {"root": -1, "quantizer": 0}
-    with capture() as failed:
+    with agreed_call(ctx, options, fields) as call:
         fields["quantizer"] = quantizer_code(quantizer)
         fields["root"] = root = check_root(root, ctx.size)
         stats = check_stats(stats)
@@ -113,9 +122,9 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
             mine = coerce_vector(vec)
             if quantizer is not None:
                 check_quantizable(mine)
-            codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True)
+            codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True,
+                          code_indices=call.options.code_indices)
             buf, dense = encode_vector(arith.normalize(mine, codec), codec)
-    agree(ctx.comm, fields, failed.error, waiter=ctx.waiter)
     stats.calls += 1
     with fail_stop(ctx.comm, "bcast"):
         size = np.array([buf.nbytes], np.int64)

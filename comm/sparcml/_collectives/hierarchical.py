@@ -18,7 +18,7 @@ Node transport: on a real MPI communicator the node phases go through one shared
 window per node (``MPI.Win.Allocate_shared``, a slot per node rank, grown as needed): each rank
 writes its message into its slot, a node barrier, the leader reads the slots in place (and
 the same backwards for the result), which avoids MPI's chunked shared-memory copies and their
-polling. Elsewhere (``SPARCML_NODE_SHM=0``, or a communicator that is not an
+polling. Elsewhere (``Options(node_shm=False)``, or a communicator that is not an
 ``MPI.Intracomm``, such as :mod:`sparcml.sim`'s) they are point-to-point messages to the
 leader and a ``Bcast``. Both give the same bits.
 
@@ -37,9 +37,9 @@ bitwise when every node has one rank, and the rank-order sum when there is one n
 it agrees up to float rounding (exactly, for values whose sums are exact).
 
 Placement: nodes need not hold contiguous ranks nor the same number of ranks. The grouping is
-MPI's (``COMM_TYPE_SHARED``) unless the environment variable ``SPARCML_RANKS_PER_NODE=R`` is
-set: then ranks ``[jR, (j+1)R)`` of the communicator form node j (the last node may be
-smaller). That is for trying multi-node paths on one machine (tests, the simulator); every
+MPI's (``COMM_TYPE_SHARED``) unless ``Options(ranks_per_node=R)`` (default:
+``SPARCML_RANKS_PER_NODE``) says otherwise: then ranks ``[jR, (j+1)R)`` of the communicator
+form node j (the last node may be smaller). That is for trying multi-node paths on one machine (tests, the simulator); every
 rank must set the same value (agreed on, like the other arguments). Layouts are made
 collectively at the first call that needs one and cached on the context
 (:attr:`~sparcml._runtime.context.CommContext.subcomms`), freed with it.
@@ -56,7 +56,6 @@ only inside its node's sum is reported unchanged, as the fold partners of recurs
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,35 +70,11 @@ from .._runtime.shm_window import SharedWindow
 from .._vector import SparseVector
 from .._wire.codec import decode
 
-__all__ = ["ENV_RANKS_PER_NODE", "ENV_NODE_SHM", "NodeLayout", "forced_ranks_per_node",
-           "node_shm_wanted", "hierarchical_code", "check_hierarchical", "layout_for",
-           "node_sizes", "run"]
+__all__ = ["NodeLayout", "hierarchical_code", "check_hierarchical", "layout_for", "node_sizes",
+           "run"]
 
-ENV_RANKS_PER_NODE = "SPARCML_RANKS_PER_NODE"
-ENV_NODE_SHM = "SPARCML_NODE_SHM"
 _TAG_NODE_REDUCE = 31
 _DENSE, _SPARSE = 1, 2  # what the node broadcast carries
-
-
-def forced_ranks_per_node() -> int:
-    """The grouping forced by ``SPARCML_RANKS_PER_NODE`` (0: unset, MPI's grouping)."""
-    text = os.environ.get(ENV_RANKS_PER_NODE, "").strip()
-    if not text:
-        return 0
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise InvalidArgumentError(f"{ENV_RANKS_PER_NODE} must be a positive integer (ranks "
-                                   f"per emulated node), got {text!r}; unset it to use MPI's "
-                                   f"grouping by shared memory")
-    return value
-
-
-def node_shm_wanted() -> int:
-    """1 unless ``SPARCML_NODE_SHM=0`` asks for point-to-point node phases (agreed on)."""
-    return 0 if os.environ.get(ENV_NODE_SHM, "1").strip() == "0" else 1
 
 
 def check_hierarchical(hierarchical, algorithm) -> object:
@@ -181,13 +156,17 @@ def layout_for(ctx: CommContext, ranks_per_node: int) -> NodeLayout:
     return layout
 
 
-def node_sizes(comm: MPI.Comm | None = None) -> tuple[int, ...]:
+def node_sizes(comm: MPI.Comm | None = None, *, options=None) -> tuple[int, ...]:
     """The ranks of each node of ``comm`` (default ``COMM_WORLD``), in the order of the nodes'
     leaders, as ``hierarchical=True`` groups them: by shared memory (MPI's
-    ``COMM_TYPE_SHARED``), or in blocks of ``SPARCML_RANKS_PER_NODE`` consecutive ranks when
-    that is set. The same on every rank; collective at the first call per communicator."""
+    ``COMM_TYPE_SHARED``), or in blocks of ``options.ranks_per_node`` consecutive ranks when
+    that is set (``options`` None: the process defaults, ``SPARCML_RANKS_PER_NODE``). Every
+    rank must pass the same; collective at the first call per communicator and grouping."""
+    from .._options import resolve_options
+
+    forced = resolve_options(options).ranks_per_node or 0
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    return tuple(layout_for(ctx, forced_ranks_per_node()).sizes)
+    return tuple(layout_for(ctx, forced).sizes)
 
 
 def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stats: TrafficStats,

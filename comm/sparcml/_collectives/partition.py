@@ -32,51 +32,38 @@ each received in phase 1 of the previous call (one int64 each) and estimate agai
 max / mean passes ``THRESHOLD`` and ``REGRESSION`` times what the estimate achieved at its
 first check (bytes are balanced only as far as entries predict them: a hot block whose
 messages go dense costs a little more per entry, and estimating again would not help).
-Policy ``"equal"`` (agreed by every rank: see :mod:`sparcml._collectives.entry`) gives
+Policy ``"equal"`` (``Options.partitions``, agreed by every rank: see
+:mod:`sparcml._collectives.entry`) gives
 :func:`~sparcml._collectives.exchange.block_bounds` instead. Other split collectives (a top-k
 reduce-scatter) take their boundaries from :func:`split_bounds` the same way.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 from mpi4py import MPI
 
 from .. import _kernels as kernels
-from .._errors import InvalidArgumentError
+from .._options import PARTITIONS
 from .exchange import block_bounds
 
-__all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PARTITIONS_ENV",
-           "PartitionState", "partition_policy", "split_bounds", "note_received",
-           "balanced_bounds", "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD",
-           "REGRESSION", "POLICY_LABELS"]
+__all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PartitionState",
+           "split_bounds", "note_received", "balanced_bounds", "COARSE_BINS", "FINE_BINS",
+           "CHECK_EVERY", "THRESHOLD", "REGRESSION"]
 
 SPARSE_KIND = "sparse-blocks"
 DENSE_KIND = "dense-blocks"
 BALANCED = "balanced"
 EQUAL = "equal"
-POLICIES = (BALANCED, EQUAL)
-PARTITIONS_ENV = "SPARCML_PARTITIONS"
-POLICY_LABELS = {i: f"{PARTITIONS_ENV}={p}" for i, p in enumerate(POLICIES)}  # for messages
+POLICIES = PARTITIONS  # the values of Options.partitions
 COARSE_BINS = 1024
 FINE_BINS = 64
 CHECK_EVERY = 4
 THRESHOLD = 1.15
 REGRESSION = 1.1
 _MIN_ENTRIES_PER_RANK = 64  # fewer: equal blocks (the histogram would be noise, and cost more)
-
-
-def partition_policy() -> int:
-    """This process's policy (its index in :data:`POLICIES`), from ``SPARCML_PARTITIONS``
-    (default ``balanced``). Raises :class:`~sparcml.InvalidArgumentError` for another value."""
-    value = os.environ.get(PARTITIONS_ENV, BALANCED).strip().lower() or BALANCED
-    if value not in POLICIES:
-        raise InvalidArgumentError(f"{PARTITIONS_ENV}={value!r}: expected one of "
-                                   f"{', '.join(POLICIES)}")
-    return POLICIES.index(value)
 
 
 @dataclass

@@ -14,7 +14,9 @@ the algorithms or the entry point: the cost model stays pure arithmetic
 
 from __future__ import annotations
 
+import copy
 import time
+from contextlib import contextmanager
 
 import numpy as np
 from mpi4py import MPI
@@ -144,10 +146,35 @@ def _per_algorithm(model: CostModel, ctx, run, names, reps: int) -> None:
             model.scale[name] = float(min(max(factor, 0.25), 8.0))
 
 
+@contextmanager
+def _leaving_no_state(ctx):
+    """Calibration runs leave the context's state as they found it: the split algorithms'
+    partitions (estimated from the calibration's synthetic input of ``MEDIUM_N``, they would
+    be kept for the caller's calls of that dim: a real run that calibrated then cut a
+    ``MEDIUM_N`` vector where the simulator, whose model is set without runs, did not), the
+    top-k thresholds, the measured shapes. Only the model they produce is kept (by the
+    caller)."""
+    saved = dict(ctx.history)  # values are replaced by the runs, except the partition states
+    if "partitions" in saved:
+        saved["partitions"] = {key: copy.copy(state)
+                               for key, state in saved["partitions"].items()}
+    try:
+        yield
+    finally:
+        ctx.history.clear()
+        ctx.history.update(saved)
+
+
 def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
     """Measure a :class:`CostModel` on ``ctx.comm`` (collective). ``run(ctx, vec, name)`` runs
     one allreduce of the algorithm ``name`` (with the agreement check) and returns its result.
-    Every rank returns the same model: the maximum over ranks of each parameter."""
+    Every rank returns the same model: the maximum over ranks of each parameter. The runs
+    leave no state on ``ctx`` (:func:`_leaving_no_state`)."""
+    with _leaving_no_state(ctx):
+        return _calibrate_context(ctx, run, reps)
+
+
+def _calibrate_context(ctx, run, reps: int) -> CostModel:
     model = CostModel()
     _local_rates(model, ctx.rank, reps)
     names = algorithm_names(in_auto_only=True)
@@ -169,9 +196,15 @@ def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5) -> CostModel:
     call, and their ``overhead`` / ``scale`` replaced: the top-k step's choice compares the two
     kinds, and on a shared node the load changes between separate measurements.
     ``run(ctx, vec, name)`` runs one call (``sparcml._topk.topk_allreduce.calibration_run``). Every
-    rank ends with the same values (the maximum over ranks)."""
+    rank ends with the same values (the maximum over ranks). The runs leave no state on
+    ``ctx`` but the model (:func:`_leaving_no_state`)."""
     if ctx.size == 1:
         return model
+    with _leaving_no_state(ctx):
+        return _calibrate_topk(ctx, model, run, reps)
+
+
+def _calibrate_topk(ctx, model: CostModel, run, reps: int) -> CostModel:
     rank, size, c = ctx.rank, ctx.size, ctx.comm
     names = [TOPK_STEP, *algorithm_names(in_auto_only=True)]
     tiny = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))

@@ -31,11 +31,11 @@ every rank must receive, and the reduce-scatter + allgather volume ``(P-1)/P (k 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 
 from .._collectives.registry import algorithm_names, get_algorithm
 from . import tuning
+from .._options import current_options
 from .._topk.select_kernels import digit_bits
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
@@ -72,10 +72,10 @@ def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None
     positions: the smallest of ``s_idx`` (raw), the Elias-Fano code (about
     ``L + 1 + 2^-L (span / items - 1)`` bits, ``L = floor(log2(span / items))``) and the bitmap
     (``span / items`` bits), as :func:`sparcml._wire.codec.index_layout` chooses (headers and byte
-    rounding aside). ``coded``: default from the environment (``SPARCML_INDEX_CODING=raw``
-    sends raw indices)."""
+    rounding aside). ``coded``: default from the running call's options
+    (:func:`sparcml._options.current_options`; ``index_coding="raw"`` sends raw indices)."""
     if coded is None:
-        coded = os.environ.get("SPARCML_INDEX_CODING", "auto").strip().lower() != "raw"
+        coded = current_options().code_indices
     if not coded or items <= 0 or span <= 0:
         return float(s_idx)
     ratio = max(span / items, 1.0)
@@ -84,13 +84,14 @@ def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None
     return min(float(s_idx), ef, ratio / 8)
 
 
-def stream_bytes(items: float, N: int, s_idx: int, s_val: int) -> float:
+def stream_bytes(items: float, N: int, s_idx: int, s_val: int,
+                 coded: bool | None = None) -> float:
     """Bytes of a stream of ``items`` entries by the switch rule (dense past it; sparse items
-    with their indices coded, :func:`index_bytes`)."""
+    with their indices coded, :func:`index_bytes`, whose ``coded`` this is)."""
     c = s_idx + s_val
     if items >= N * s_val / c:
         return N * s_val
-    return items * (index_bytes(items, N, s_idx) + s_val)
+    return items * (index_bytes(items, N, s_idx, coded) + s_val)
 
 
 def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,

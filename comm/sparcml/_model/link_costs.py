@@ -13,19 +13,16 @@ call's ``(seconds per byte, seconds per coded index)`` for :class:`sparcml._wire
   (1 Gbit/s, so that any network of that speed or slower gets coded indices); the coding
   cost is the model's default ``gamma_code``.
 
-``SPARCML_INDEX_CODING=coded`` codes whenever the code is smaller (the link costs are
-ignored), ``raw`` never codes; ``auto`` (the default) weighs them. The choice is the
-sender's, per message; the header names the code, so receivers decode any (ranks may differ).
+``Options(index_coding="coded")`` codes whenever the code is smaller (the link costs are
+ignored), ``"raw"`` never codes; ``"auto"`` (the default) weighs them. The choice is the
+sender's, per message; the header names the code, so receivers decode any.
 """
 
 from __future__ import annotations
 
-import os
-
 from mpi4py import MPI
 
 from .costmodel import CostModel
-from .._wire.codec import INDEX_CODING_ENV
 
 __all__ = ["index_coding_costs", "SHARED_MEMORY_BYTE_SECONDS", "NETWORK_BYTE_SECONDS"]
 
@@ -34,12 +31,12 @@ NETWORK_BYTE_SECONDS = 8e-9  # 1 Gbit/s
 _KEY = "link costs"  # the context's history: the assumed costs, found at its first call
 
 
-def index_coding_costs(ctx) -> tuple[float, float] | None:
-    """``(seconds per byte, seconds per coded index)`` for the messages of a call on ``ctx``,
-    or None (code whenever smaller: ``SPARCML_INDEX_CODING=coded``, or a single rank).
-    Collective the first time on a context without a calibrated model (a node split): every
-    rank calls it in the same call, after the call's agreement."""
-    if ctx.size == 1 or os.environ.get(INDEX_CODING_ENV, "auto").strip().lower() == "coded":
+def index_coding_costs(ctx, index_coding: str = "auto") -> tuple[float, float] | None:
+    """``(seconds per byte, seconds per coded index)`` for the messages of a call on ``ctx``
+    with the call's ``Options.index_coding``, or None (code whenever smaller: ``"coded"``, or
+    a single rank). Collective the first time on a context without a calibrated model (a node
+    split): every rank calls it in the same call, after the call's agreement."""
+    if ctx.size == 1 or index_coding == "coded":
         return None
     model = ctx.history.get("model")
     if model is not None:

@@ -26,17 +26,16 @@ A call's time is the slowest rank's: each rank times its call on its own clock (
 clock, or a simulated communicator's virtual clock), and the next call on the communicator
 carries that time in the agreement the entry point makes anyway (a maximum over ranks, at no
 extra message). So every rank settles on the same algorithm after the same call, which the
-collective needs. ``SPARCML_AUTO_TUNING=0`` (the same on every rank: it is agreed) keeps the
-model's choice alone.
+collective needs. ``Options(auto_tuning=False)`` (default: ``SPARCML_AUTO_TUNING``; the same
+on every rank: it is agreed) keeps the model's choice alone.
 """
 
 from __future__ import annotations
 
 import math
-import os
 import time
 
-__all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TUNING_ENV", "enabled",
+__all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS",
            "shape_key", "fill_bucket", "contenders_of", "choose", "begin", "end", "pending_ns",
            "resolve", "settled"]
 
@@ -44,16 +43,10 @@ MARGIN = 4.0          # a candidate predicted within this factor of the best is 
 MAX_CONTENDERS = 4    # at most this many are tried per shape
 RETRY = 3.0           # a contender within this factor of the fastest first try runs again
 EXPLORING_CALLS = 1 + 2 * MAX_CONTENDERS  # an upper bound on a shape's calls before it settles
-TUNING_ENV = "SPARCML_AUTO_TUNING"
 
 _TRIAL = "tuning: trial"            # (key, option): the call in flight is a trial
 _STARTED = "tuning: started"        # (key, option, clock, start seconds)
 _MEASURED = "tuning: measured"      # (key, option, nanoseconds) to report at the next call
-
-
-def enabled() -> int:
-    """1 unless ``SPARCML_AUTO_TUNING=0`` (an agreed field of every call: ranks must match)."""
-    return 0 if os.environ.get(TUNING_ENV, "1").strip() == "0" else 1
 
 
 def shape_key(kind: str, vec, nnz_max: int, lossy: bool, *extra) -> tuple:

@@ -11,6 +11,14 @@ estimator and the CLIs all use it):
   (a data file, a checkpoint), and the first failing rank's error raised on every rank.
 - :func:`agree_on_lines`: a description (model structure, options) identical on every rank.
 - :func:`capture`: run a validation step and keep any exception it raises as this rank's error.
+- :func:`agreed_call`: the prologue of every collective entry point: resolve the call's
+  :class:`~sparcml.Options`, validate on this rank, agree on the call's fields and the options
+  as one group.
+
+Packing the fields into int64 is part of the agreement: a value that cannot be packed (an
+integer beyond int64, a float, a string, None, NaN) is that rank's error
+(:class:`~sparcml.AgreementFieldError` naming the field), raised on every rank like any other,
+never an exception on one rank before the collective.
 
 Errors of any class are carried: a :class:`~sparcml.SparcmlError` keeps its class; another
 exception (an ``OverflowError`` from NumPy, a Numba typing error) becomes
@@ -28,10 +36,11 @@ from contextlib import contextmanager
 import numpy as np
 from mpi4py import MPI
 
-from .._errors import InvalidArgumentError, RankMismatchError, SparcmlError
+from .._errors import AgreementFieldError, InvalidArgumentError, RankMismatchError, SparcmlError
+from .._options import Options, option_fields, option_labels, resolve_options
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
-           "as_sparcml_error", "VALUE_DTYPE_NAMES"]
+           "as_sparcml_error", "agreed_call", "AgreedCall", "pack_fields", "VALUE_DTYPE_NAMES"]
 
 MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
 MAX_MAXIMA = 4
@@ -51,7 +60,8 @@ def as_sparcml_error(exc: BaseException) -> SparcmlError:
 class capture:
     """``with capture() as failed: validate()``; afterwards ``failed.error`` holds the first
     exception the block raised (any ``Exception``), or None. Nothing propagates, so that the
-    caller can go on to the collective agreement and raise the same error on every rank."""
+    caller can go on to the collective agreement and raise the same error on every rank. One
+    ``capture`` may guard several blocks: the first error is kept."""
 
     __slots__ = ("error",)
 
@@ -63,7 +73,8 @@ class capture:
 
     def __exit__(self, exc_type, exc, tb):
         if exc is not None and isinstance(exc, Exception):
-            self.error = exc
+            if self.error is None:
+                self.error = exc
             return True
         return False
 
@@ -134,6 +145,52 @@ def raise_everywhere(comm, local_error: BaseException | None, *, waiter=None,
         _reraise(comm, local_error, sparcml_only=not keep_class, prefix_own=True)
 
 
+_INT64 = (-2**63, 2**63 - 1)
+
+
+def _packable(value) -> int:
+    """``value`` as a Python int when it is an integer (bool and NumPy integers included) of
+    int64's range; raises TypeError or OverflowError otherwise."""
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    if not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{type(value).__name__} {value!r} is not an integer")
+    value = int(value)
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise OverflowError(f"{value} is outside int64's range [-2**63, 2**63)")
+    return value
+
+
+def pack_fields(fields: dict, maxima: dict) -> tuple[np.ndarray, np.ndarray,
+                                                     AgreementFieldError | None]:
+    """``(field values, maxima, error)``: int64 arrays of :data:`MAX_FIELDS` and
+    :data:`MAX_MAXIMA` entries (zero padded) and None, or, when a value cannot be packed
+    (:func:`_packable`), that entry -1 and an :class:`AgreementFieldError` naming the first such
+    field. Never raises for any values: the agreement must reach its collective."""
+    vals = np.zeros(MAX_FIELDS, np.int64)
+    extra = np.zeros(MAX_MAXIMA, np.int64)
+    error = None
+    for out, what in ((vals, fields), (extra, maxima)):
+        for i, (name, value) in enumerate(what.items()):
+            try:
+                out[i] = _packable(value)
+            except Exception as exc:  # noqa: BLE001 - any value at all becomes this rank's error
+                out[i] = -1
+                if error is None:
+                    error = AgreementFieldError(
+                        f"{name!s} must be an integer that int64 holds (the ranks compare it), "
+                        f"got {_shown(value)}: {exc}")
+    return vals, extra, error
+
+
+def _shown(value) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a value whose repr fails is still reported
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 60 else text[:40] + "..." + text[-12:]
+
+
 def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | None = None,
           describe=None, *, waiter=None,
           maxima: dict[str, int] | None = None) -> dict[str, int]:
@@ -147,7 +204,8 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     ``waiter`` (a :class:`~sparcml._runtime.progress.Waiter`) completes the check's
     reduction. Raises :class:`RankMismatchError` (on every rank) naming each field whose value
     differs. ``maxima`` are integers that may differ: their maximum over ranks is returned
-    (same dict keys), at no extra cost. Field values must fit in int64.
+    (same dict keys), at no extra cost. A field or maximum that is not an integer of int64's
+    range is this rank's error (:class:`~sparcml.AgreementFieldError`, on every rank).
 
     Every call of ``agree`` reduces the same number of integers (at most
     :data:`MAX_FIELDS` fields and :data:`MAX_MAXIMA` maxima, padded), led by a signature of the
@@ -159,12 +217,13 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     maxima = maxima or {}
     if len(names) > MAX_FIELDS or len(maxima) > MAX_MAXIMA:
         raise ValueError(f"agree: at most {MAX_FIELDS} fields and {MAX_MAXIMA} maxima")
+    packed, extra, unpackable = pack_fields(fields, maxima)
+    if local_error is None:
+        local_error = unpackable
     vals = np.zeros(2 + MAX_FIELDS, np.int64)
     vals[0] = 1 if local_error is not None else 0
-    vals[1] = zlib.crc32("|".join(names).encode())
-    vals[2:2 + len(names)] = [fields[n] for n in names]
-    extra = np.zeros(MAX_MAXIMA, np.int64)
-    extra[:len(maxima)] = list(maxima.values())
+    vals[1] = zlib.crc32("|".join(map(str, names)).encode())
+    vals[2:] = packed
     both = np.concatenate([vals, -vals, extra])
     if waiter is None:
         comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
@@ -194,6 +253,61 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
         parts.append(f"{name} ({per_rank})")
     raise RankMismatchError("ranks disagree on " + "; ".join(parts) +
                             "; every rank must pass the same value")
+
+
+class AgreedCall:
+    """What :func:`agreed_call` gives the entry point's validation block: ``options`` (the
+    call's :class:`~sparcml.Options`; the defaults where this rank's were invalid: the
+    agreement then raises), ``fields`` and ``maxima`` (dicts to fill in), and after the block
+    ``agreed`` (the maxima over ranks)."""
+
+    __slots__ = ("options", "fields", "maxima", "agreed")
+
+    def __init__(self, fields, maxima):
+        self.options = Options()
+        self.fields = fields
+        self.maxima = maxima
+        self.agreed: dict[str, int] = {}
+
+
+@contextmanager
+def agreed_call(ctx, options, fields: dict, describe=None, maxima: dict | None = None):
+    """The prologue of a collective entry point, around its validation block::
+
+        with agreed_call(ctx, options, {"dim": -1, "k": -1}, describe) as call:
+            vec = coerce_vector(vec)            # this rank's checks (any exception is kept)
+            call.fields["dim"] = vec.dim        # the call's own agreed fields
+            ...call.options...                  # the resolved options
+        # here every rank agreed (or every rank raised the same error)
+
+    Resolves ``options`` (None: :func:`~sparcml._options.current_options`) and adds its
+    agreed fields to ``fields`` as one group (:func:`~sparcml._options.option_fields`), runs
+    the block capturing any exception as this rank's error, then :func:`agree` (``fields``
+    preset to the values of a rank that fails early: every rank must pass the same names) and
+    sets ``ctx.waiter``'s policy to the options' ``wait`` (agreed as the policy it gives:
+    ``"auto"`` and ``"yield"`` agree where the automatic policy yields). ``describe``: as for :func:`agree`,
+    for the call's own fields (the options' are named here)."""
+    call = AgreedCall(fields, dict(maxima or {}))
+    failed = capture()
+    resolved = None
+    with failed:
+        resolved = resolve_options(options)
+    fields.update(option_fields(resolved))
+    # how the ranks will wait: a blocking collective on one rank and its non-blocking twin
+    # on another do not match, so the policy each rank would use is agreed (options' wait)
+    fields["options.wait"] = -1 if resolved is None else int(ctx.waiter.policy(resolved.wait))
+    if resolved is not None:
+        call.options = resolved
+    with failed:
+        yield call
+
+    def described():
+        names = describe() if callable(describe) else dict(describe or {})
+        return {**names, **option_labels()}
+
+    call.agreed = agree(ctx.comm, fields, failed.error, described, waiter=ctx.waiter,
+                        maxima=call.maxima)
+    ctx.waiter.use(call.options.wait)
 
 
 def agree_on_lines(comm, lines: list[str], what: str,

@@ -113,8 +113,11 @@ def _delete(comm, keyval, ctx):  # called by MPI when the user's communicator is
 def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
     """A context on a fresh duplicate of ``comm`` (collective)."""
     dup = comm.Dup()
-    return CommContext(dup, dup.Get_rank(), dup.Get_size(),
-                       waiter if waiter is not None else Waiter(wait_policy(dup)))
+    if waiter is None:
+        auto = wait_policy(dup)
+        # each call then waits as its (agreed) options say; until then alike on every rank
+        waiter = Waiter(auto, auto=auto)
+    return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter)
 
 
 def context_for(comm: MPI.Comm) -> CommContext:

@@ -6,8 +6,8 @@ scheduler time slice. A :class:`Waiter` with ``yield_cpu=True`` instead tests a 
 request and sleeps between tests. ``auto`` (the default) yields exactly when the ranks of this
 communicator on this node outnumber the cores this process may run on (ranks count as on one
 node when MPI groups them so, or when they run on one kernel: the emulated nodes of
-``jobs/emulate.sh`` are network namespaces of one machine); the environment variable
-``SPARCML_WAIT=spin|yield|auto`` overrides it.
+``jobs/emulate.sh`` are network namespaces of one machine); a call's
+``Options(wait="spin"|"yield")`` (default: ``SPARCML_WAIT``) overrides it for that call.
 
 A waiter for background work (the non-blocking engine's thread) may also back off: its sleeps
 grow in proportion to the time already waited (1/16 of it, from 20 us up to ``max_sleep``), so
@@ -25,6 +25,8 @@ import time
 
 from mpi4py import MPI
 
+from .._options import WAITS
+
 __all__ = ["Waiter", "wait_policy", "BACKGROUND_MAX_SLEEP_SECONDS"]
 
 _SPINS_BEFORE_SLEEP = 20
@@ -41,12 +43,9 @@ def _cores() -> int:
 
 
 def wait_policy(comm: MPI.Comm) -> bool:
-    """True when waits on ``comm`` should yield the CPU. Collective (a node-local split)."""
-    choice = os.environ.get("SPARCML_WAIT", "auto").strip().lower()
-    if choice not in ("auto", "spin", "yield"):
-        from .._errors import SparcmlError
-
-        raise SparcmlError(f"SPARCML_WAIT must be auto, spin or yield, got {choice!r}")
+    """``wait="auto"``'s answer: True when waits on ``comm`` should yield the CPU (some node's
+    ranks outnumber its cores), the same on every rank. Collective (a node-local split and
+    two allgathers)."""
     node = comm.Split_type(MPI.COMM_TYPE_SHARED)
     try:
         local_ranks = node.Get_size()
@@ -57,9 +56,9 @@ def wait_policy(comm: MPI.Comm) -> bool:
     # simulator's ranks are threads of one process, and its requests are not MPI's)
     kernel = _kernel_id()
     same_kernel = len({pid for k, pid in comm.allgather((kernel, os.getpid())) if k == kernel})
-    if choice != "auto":
-        return choice == "yield"
-    return max(local_ranks, same_kernel) > _cores()
+    # one answer for every rank: a blocking collective on one rank and its non-blocking twin
+    # on another do not match (MPI), so the ranks that would spin yield too
+    return any(comm.allgather(max(local_ranks, same_kernel) > _cores()))
 
 
 def _kernel_id() -> str:
@@ -74,12 +73,31 @@ def _kernel_id() -> str:
 class Waiter:
     """Completes requests and probes, spinning or yielding the CPU as configured."""
 
-    __slots__ = ("yield_cpu", "max_sleep")
+    __slots__ = ("yield_cpu", "max_sleep", "auto")
 
-    def __init__(self, yield_cpu: bool, max_sleep: float = _MIN_SLEEP_SECONDS):
-        """``max_sleep``: longest pause between tests, in seconds (the default: no back-off)."""
+    def __init__(self, yield_cpu: bool, max_sleep: float = _MIN_SLEEP_SECONDS,
+                 auto: bool | None = None):
+        """``max_sleep``: longest pause between tests, in seconds (the default: no back-off).
+        ``auto``: :func:`wait_policy`'s answer, for calls whose ``wait`` option is ``"auto"``
+        (see :meth:`use`); None: the policy is fixed (the non-blocking engine's waiter)."""
         self.yield_cpu = yield_cpu
         self.max_sleep = max(_MIN_SLEEP_SECONDS, float(max_sleep))
+        self.auto = auto
+
+    def policy(self, wait: str) -> bool:
+        """Whether a call with ``Options.wait`` = ``wait`` yields (``"auto"``: as
+        :func:`wait_policy` found); a fixed waiter's own policy whatever ``wait`` says."""
+        if self.auto is None:
+            return self.yield_cpu
+        if wait not in WAITS:
+            raise ValueError(f"wait must be one of {', '.join(WAITS)}, got {wait!r}")
+        return self.auto if wait == "auto" else wait == "yield"
+
+    def use(self, wait: str) -> None:
+        """Wait as :meth:`policy` says for ``wait`` from now on. Every rank of a communicator
+        must wait alike (a blocking collective does not match a non-blocking one): the entry
+        points agree on :meth:`policy` before they call this."""
+        self.yield_cpu = self.policy(wait)
 
     def _pause(self, spins: int, started: float) -> None:
         if spins < _SPINS_BEFORE_SLEEP:

@@ -36,7 +36,7 @@ def _align8(n: int) -> int:
 def one_node_layout(ctx, ranks_per_node: int, shm: int):
     """The node layout (:func:`sparcml._collectives.hierarchical.layout_for`) when every rank of ``ctx`` is
     on one node and a window can be used, else None. ``ranks_per_node`` (a forced grouping, 0
-    if none) and ``shm`` (:func:`~sparcml._collectives.hierarchical.node_shm_wanted`) are agreed values:
+    if none) and ``shm`` (``Options.node_shm``) are agreed values:
     a forced grouping of fewer ranks than the communicator emulates several nodes, and
     ``shm = 0`` asks for messages. Collective on the first call (the layout is cached)."""
     if not shm or ctx.size == 1 or not isinstance(ctx.comm, MPI.Intracomm):

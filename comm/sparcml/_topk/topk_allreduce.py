@@ -54,19 +54,18 @@ from mpi4py import MPI
 from .._collectives import arith
 from .. import _kernels as kernels
 from . import select_kernels
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, capture
+from .._options import Options, in_call
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .._collectives.entry import _calibration_run, fail_stop
 from .._errors import CompressionError, InvalidArgumentError
 from .._collectives.exchange import allgather_bytes, recv_bytes, split_reduce
-from .._collectives.hierarchical import forced_ranks_per_node, node_shm_wanted
 from .._model import auto
 from .._model.costmodel import TOPK_STEP
 from .._model.link_costs import index_coding_costs
 from .node_exchange import (allgather_shared, gather_region_bytes, one_node_layout,
                             split_reduce_shared, split_region_bytes)
-from .._collectives.partition import (POLICIES, POLICY_LABELS, SPARSE_KIND, note_received,
-                                      partition_policy, split_bounds)
+from .._collectives.partition import SPARSE_KIND, note_received, split_bounds
 from .._collectives.validation import check_stats, coerce_vector
 from .._vector import SparseVector
 from .rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, count_nan, guess,
@@ -81,7 +80,7 @@ NAME = TOPK_STEP  # "topk_allreduce": the label in TrafficStats.algorithm and th
 
 TAG_DIRECT = 23  # the point-to-point allgather of the selection
 DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
-_DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES, "partitions": POLICY_LABELS}
+_DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 
 
 class TopKReduced(NamedTuple):
@@ -97,7 +96,7 @@ def partition_bounds(ctx, vec, codec) -> np.ndarray:
 
     Those of the split algorithms' phase 1 (:func:`sparcml._collectives.partition.split_bounds`,
     ``SPARSE_KIND``): balanced from a global histogram of the inputs' indices, so that each
-    owner receives about the same bytes (equal blocks under ``SPARCML_PARTITIONS=equal``).
+    owner receives about the same bytes (equal blocks under ``Options(partitions="equal")``).
     Collective: it may run the partitions' small collectives. Any increasing bounds from 0 to
     ``dim``, equal on every rank, keep the result exact: rank j owns
     ``[bounds[j], bounds[j+1])`` and ties are ordered by rank, which is index order.
@@ -121,7 +120,8 @@ def _check_finite(vec: SparseVector) -> None:
 
 
 def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
-                   stats: TrafficStats | None = None, check: bool = True) -> TopKReduced:
+                   stats: TrafficStats | None = None, check: bool = True,
+                   options: Options | None = None) -> TopKReduced:
     """The k entries of largest ``|sum over ranks of vec|``, and what this rank keeps back.
 
     Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) calls with the same
@@ -137,6 +137,9 @@ def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
     stats : a :class:`~sparcml.TrafficStats` to add this call's traffic to (the histogram
         rounds count as dense allreduces of their bins).
     check : as in :func:`sparcml.allreduce`.
+    options : a :class:`~sparcml.Options` or None (the environment's defaults), as in
+        :func:`sparcml.allreduce`: ``partitions`` cuts the reduce-scatter, ``index_coding``
+        codes the messages, ``node_shm`` and ``ranks_per_node`` decide the one-node window.
 
     Returns
     -------
@@ -151,7 +154,7 @@ def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
       of dropped`` up to float addition order: what error feedback must keep.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    return topk_allreduce_in(ctx, vec, k, stats=stats, check=check)
+    return topk_allreduce_in(ctx, vec, k, stats=stats, check=check, options=options)
 
 
 def calibration_run(ctx, vec, name):
@@ -181,7 +184,8 @@ def _submitted(ctx, vec, k, kwargs):
 
 
 def itopk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
-                    stats: TrafficStats | None = None, check: bool = True):
+                    stats: TrafficStats | None = None, check: bool = True,
+                    options: Options | None = None):
     """Non-blocking :func:`topk_allreduce`: a :class:`~sparcml.Request` whose ``wait()``
     returns ``(result, dropped)``. Runs on ``comm``'s communication thread, in submission
     order with the other non-blocking calls (every rank submits in the same order). ``vec``
@@ -189,43 +193,43 @@ def itopk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
     from .._runtime.nonblocking import submit
 
     return submit(comm, f"itopk_allreduce(k={k})", _submitted, vec, k,
-                  {"stats": stats, "check": check})
+                  {"stats": stats, "check": check, "options": options})
 
 
 def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
-                      check: bool = True) -> TopKReduced:
+                      check: bool = True, options: Options | None = None) -> TopKReduced:
     """:func:`topk_allreduce` on a context (the blocking path's or a communication thread's)."""
-    fields = {"dim": -1, "value dtype": -1, "k": -1, "partitions": -1,
-              "ranks per node": 0, "node shm": 1}
-    top = items = 0
-    with capture() as failed:
-        stats = check_stats(stats)
-        k = _check_k(k)
-        fields["k"] = k
-        fields["partitions"] = partition_policy()
-        vec = coerce_vector(vec, check=check)
-        fields["dim"] = vec.dim
-        fields["value dtype"] = vec.dtype.itemsize
-        fields["ranks per node"] = forced_ranks_per_node()
-        fields["node shm"] = node_shm_wanted()
-        items = vec.dim if vec.is_dense else vec.nnz
-        top = _max_key(vec)
     # the largest |input| over ranks rides on the agreement: it bounds |sum| for the selection;
     # the largest input sizes the shared-memory regions of a one-node communicator
-    agreed = agree(ctx.comm, fields, failed.error, _DESCRIBE, waiter=ctx.waiter,
-                   maxima={"max key": top, "max items": items})
-    top, items = agreed["max key"], agreed["max items"]
-    ctx.partitions = POLICIES[fields["partitions"]]
+    with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1}, _DESCRIBE,
+                     maxima={"max key": 0, "max items": 0}) as call:
+        stats = check_stats(stats)
+        k = _check_k(k)
+        call.fields["k"] = k
+        vec = coerce_vector(vec, check=check)
+        call.fields["dim"] = vec.dim
+        call.fields["value dtype"] = vec.dtype.itemsize
+        call.maxima["max items"] = vec.dim if vec.is_dense else vec.nnz
+        call.maxima["max key"] = _max_key(vec)
+    with in_call(call.options):
+        return _run(ctx, vec, k, stats, call.options, call.agreed["max key"],
+                    call.agreed["max items"])
+
+
+def _run(ctx, vec, k, stats, opts, top, items) -> TopKReduced:
+    """The call after the agreement."""
+    ctx.partitions = opts.partitions
     stats.calls += 1
     stats.algorithm = NAME
     ctx.history[STEPS_KEY] = 1  # the agreement
-    codec = Codec(vec.index_dtype, vec.dtype, link_costs=index_coding_costs(ctx))
+    codec = Codec(vec.index_dtype, vec.dtype, code_indices=opts.code_indices,
+                  link_costs=index_coding_costs(ctx, opts.index_coding))
     if k == 0 or top == 0:  # nothing to select (k = 0, or every input value is zero)
         nothing = SparseVector.unchecked(vec.dim, np.empty(0, vec.index_dtype),
                                         np.empty(0, vec.dtype))
         return TopKReduced(nothing, _dropped(vec, nothing.indices))
     with fail_stop(ctx.comm, NAME):
-        shared = _one_node(ctx, fields, items, vec.dim, codec)
+        shared = _one_node(ctx, opts, items, vec.dim, codec)
         owned, lo = _reduce_scatter(ctx, arith.normalize(vec, codec), stats, codec, shared)
         result, nan = _selection(ctx, vec, owned, lo, k, top, stats, codec, shared)
     if nan:  # every rank saw the same NaN sums (histogram or gathered), and raises the same
@@ -258,9 +262,9 @@ class _OneNode:
     gathers: int = 0
 
 
-def _one_node(ctx, fields, items, dim, codec) -> _OneNode | None:
+def _one_node(ctx, opts, items, dim, codec) -> _OneNode | None:
     """The window when every rank is on one node (collective; agreed sizes), else None."""
-    layout = one_node_layout(ctx, fields["ranks per node"], fields["node shm"])
+    layout = one_node_layout(ctx, opts.ranks_per_node or 0, int(opts.node_shm))
     if layout is None:
         return None
     split = split_region_bytes(ctx.size, items, dim, codec)

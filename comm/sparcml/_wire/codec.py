@@ -15,9 +15,9 @@ per message from its count and range alone (no scan): ``RAW`` (the index dtype's
 ``ELIAS_FANO`` (gaps, bit-packed: about ``2 + log2(length / count)`` bits per index) or
 ``BITMAP`` (one bit per position of the range); see :mod:`sparcml._wire.index_kernels`. The coding is
 lossless and transparent: :func:`decode` gives the same sorted index array whatever the code
-(decoded indices are then a new array, raw ones a view of the buffer). The environment variable
-``SPARCML_INDEX_CODING=raw`` makes this process send raw indices only (for measuring the
-difference; receivers read any code, so ranks may differ). The dense/sparse switch rule keeps
+(decoded indices are then a new array, raw ones a view of the buffer). A call's
+``Options(index_coding="raw")`` sends raw indices only (for measuring the difference;
+receivers read any code). The dense/sparse switch rule keeps
 the raw item size: it decides the representation of partial sums and results too, which the
 coding of the bytes on the wire must not change.
 
@@ -28,7 +28,6 @@ rule per message with the sizes that message would really have on the wire.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -36,15 +35,15 @@ import numpy as np
 from . import index_kernels
 from .. import _kernels as kernels
 from .._errors import SparcmlError
+from .._options import current_options
 from .header import (BITMAP, DENSE, ELIAS_FANO, HEADER, HEADER_SIZE, RAW, SHORT_HEADER,
                      SHORT_HEADER_SIZE, SPARSE, Header, header_size, read_header, write_header)
 
 __all__ = ["HEADER", "HEADER_SIZE", "SHORT_HEADER", "SHORT_HEADER_SIZE", "Header",
            "header_size", "read_header", "SPARSE", "DENSE", "RAW", "ELIAS_FANO", "BITMAP",
-           "INDEX_CODING_ENV", "Part", "Codec", "decode", "index_layout",
+           "Part", "Codec", "decode", "index_layout",
            "index_section_nbytes"]
 
-INDEX_CODING_ENV = "SPARCML_INDEX_CODING"
 _CODED_LENGTH_LIMIT = 1 << 59  # longer ranges travel raw (keeps the decoders' shifts in int64)
 
 _VALUE_BY_SIZE = {4: np.dtype(np.float32), 8: np.dtype(np.float64)}
@@ -87,10 +86,6 @@ def index_layout(count: int, length: int, index_size: int, coded: bool = True,
     return best
 
 
-def _coding_enabled() -> bool:
-    return os.environ.get(INDEX_CODING_ENV, "auto").strip().lower() != "raw"
-
-
 @dataclass
 class Part:
     """A decoded message: the index range ``[offset, offset + length)`` of a vector.
@@ -126,7 +121,8 @@ class Codec:
     a few values).
 
     ``code_indices``: send sparse indices in the smallest code (see the module docstring);
-    default: yes, unless the environment says ``SPARCML_INDEX_CODING=raw``. ``link_costs``
+    default: as the running call's options say
+    (:func:`sparcml._options.current_options`: not with ``index_coding="raw"``). ``link_costs``
     ``(seconds per byte of the links, seconds to encode and decode an index)``: code a
     message's indices only where the link time saved exceeds the coding time
     (:func:`index_layout`; :func:`sparcml._model.link_costs.index_coding_costs` gives a call's);
@@ -148,7 +144,8 @@ class Codec:
         s_q = s_val if quantizer is None else quantizer.bits / 8 + 4 / quantizer.bucket_size
         self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
         self._entry = s_q if self.quantize_sparse else s_val
-        self.code_indices = _coding_enabled() if code_indices is None else bool(code_indices)
+        self.code_indices = (current_options().code_indices if code_indices is None
+                             else bool(code_indices))
         self.link_costs = link_costs  # (s per byte, s per coded index): see index_layout
 
     def lossless(self) -> "Codec":

@@ -53,6 +53,7 @@ a mistake points at the line that made it.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from abc import ABC, abstractmethod
 from typing import NamedTuple
 
@@ -66,7 +67,9 @@ from .._runtime.context import TrafficStats, context_for
 from .._model.costmodel import TOPK_STEP
 from .._collectives.entry import allreduce_in
 from .._topk.topk_allreduce import calibration_run, topk_allreduce_in
-from .._errors import CompressionError, IncompatibleOptionsError, UnsupportedDtypeError
+from .._errors import (CompressionError, IncompatibleOptionsError, InvalidOptionError,
+                       UnsupportedDtypeError)
+from .._options import Options, in_call
 from .._quant.qsgd import QSGD
 from .._collectives.registry import AUTO, check_algorithm_options
 from .._topk.local import TopK
@@ -368,6 +371,9 @@ class Compression:
         quantizer), else :class:`NoneMemory`.
     algorithm : str, default :data:`sparcml.DEFAULT_ALGORITHM`
         A registered algorithm (:data:`sparcml.ALGORITHMS`) or ``"auto"``.
+    options : sparcml.Options, optional
+        The options of every reduction (passed as ``options=``); default: the process
+        defaults at each call (the ``SPARCML_*`` environment).
 
     With a :class:`GlobalTopKCompressor` the reduction is :func:`sparcml.topk_allreduce`;
     ``algorithm="auto"`` then lets the cost model choose per call between it and the best
@@ -378,10 +384,11 @@ class Compression:
     or hook works on :meth:`fresh` copies, so one ``Compression`` may configure several.
     """
 
-    __slots__ = ("compressor", "quantizer", "memory", "algorithm")
+    __slots__ = ("compressor", "quantizer", "memory", "algorithm", "options")
 
     def __init__(self, compressor: Compressor | None = None, quantizer: QSGD | None = None,
-                 memory: Memory | None = None, algorithm: str = DEFAULT_ALGORITHM):
+                 memory: Memory | None = None, algorithm: str = DEFAULT_ALGORITHM, *,
+                 options: Options | None = None):
         compressor = NoneCompressor() if compressor is None else compressor
         if not isinstance(compressor, Compressor):
             raise IncompatibleOptionsError(
@@ -406,14 +413,19 @@ class Compression:
             raise IncompatibleOptionsError(
                 "GlobalTopKCompressor sends exact values (sparcml.topk_allreduce takes no "
                 "quantizer); drop the quantizer or use TopKCompressor")
+        if options is not None and not isinstance(options, Options):
+            raise InvalidOptionError(f"options must be a sparcml.Options or None, got "
+                                     f"{options!r}")
         self.compressor, self.quantizer, self.memory = compressor, quantizer, memory
         self.algorithm = algorithm
+        self.options = options
 
     @classmethod
-    def none(cls, algorithm: str = DENSE_BASELINE) -> "Compression":
+    def none(cls, algorithm: str = DENSE_BASELINE, *,
+             options: Options | None = None) -> "Compression":
         """Full gradients, no quantizer, no memory, through the dense baseline
         (``MPI_Allreduce``) unless another ``algorithm`` is named."""
-        return cls(NoneCompressor(), None, NoneMemory(), algorithm)
+        return cls(NoneCompressor(), None, NoneMemory(), algorithm, options=options)
 
     @property
     def lossy(self) -> bool:
@@ -426,8 +438,9 @@ class Compression:
         q = None if self.quantizer is None else (
             f"QSGD(bits={self.quantizer.bits}, bucket_size={self.quantizer.bucket_size}, "
             f"norm={self.quantizer.norm!r})")
+        options = "" if self.options is None else f", options={self.options!r}"
         return (f"Compression(compressor={self.compressor!r}, quantizer={q}, "
-                f"memory={self.memory!r}, algorithm={self.algorithm!r})")
+                f"memory={self.memory!r}, algorithm={self.algorithm!r}{options})")
 
     __repr__ = describe
 
@@ -435,7 +448,14 @@ class Compression:
         """The same configuration with an empty memory and, with a quantizer, a new QSGD of the
         same bits, bucket size and norm whose random stream is seeded by ``seed``."""
         q = None if self.quantizer is None else QSGD.from_code(self.quantizer.code, seed=seed)
-        return Compression(self.compressor.fresh(), q, self.memory.fresh(), self.algorithm)
+        return Compression(self.compressor.fresh(), q, self.memory.fresh(), self.algorithm,
+                           options=self.options)
+
+    def with_options(self, options: Options | None) -> "Compression":
+        """The same configuration (the same memory and quantizer objects) whose reductions
+        take ``options`` (:class:`sparcml.Options`, or None: the process defaults)."""
+        return Compression(self.compressor, self.quantizer, self.memory, self.algorithm,
+                           options=options)
 
     # -- reductions ---------------------------------------------------------------------------
 
@@ -448,7 +468,8 @@ class Compression:
         baseline: no compressor, quantizer or memory."""
         if full:
             vec = SparseVector.dense(x)
-            result = allreduce_in(ctx, vec, algorithm=DENSE_BASELINE, stats=stats, check=check)
+            result = allreduce_in(ctx, vec, algorithm=DENSE_BASELINE, stats=stats, check=check,
+                                  options=self.options)
             return Reduced(result, vec, vec.nnz, 0.0)
         t0 = time.perf_counter()
         g = self.memory.compensate(x, key)
@@ -465,10 +486,12 @@ class Compression:
         k_global = self.compressor.global_k(vec.dim)
         algorithm, use_global = self.algorithm, k_global is not None
         if use_global and algorithm == AUTO:  # every rank's vec has num_sent(n) items
-            algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
+            with nullcontext() if self.options is None else in_call(self.options):
+                algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
             use_global = algorithm == TOPK_STEP
         if use_global:
-            reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check)
+            reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check,
+                                        options=self.options)
             t0 = time.perf_counter()
             # sent: the local selection less what the global one dropped (kept in the memory)
             idx, val = select_kernels.drop_indices(vec.indices, vec.values,
@@ -481,7 +504,7 @@ class Compression:
         parts = [] if q is not None else None
         result = allreduce_in(ctx, vec, algorithm=algorithm, quantizer=q,
                               quantize_sparse=q is not None, stats=stats, check=check,
-                              sent=parts)
+                              sent=parts, options=self.options)
         t0 = time.perf_counter()
         sent = vec if parts is None else assemble_parts(parts, vec.dim, vec.dtype)
         self.memory.update(g, key, sent)

@@ -45,6 +45,7 @@ from mpi4py import MPI
 
 from .._runtime.agreement import agree_on_lines, capture
 from ..compression._objects import Compression, ResidualMemory
+from .._options import Options
 from .._runtime.context import TrafficStats
 from .._errors import IncompatibleOptionsError, UnsupportedDtypeError
 from .._runtime.nonblocking import submit
@@ -59,8 +60,10 @@ class SparcmlHookState:
     copy of ``compression`` (default ``Compression()``: full gradients, the default algorithm)
     whose quantizer is seeded by ``seed`` (the same on every rank), the MPI communicator
     ``comm`` (default ``COMM_WORLD``: its ranks must be the process group's, in the same
-    order), and ``warmup_steps`` (the first N steps send full gradients through the dense
-    baseline, as the optimizer's).
+    order), ``warmup_steps`` (the first N steps send full gradients through the dense
+    baseline, as the optimizer's) and ``options`` (a :class:`sparcml.Options` for every
+    reduction, replacing ``compression.options``; default: the compression's, else the
+    process defaults).
 
     Collective: every rank builds it with the same options (else
     :class:`~sparcml.RankMismatchError`, or any rank's invalid option, on every rank).
@@ -69,7 +72,7 @@ class SparcmlHookState:
     """
 
     def __init__(self, compression: Compression | None = None, *, comm=None,
-                 warmup_steps: int = 0, seed: int = 0):
+                 warmup_steps: int = 0, seed: int = 0, options: Options | None = None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         lines: list[str] = []
@@ -79,6 +82,8 @@ class SparcmlHookState:
                 raise IncompatibleOptionsError(
                     f"compression must be a sparcml.compression.Compression, got "
                     f"{type(compression).__name__}")
+            if options is not None:
+                compression = compression.with_options(options)
             for name, value in (("warmup_steps", warmup_steps), ("seed", seed)):
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise IncompatibleOptionsError(f"{name} must be an integer >= 0, "

@@ -19,6 +19,7 @@ from mpi4py import MPI
 
 from .._runtime.agreement import agree_on_lines, capture
 from ..compression._objects import Compression
+from .._options import Options
 from .._errors import IncompatibleOptionsError, SparcmlError
 from .._runtime.nonblocking import submit
 from . import _checkpoint as checkpoint, _legacy as legacy
@@ -88,6 +89,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     comm : mpi4py communicator, default ``COMM_WORLD``.
     seed : int
         Seeds the random rounding of the quantizer (the same on every rank).
+    options : sparcml.Options, optional
+        The options of every reduction (partitions, index coding, node shared memory, ...),
+        replacing ``compression.options``; default: the compression's, else the process
+        defaults (the ``SPARCML_*`` environment). Agreed across ranks with the others.
 
     Deprecated keywords (one release, with a :class:`DeprecationWarning` that shows the new
     call): ``density``, ``k``, ``bits``, ``bucket_size`` (bytes), ``algorithm``,
@@ -135,7 +140,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer, named_parameters=None, *, compression=None,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, backward_passes_per_step: int = 1,
-                 warmup_steps: int = 0, comm=None, seed: int = 0, **deprecated):
+                 warmup_steps: int = 0, comm=None, seed: int = 0,
+                 options: Options | None = None, **deprecated):
         legacy.check_names(deprecated)
         if deprecated:
             legacy.warn(deprecated, stacklevel=2)
@@ -145,7 +151,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         self._buckets: list[Bucket] = []
         self._handles = []
-        options = ""
+        reduce_options, options = options, ""  # options: from here, the description line
         with capture() as failed:  # every rank validates, then all raise the same error
             if not isinstance(optimizer, torch.optim.Optimizer):
                 raise IncompatibleOptionsError(
@@ -160,6 +166,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     f"compression must be a sparcml.compression.Compression, got "
                     f"{type(compression).__name__}; e.g. Compression(TopKCompressor("
                     f"density=0.01), quantizer=sparcml.QSGD(4))")
+            if reduce_options is not None:
+                compression = compression.with_options(reduce_options)
             self.bucket_bytes = _check_int("bucket_bytes", bucket_bytes, 1)
             self.backward_passes_per_step = _check_int("backward_passes_per_step",
                                                        backward_passes_per_step, 1)
