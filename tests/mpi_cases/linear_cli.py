@@ -71,7 +71,7 @@ said = io.StringIO()
 with redirect_stdout(said):
     run("--resume", str(d / "full.ckpt.h5"), "--output", str(d / "r.jsonl"))
 said = comm.allgather(said.getvalue())
-assert f"full.ckpt.h5 is a finished run (2 epochs; after the last: loss " in said[0], said[0]
+assert "full.ckpt.h5 is a finished run (2 epochs; after the last: loss " in said[0], said[0]
 assert "nothing to train, no record appended" in said[0] and "epoch 1:" not in said[0], said[0]
 assert all(s == "" for s in said[1:]), said
 assert len(read_records([d / "r.jsonl"])[0]) == 1

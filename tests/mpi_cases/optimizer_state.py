@@ -7,7 +7,6 @@ others hanging: the test's timeout catches that). Rank 0 prints ``OPTIMIZER-STAT
 import copy
 import sys
 
-import numpy as np
 import torch
 from mpi4py import MPI
 
