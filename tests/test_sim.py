@@ -464,3 +464,32 @@ def test_sparc_bench_simulated_bytes_equal_the_real_sweeps(tmp_path):
 
     got, expected = sent(simulated), sent(real)
     assert len(expected) == 8 and got == expected
+
+
+def test_a_rank_that_skips_a_collective_is_a_reported_deadlock():
+    """Issue 25 item 3: a simulated rank that skips a collective used to leave the others
+    waiting forever; now the run stops at once and says which ranks wait where."""
+    import time
+
+    def skips(comm):
+        v = sparcml.SparseVector(100, np.array([comm.rank]), np.ones(1, np.float32))
+        if comm.Get_rank() != 1:
+            sparcml.allreduce(v, comm, algorithm="ssar_split_allgather")
+
+    t0 = time.perf_counter()
+    with pytest.raises(sim.SimulationError, match="simulated deadlock") as info:
+        sim.run(3, skips, timeout=600)
+    assert time.perf_counter() - t0 < 60, "found at once, not after the wall timeout"
+    msg = str(info.value)
+    assert "rank 0 waits in" in msg and "rank 2 waits in" in msg, msg
+    assert "rank 1 returned from the simulated function" in msg, msg
+
+    def receives_what_nobody_sends(comm):
+        buf = np.empty(4, np.uint8)
+        if comm.Get_rank() == 0:
+            comm.Recv(buf, source=1, tag=7)
+
+    with pytest.raises(sim.SimulationError, match="rank 0 waits in .*Recv"):
+        sim.run(2, receives_what_nobody_sends, timeout=600)
+    # and a run that completes is not mistaken for one
+    assert sim.run(3, lambda comm: comm.Get_rank()).results == [0, 1, 2]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from .._errors import InvalidArgumentError, SparcmlError
 from ._comm import SimComm
 from ._network import NetworkSpec, parse_network
-from ._world import SimAborted, World
+from ._world import SimAborted, SimDeadlock, World
 
 __all__ = ["run", "SimResult", "SimulationError", "DEFAULT_RATE"]
 
@@ -95,6 +95,7 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
                     world.enter(st)
                     st.clock = max(st.clock, st.send_done)
                 results[rank] = sharing.intern_result(out) if share else out
+            world.returned_from(st)
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             errors[rank] = exc
             world.fail(exc)
@@ -112,6 +113,8 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
                 world.fail(TimeoutError(f"simulation of P={P} exceeded {timeout} s"))
                 raise SimulationError(f"simulation of P={P} did not finish in {timeout} s "
                                       f"(deadlock in the simulated program?)")
+    if isinstance(world.error, SimDeadlock):
+        raise SimulationError(str(world.error)) from world.error
     first = next((r for r, e in enumerate(errors)
                   if e is not None and not isinstance(e, SimAborted)), None)
     if first is None:

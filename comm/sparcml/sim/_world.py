@@ -12,6 +12,7 @@ rank's compute close to what it would be alone on a core.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 import time
 
@@ -20,7 +21,7 @@ import numpy as np
 from ._network import NetworkSpec
 from ._sharing import credit_of
 
-__all__ = ["World", "RankState", "SimAborted", "add_rate"]
+__all__ = ["SimDeadlock", "World", "RankState", "SimAborted", "add_rate"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -39,6 +40,11 @@ def add_rate() -> float:
 
 class SimAborted(RuntimeError):
     """Raised in a rank that waits when another rank failed or called ``Abort``."""
+
+
+class SimDeadlock(SimAborted):
+    """Every rank still running waits for another (one skipped a collective, a receive with no
+    send): the run cannot go on. The message names each rank and where it waits."""
 
 
 class RankState:
@@ -79,6 +85,8 @@ class World:
         self.next_comm_id = 1
         self.error: BaseException | None = None
         self.tokens = threading.Semaphore(max(1, int(tokens)))
+        self.waiting: dict[int, tuple] = {}  # rank -> (its ready predicate, its caller's frame)
+        self.returned: list[int] = []        # ranks whose function returned
         self.sequence = 0  # global posting order of messages
         self.gamma_add = add_rate()
 
@@ -101,6 +109,8 @@ class World:
         meanwhile. Raises :class:`SimAborted` when the run failed."""
         if ready():
             return
+        self.waiting[st.rank] = (ready, sys._getframe(1))
+        self._detect_deadlock()
         self.tokens.release()
         try:
             while not ready():
@@ -108,11 +118,43 @@ class World:
                     raise SimAborted(f"rank {st.rank}: another rank failed: {self.error!r}")
                 st.cond.wait(timeout=5.0)
         finally:
+            self.waiting.pop(st.rank, None)
             self.lock.release()
             try:
                 self.tokens.acquire()
             finally:
                 self.lock.acquire()
+
+    def returned_from(self, st: RankState) -> None:
+        """Rank ``st``'s function returned (lock not held): if every other rank now waits for
+        something no rank will send, the run is a deadlock."""
+        with self.lock:
+            self.returned.append(st.rank)
+            self._detect_deadlock()
+
+    def _detect_deadlock(self) -> None:
+        """(lock held) Every rank has returned or waits, and no waiting rank can go on: record a
+        :class:`SimDeadlock` naming where each waits, and wake them (they raise it)."""
+        if self.error is not None or not self.waiting:
+            return
+        if len(self.waiting) + len(self.returned) < self.size:
+            return
+        if any(ready() for ready, _ in self.waiting.values()):
+            return
+        lines = [f"rank {r} waits in {_where(frame)}"
+                 for r, (_, frame) in sorted(self.waiting.items())[:8]]
+        if len(self.waiting) > 8:
+            lines.append(f"and {len(self.waiting) - 8} more ranks wait")
+        if self.returned:
+            done = sorted(self.returned)
+            lines.append(f"rank{'s' if len(done) > 1 else ''} "
+                         f"{', '.join(map(str, done[:16]))}{' ...' if len(done) > 16 else ''} "
+                         f"returned from the simulated function")
+        self.error = SimDeadlock("simulated deadlock: every rank waits for one that will not "
+                                 "send (a rank skipped a collective, or called it in another "
+                                 "order): " + "; ".join(lines))
+        for rank in self.ranks:
+            rank.cond.notify_all()
 
     def fail(self, exc: BaseException) -> None:
         """Record the first failure and wake every rank (lock not held)."""
@@ -156,3 +198,13 @@ class World:
         rstart = max(start, free[key])
         free[key] = rstart + nbytes * beta
         return rstart + nbytes * beta + alpha
+
+
+def _where(frame, depth: int = 5) -> str:
+    """``module.function <- ...`` of the ``depth`` innermost calls from ``frame`` outwards."""
+    names = []
+    while frame is not None and len(names) < depth:
+        module = frame.f_globals.get("__name__", "?").rsplit(".", 1)[-1]
+        names.append(f"{module}.{frame.f_code.co_name}")
+        frame = frame.f_back
+    return " <- ".join(names)
