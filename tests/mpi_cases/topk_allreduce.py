@@ -138,9 +138,9 @@ if os.environ.get(ENV_NODE_SHM, "1") != "0":
 # guess that misses (the magnitudes moved down) falls back to the exact path, still exact
 from sparcml._runtime.context import context_for  # noqa: E402
 from sparcml._model.costmodel import topk_sync_steps  # noqa: E402
-from sparcml._topk.topk_allreduce import STEPS_KEY  # noqa: E402
+from sparcml._topk.rule import memory_of  # noqa: E402
 
-history = context_for(comm).history
+memory = memory_of(context_for(comm))  # what the blocking calls below count their steps in
 steps = []
 K_MEMO = 16384  # 2**11 bins a round: one round finds the threshold on these magnitudes
 for label, scale in (("first", 1.0), ("remembered", 1.0), ("rescaled", 2.0 ** -12),
@@ -148,7 +148,7 @@ for label, scale in (("first", 1.0), ("remembered", 1.0), ("rescaled", 2.0 ** -1
     base = random_input(100_000, 0.2, np.float32, 31, high=1 << 20)
     vec = SparseVector(base.dim, base.indices, base.values * np.float32(scale))
     check(vec, K_MEMO, ("memo", label))
-    steps.append(history[STEPS_KEY])
+    steps.append(memory.steps)
 if P > 1:  # the model's count of synchronizing steps is the call's
     assert steps == [topk_sync_steps(False)] + [topk_sync_steps(True)] * 3, steps
 # the same largest |x| (so the same bound), everything else 1024 times smaller: the guess
@@ -159,10 +159,10 @@ moved_vals[0] = float(1 << 20)
 moved = SparseVector(moved.dim, moved.indices, moved_vals)
 check(moved, K_MEMO, ("memo", "missed"))
 if P > 1:  # the guess, then one histogram round and the allgather again
-    assert history[STEPS_KEY] == topk_sync_steps(True) + 2, history[STEPS_KEY]
+    assert memory.steps == topk_sync_steps(True) + 2, memory.steps
 check(moved, K_MEMO, ("memo", "after the miss"))
 if P > 1:
-    assert history[STEPS_KEY] == topk_sync_steps(True), history[STEPS_KEY]
+    assert memory.steps == topk_sync_steps(True), memory.steps
 # fresh minibatches of one distribution: the k-th largest |sum| barely moves while the
 # largest |input| (the bound) moves by percents; every call after the first uses the guess
 misses = []
@@ -171,7 +171,7 @@ for seed in range(8):
     idx = np.flatnonzero(rng.random(100_000) < 0.2)
     fresh = SparseVector(100_000, idx, rng.standard_normal(idx.size).astype(np.float32))
     check(fresh, 4096, ("fresh minibatch", seed))
-    misses.append(history[STEPS_KEY] - topk_sync_steps(True))
+    misses.append(memory.steps - topk_sync_steps(True))
 if P > 1:
     assert misses[1:] == [0] * 7, misses
 for k in (1, 10, 600 // P + 3):  # ties across the partitions, remembered: lower index first

@@ -149,9 +149,9 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             seed = int(quantizer._rng.integers(0, 2**62))
     maxima = agree(ctx.comm, fields, failed.error, _describe, waiter=ctx.waiter,
                    maxima={"nnz": nnz, "seed": seed,
-                           "auto trial ns": tuning.pending_ns(ctx.history)})
+                           "auto trial ns": tuning.pending_ns(tuning.state_of(ctx))})
     nnz_max, seed = maxima["nnz"], maxima["seed"]
-    tuning.resolve(ctx.history, maxima["auto trial ns"])
+    tuning.resolve(ctx.tuning, maxima["auto trial ns"])
     tune = bool(fields["auto tuning"])
     stats.calls += 1
     ctx.partitions = POLICIES[fields["partitions"]]
@@ -179,7 +179,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
             return SparseVector._trusted(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
-    tuning.begin(ctx.history, clock_of(ctx.comm))
+    tuning.begin(ctx.tuning, clock_of(ctx.comm))
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
         if node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
@@ -191,7 +191,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         else:
             result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
                                 out=None, sent=sent)
-    tuning.end(ctx.history)
+    tuning.end(ctx.tuning)
     if algorithm == AUTO or option == AUTO:
         auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:
@@ -235,7 +235,7 @@ def calibrate(comm: MPI.Comm | None = None, *, reps: int = 5):
     calibrates at its first call).
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    model = ctx.history["model"] = auto.calibrate_context(ctx, _calibration_run, reps=reps)
+    model = ctx.model = auto.calibrate_context(ctx, _calibration_run, reps=reps)
     return model
 
 
