@@ -270,8 +270,9 @@ def test_memory_at_256_ranks_stays_within_n_plus_p_k(case):
     (an int32 index and a float32 value per entry). Why 16: sharing keeps the recent sums
     (up to ``RECENT_BYTES``) for the slowest rank of a group, a round's P / 2^r distinct sums
     of 2^r k entries (P k per round) live at once, and a dense result is N values; the
-    measured peaks are 3-12x (BENCHMARKS.md "Simulator memory"); unshared, one dense
-    result per rank is P N x 4 bytes = 36x the bound here, so the factor separates the two.
+    measured peaks are 4-12x (BENCHMARKS.md, "Memory per algorithm with the operations passed
+    in"); one dense result per rank (what the node-aware broadcast and ``dsar``'s allgather
+    held before) is P N x 4 bytes = 36x the bound here, so the factor separates the two.
     ``dense`` is left out: its MPI_Allreduce needs every rank's full vector (P N; sparc-bench
     models it without data)."""
     P, N, density = 256, 1 << 20, 0.01
