@@ -17,13 +17,13 @@ KEY = ("tuning", "flat", 100, 10, 4, 4, False)
 def _explore(times: dict, ranked: list, calls: int = 20) -> list:
     """Drive tuning.choose/begin/end/resolve as the entry point does, with measured seconds
     from ``times``; returns what each call ran."""
-    history, ran, clock = {}, [], [0.0]
+    state, ran, clock = tuning.TuningState(), [], [0.0]
     for _ in range(calls):
-        tuning.resolve(history, tuning.pending_ns(history))
-        option = tuning.choose(history, KEY, lambda: ranked)
-        tuning.begin(history, clock=lambda: clock[0])
+        tuning.resolve(state, tuning.pending_ns(state))
+        option = tuning.choose(state, KEY, lambda: ranked)
+        tuning.begin(state, clock=lambda: clock[0])
         clock[0] += times.get(option, 0.0)
-        tuning.end(history)
+        tuning.end(state)
         ran.append(option)
     return ran
 
@@ -40,14 +40,14 @@ def test_contenders_within_the_margin_one_try_each_then_the_near_ties_again_then
 
 def test_one_slow_try_does_not_rule_an_algorithm_out():
     times = iter([2.0, 5.0, 1.0, 2.1])          # b's first try is slow (cold), its second not
-    history, ran = {}, []
+    state, ran = tuning.TuningState(), []
     for _ in range(8):
-        tuning.resolve(history, tuning.pending_ns(history))
-        option = tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.1, "b")])
+        tuning.resolve(state, tuning.pending_ns(state))
+        option = tuning.choose(state, KEY, lambda: [(1.0, "a"), (1.1, "b")])
         ran.append(option)
-        if option is not None and tuning.settled(history, KEY) is None:
-            history["tuning: measured"] = (KEY, option, int(next(times) * 1e9))
-            history.pop("tuning: trial", None)
+        if option is not None and tuning.settled(state, KEY) is None:
+            state.measured = (KEY, option, int(next(times) * 1e9))
+            state.trial = None
     assert ran[:4] == ["a", "b", "b", "a"] and set(ran[4:]) == {"b"}
 
 
@@ -67,13 +67,13 @@ def test_at_most_max_contenders_and_the_bound_on_exploring_calls():
 
 
 def test_a_time_for_another_option_or_no_time_changes_nothing():
-    history = {}
-    assert tuning.choose(history, KEY, lambda: [(1.0, "a"), (1.2, "b")]) == "a"
-    history["tuning: measured"] = (KEY, "b", 5)          # not the call in flight
-    tuning.resolve(history, 5)
-    assert history[KEY]["times"] == {} and history[KEY]["plan"] == ["a", "b"]
-    tuning.resolve(history, 0)
-    assert history[KEY]["plan"] == ["a", "b"]
+    state = tuning.TuningState()
+    assert tuning.choose(state, KEY, lambda: [(1.0, "a"), (1.2, "b")]) == "a"
+    state.measured = (KEY, "b", 5)          # not the call in flight
+    tuning.resolve(state, 5)
+    assert state.shapes[KEY]["times"] == {} and state.shapes[KEY]["plan"] == ["a", "b"]
+    tuning.resolve(state, 0)
+    assert state.shapes[KEY]["plan"] == ["a", "b"]
 
 
 def test_shape_key_buckets_nnz_by_sqrt2_and_fill_by_2():
@@ -82,12 +82,9 @@ def test_shape_key_buckets_nnz_by_sqrt2_and_fill_by_2():
     assert len(keys) == 1
     assert tuning.shape_key("flat", vec, 1000, False) != tuning.shape_key("flat", vec, 2000,
                                                                          False)
-    history = {}
-    assert tuning.fill_bucket(history, 1000, 10) == -1                 # nothing learnt yet
-    history[("result size", 1000)] = 10
-    assert tuning.fill_bucket(history, 1000, 10) == 0                  # full overlap
-    history[("result size", 1000)] = 80
-    assert tuning.fill_bucket(history, 1000, 10) == 3                  # disjoint, P = 8
+    assert tuning.fill_bucket(None, 10) == -1                 # nothing learnt yet
+    assert tuning.fill_bucket(10, 10) == 0                    # full overlap
+    assert tuning.fill_bucket(80, 10) == 3                    # disjoint, P = 8
 
 
 class _Misleading(CostModel):

@@ -89,7 +89,8 @@ class _Comm:
 
 class _Ctx:
     def __init__(self, size, node_size):
-        self.size, self.comm, self.history = size, _Comm(node_size), {}
+        self.size, self.comm = size, _Comm(node_size)
+        self.model = self.link_costs = None
 
 
 def test_link_costs_from_the_model_or_from_where_the_ranks_are(monkeypatch):
@@ -104,7 +105,7 @@ def test_link_costs_from_the_model_or_from_where_the_ranks_are(monkeypatch):
     assert index_coding_costs(_Ctx(4, 2))[0] == NETWORK_BYTE_SECONDS
     assert index_coding_costs(_Ctx(1, 1)) is None
     calibrated = _Ctx(4, 4)
-    calibrated.history["model"] = CostModel(beta=3e-9, gamma_code=2e-9)
+    calibrated.model = CostModel(beta=3e-9, gamma_code=2e-9)
     assert index_coding_costs(calibrated) == (3e-9, 2e-9)
     # the smallest code, whatever it costs
     assert index_coding_costs(_Ctx(4, 4), "coded") is None

@@ -32,11 +32,6 @@ ALLOWED = {
         "sparc-bench --kernels times the private merge kernels themselves",
     ("sparcapps/bench/kernel_bench.py", "sparcml._runtime.workspace"):
         "sparc-bench --kernels times merge_add_into into the private Workspace",
-    # PENDING, branch h22pub only: the branches of issue 22 item 1 (options as keywords, h22opts)
-    # and item 2 (a typed context, h22ctx) remove these imports; delete the entries when merged.
-    ("sparcapps/bench/runner.py", "sparcml._runtime.context"): "pending h22ctx",
-    ("sparcapps/bench/runner.py", "sparcml._collectives.partition"): "pending h22opts",
-    ("sparcapps/bench/runner.py", "sparcml._wire.codec"): "pending h22opts",
 }
 
 

@@ -236,7 +236,7 @@ def test_the_cycle_finder_reads_imports_inside_functions(tmp_path):
 
 # PENDING, branch h22pub only: the simulator's circle, which issue 22 item 3 (branch h22ctx)
 # breaks. Delete this entry once that branch is merged (the test fails while it is stale).
-PENDING_CYCLES = [["sparcml.sim._comm", "sparcml.sim._sharing", "sparcml.sim._world"]]
+PENDING_CYCLES: list = []  # cycles being removed on another branch (none now)
 
 
 def test_no_import_cycle_in_the_comm_layer_and_the_apps():

@@ -148,9 +148,6 @@ class SparseVector:
         vec.values = values
         return vec
 
-    # the former private name, still used by sparcml.sim's sharing (rename it there, then drop)
-    _trusted = unchecked
-
     @classmethod
     def dense(cls, values) -> "SparseVector":
         """A dense-backed vector holding all of ``values`` (no copy when contiguous)."""

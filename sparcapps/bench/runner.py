@@ -16,7 +16,6 @@ from mpi4py import MPI
 
 import sparcml
 from sparcapps.records import summarize
-from sparcml._runtime.context import context_for
 
 from .inputs import make_input
 
@@ -75,21 +74,18 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
     times = [[] for _ in cases]
     stats = [sparcml.TrafficStats() for _ in cases]
     results = [None] * len(cases)
-    phase1 = [None] * len(cases)
-    history = context_for(comm).history
     for rep in range(warmup + reps):
         for i, call in enumerate(calls):
             stats[i].reset()
             comm.Barrier()
-            history.pop("phase1_received", None)
             t0 = time.perf_counter()
             results[i] = call(stats[i])
             elapsed = time.perf_counter() - t0
-            phase1[i] = history.get("phase1_received")
             if rep >= warmup:
                 times[i].append(comm.allreduce(elapsed, op=MPI.MAX))
     k_max = max(comm.allgather(vec.nnz))
-    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model, phase1[i])
+    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model,
+                      stats[i].phase1_received)
             for i, case in enumerate(cases)]
 
 

@@ -17,7 +17,7 @@ from sparcml._collectives.hierarchical import layout_for
 from sparcml._model.costmodel import topk_sync_steps
 from sparcml._runtime.context import context_for
 from sparcml._topk import topk_allreduce as global_topk
-from sparcml._topk.topk_allreduce import STEPS_KEY
+from sparcml._topk.rule import memory_of
 from sparcml.compression._objects import Compression, GlobalTopKCompressor
 
 from . import Case
@@ -172,14 +172,14 @@ def memo(comm, check):
     guess that misses (the magnitudes moved down) falls back to the exact path, still exact;
     fresh minibatches of one distribution use the guess after the first call."""
     P = comm.Get_size()
-    history = context_for(comm).history
+    memory = memory_of(context_for(comm))
     steps = []
     for label, scale in (("first", 1.0), ("remembered", 1.0), ("rescaled", 2.0 ** -12),
                          ("again", 2.0 ** -12)):
         base = random_input(comm, 100_000, 0.2, np.float32, 31, high=1 << 20)
         vec = SparseVector(base.dim, base.indices, base.values * np.float32(scale))
         check_topk(comm, check, vec, K_MEMO, f"memo {label}")
-        steps.append(history[STEPS_KEY])
+        steps.append(memory.steps)
     if P > 1:  # the model's count of synchronizing steps is the call's
         check(steps == [topk_sync_steps(False)] + [topk_sync_steps(True)] * 3, f"steps {steps}")
     # the same largest |x| (so the same bound), everything else 1024 times smaller: the guess
@@ -190,17 +190,17 @@ def memo(comm, check):
     moved = SparseVector(moved.dim, moved.indices, moved_vals)
     check_topk(comm, check, moved, K_MEMO, "memo missed")
     if P > 1:  # the guess, then one histogram round and the allgather again
-        check(history[STEPS_KEY] == topk_sync_steps(True) + 2, f"missed: {history[STEPS_KEY]}")
+        check(memory.steps == topk_sync_steps(True) + 2, f"missed: {memory.steps}")
     check_topk(comm, check, moved, K_MEMO, "memo after the miss")
     if P > 1:
-        check(history[STEPS_KEY] == topk_sync_steps(True), f"after: {history[STEPS_KEY]}")
+        check(memory.steps == topk_sync_steps(True), f"after: {memory.steps}")
     misses = []
     for seed in range(8):
         rng = np.random.default_rng([40 + seed, comm.Get_rank()])
         idx = np.flatnonzero(rng.random(100_000) < 0.2)
         fresh = SparseVector(100_000, idx, rng.standard_normal(idx.size).astype(np.float32))
         check_topk(comm, check, fresh, 4096, f"fresh minibatch {seed}")
-        misses.append(history[STEPS_KEY] - topk_sync_steps(True))
+        misses.append(memory.steps - topk_sync_steps(True))
     if P > 1:
         check(misses[1:] == [0] * 7, f"misses {misses}")
     for k in (1, 10, 600 // P + 3):  # ties across the partitions, remembered: lower index first

@@ -150,7 +150,7 @@ def check_grouping(R, with_auto, inputs_used=INPUTS):
     # auto: any choice, the right sum; "auto" for the flag alone keeps the algorithm. The flat
     # model is the default one (its calibration is tested elsewhere); the node-aware model is
     # calibrated here (the leaders' sub-communicator and the node links)
-    context_for(comm).history["model"] = sparcml.CostModel()
+    context_for(comm).model = sparcml.CostModel()
     vec = inputs(3001, 0.01, np.float32, True, 7)
     exact = np.sum(comm.allgather(vec.to_dense()), axis=0).astype(np.float32)
     for algorithm, option in (("auto", "auto"), ("auto", True), (ALL[1], "auto")):

@@ -34,7 +34,7 @@ def skewed(seed, k=3000, reverse=False):
 
 
 def phase_one_ratio(ctx, kind):
-    mine = ctx.history["partitions"][(DIM, kind)].received
+    mine = ctx.partition_memory.states[(DIM, kind)].received
     every = np.array(comm.allgather(mine), np.float64)
     return every.max() / every.mean()
 
@@ -43,7 +43,7 @@ ctx = context_for(comm)
 results = {}
 for policy in partition.POLICIES:
     os.environ["SPARCML_PARTITIONS"] = policy
-    ctx.history.pop("partitions", None)
+    ctx.partition_memory = None
     for name in SPLIT:
         kind = partition.DENSE_KIND if name.startswith("dsar") else partition.SPARSE_KIND
         vec = skewed(1)
@@ -52,7 +52,7 @@ for policy in partition.POLICIES:
         exact = comm.allreduce(vec.to_dense().astype(np.float64))
         np.testing.assert_allclose(out.to_dense(), exact, rtol=1e-5, atol=1e-5)
         if size > 1 and policy == partition.BALANCED:
-            bounds = ctx.history["partitions"][(DIM, kind)].bounds
+            bounds = ctx.partition_memory.states[(DIM, kind)].bounds
             assert comm.allgather(bounds.tolist()) == [bounds.tolist()] * size
             assert bounds[0] == 0 and bounds[-1] == DIM and np.all(np.diff(bounds) >= 0)
             ratio = phase_one_ratio(ctx, kind)
@@ -66,10 +66,11 @@ for name in SPLIT:  # the same sum whatever the cut: bitwise
 # topk_allreduce's reduce-scatter takes the same balanced cut; its selection is the same
 for policy in partition.POLICIES:
     os.environ["SPARCML_PARTITIONS"] = policy
-    ctx.history.pop("partitions", None)
-    got, dropped = sparcml.topk_allreduce(skewed(1), 700)
+    ctx.partition_memory = None
+    stats = sparcml.TrafficStats()
+    got, dropped = sparcml.topk_allreduce(skewed(1), 700, stats=stats)
     results[policy, "topk"] = (got.indices.tolist(), got.values.tolist())
-    every = np.array(comm.allgather(ctx.history["phase1_received"]), np.float64)
+    every = np.array(comm.allgather(stats.phase1_received), np.float64)
     ratio = every.max() / every.mean()
     if size > 1:
         # equal blocks send most entries to the owner of the low indices: the case can fail
@@ -80,16 +81,16 @@ assert results["equal", "topk"] == results["balanced", "topk"]
 
 if size > 1:
     os.environ["SPARCML_PARTITIONS"] = partition.BALANCED
-    ctx.history.pop("partitions", None)
+    ctx.partition_memory = None
     name = [n for n in SPLIT if n.startswith("ssar")][0]
     for _ in range(partition.CHECK_EVERY + 1):
         sparcml.allreduce(skewed(2), algorithm=name)
-    state = ctx.history["partitions"][(DIM, partition.SPARSE_KIND)]
+    state = ctx.partition_memory.states[(DIM, partition.SPARSE_KIND)]
     assert state.estimates == 1 and state.imbalance <= 1.3, state  # kept: no re-estimate
     old = state.bounds.copy()
     for _ in range(2 * partition.CHECK_EVERY + 1):  # the hot features move to the top
         out = sparcml.allreduce(skewed(3, reverse=True), algorithm=name)
-    state = ctx.history["partitions"][(DIM, partition.SPARSE_KIND)]
+    state = ctx.partition_memory.states[(DIM, partition.SPARSE_KIND)]
     assert state.estimates == 2 and not np.array_equal(old, state.bounds), state
     assert phase_one_ratio(ctx, partition.SPARSE_KIND) <= 1.3
     exact = comm.allreduce(skewed(3, reverse=True).to_dense().astype(np.float64))
@@ -100,7 +101,7 @@ if size > 1:
     for i in range(4 * partition.CHECK_EVERY):
         os.environ["SPARCML_PARTITIONS"] = partition.EQUAL if i % 2 else partition.BALANCED
         sparcml.allreduce(skewed(3, reverse=True), algorithm=name)
-    state = ctx.history["partitions"][(DIM, partition.SPARSE_KIND)]
+    state = ctx.partition_memory.states[(DIM, partition.SPARSE_KIND)]
     assert state.estimates == estimates and state.imbalance <= 1.3, state
 
     # quantized calls never move the cut (their values depend on it): the same random stream
@@ -115,7 +116,7 @@ if size > 1:
     for _ in range(2 * partition.CHECK_EVERY):
         again = quantized()
     assert np.array_equal(first, again)
-    assert ctx.history["partitions"][(DIM, partition.SPARSE_KIND)].estimates == estimates
+    assert ctx.partition_memory.states[(DIM, partition.SPARSE_KIND)].estimates == estimates
 
     # a policy that differs across ranks: the same error everywhere, nothing hangs
     os.environ["SPARCML_PARTITIONS"] = partition.EQUAL if rank == size - 1 \

@@ -128,7 +128,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
     option = False
     with agreed_call(ctx, options, fields, _describe,
                      maxima={"nnz": 0, "seed": 0,
-                             "auto trial ns": tuning.pending_ns(ctx.history)}) as call:
+                             "auto trial ns": tuning.pending_ns(tuning.state_of(ctx))}) as call:
         record = check_algorithm_options(algorithm, quantizer=quantizer)
         option = node_aware.check_hierarchical(hierarchical, algorithm)
         fields["hierarchical"] = node_aware.hierarchical_code(option)
@@ -155,7 +155,7 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
          out, sent):
     """The call after the agreement: ``auto``'s choice, then the algorithm."""
     nnz_max, seed = agreed["nnz"], agreed["seed"]
-    tuning.resolve(ctx.history, agreed["auto trial ns"])
+    tuning.resolve(tuning.state_of(ctx), agreed["auto trial ns"])
     tune = opts.auto_tuning
     stats.calls += 1
     ctx.partitions = opts.partitions
@@ -184,7 +184,7 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
             return SparseVector.unchecked(vec.dim, None, vec.to_dense())
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
-    tuning.begin(ctx.history, clock_of(ctx.comm))
+    tuning.begin(ctx.tuning, clock_of(ctx.comm))
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
         if node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
@@ -196,7 +196,7 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
         else:
             result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
                                 out=None, sent=sent)
-    tuning.end(ctx.history)
+    tuning.end(ctx.tuning)
     if algorithm == AUTO or option == AUTO:
         auto.learn_overlap(ctx, vec, nnz_max, result)
     if out is not None and result.values is not out:
@@ -240,7 +240,7 @@ def calibrate(comm: MPI.Comm | None = None, *, reps: int = 5):
     calibrates at its first call).
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    model = ctx.history["model"] = auto.calibrate_context(ctx, _calibration_run, reps=reps)
+    model = ctx.model = auto.calibrate_context(ctx, _calibration_run, reps=reps)
     return model
 
 

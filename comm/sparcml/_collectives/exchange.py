@@ -4,7 +4,8 @@ Package-internal (the algorithms in :mod:`sparcml._collectives.algorithms` and :
 use it; users call :func:`sparcml.allreduce`). Every function takes the call's context
 (``ctx``: ``comm``, ``rank``, ``size``, ``waiter``) and its :class:`~sparcml._wire.codec.Codec`, and
 counts what it sends in the call's :class:`~sparcml.TrafficStats`. Vectors travel as one byte
-buffer each (``sparcml._wire.codec``), sizes learnt with ``Mprobe``; nothing is pickled.
+buffer each (``sparcml._wire.codec``), sizes learnt with ``Mprobe``; nothing is pickled. Receiving,
+gathering, encoding and decoding go through ``ctx.ops`` (:mod:`sparcml._collectives.ops`).
 
 A sender keeps computing with what it sent (decoded, when quantized), so that every rank holds
 the same values. ``sent`` (a list, or None) collects the decoded parts of *this rank's own
@@ -22,22 +23,13 @@ from .. import _kernels as kernels
 from .._runtime.context import TrafficStats
 from .._errors import InvalidVectorError
 from .._vector import MAX_DIM, SparseVector
-from .._wire.codec import Codec, Part, decode
+from .._wire.codec import Codec, Part
 
-__all__ = ["recv_bytes", "as_vector", "as_sent", "encode_vector", "send_vector",
-           "recv_vector", "exchange_vector", "allgather_in_place", "allgather_bytes",
-           "allgather_dense_blocks", "block_bounds", "split_parts", "split_reduce"]
+__all__ = ["as_vector", "as_sent", "encode_vector", "send_vector", "recv_vector",
+           "exchange_vector", "allgather_bytes", "allgather_dense_blocks", "block_bounds",
+           "split_parts", "split_reduce"]
 
 TAG_SPLIT = 21  # phase 1 of the split algorithms
-
-
-def recv_bytes(ctx, source, tag, status=None) -> tuple[np.ndarray, int]:
-    """Receive one byte message (its size probed first); ``(buffer, source rank)``."""
-    status = MPI.Status() if status is None else status
-    msg = ctx.waiter.mprobe(ctx.comm, source, tag, status)
-    buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
-    ctx.waiter.wait(msg.Irecv([buf, MPI.BYTE]))
-    return buf, status.Get_source()
 
 
 def as_vector(part: Part, dim: int) -> SparseVector:
@@ -47,16 +39,16 @@ def as_vector(part: Part, dim: int) -> SparseVector:
     return SparseVector.unchecked(dim, part.indices, part.values)
 
 
-def encode_vector(vec: SparseVector, codec: Codec, seed=None) -> tuple[np.ndarray, bool]:
+def encode_vector(ctx, vec: SparseVector, codec: Codec, seed=None) -> tuple[np.ndarray, bool]:
     """One message of the whole vector; ``(buffer, went dense)``."""
     # vectors inside the algorithms are normalized, so a dense-backed one crosses the rule
-    return codec.encode(Part(0, vec.dim, vec.indices, vec.values), known_dense=vec.is_dense,
-                        seed=seed)
+    return ctx.ops.encode(codec, Part(0, vec.dim, vec.indices, vec.values),
+                          known_dense=vec.is_dense, seed=seed)
 
 
-def as_sent(vec: SparseVector, buf: np.ndarray, codec: Codec) -> SparseVector:
+def as_sent(ctx, vec: SparseVector, buf: np.ndarray, codec: Codec) -> SparseVector:
     """What the receiver of ``buf`` sees: ``vec`` itself, or its decoding when quantized."""
-    return as_vector(decode(buf), vec.dim) if codec.lossy else vec
+    return as_vector(ctx.ops.decode(buf), vec.dim) if codec.lossy else vec
 
 
 def _note_sent(sent, vec: SparseVector) -> None:
@@ -66,51 +58,35 @@ def _note_sent(sent, vec: SparseVector) -> None:
 
 def send_vector(ctx, vec, dest, tag, stats, codec, *, sent=None) -> SparseVector:
     """Send ``vec`` to ``dest``; returns it as sent (``sent``: see the module docstring)."""
-    buf, dense = encode_vector(vec, codec)
+    buf, dense = encode_vector(ctx, vec, codec)
     ctx.waiter.wait(ctx.comm.Isend([buf, MPI.BYTE], dest, tag))
     stats.add_message(buf.nbytes, dense)
-    delivered = as_sent(vec, buf, codec)
+    delivered = as_sent(ctx, vec, buf, codec)
     _note_sent(sent, delivered)
     return delivered
 
 
 def recv_vector(ctx, source, tag, dim, stats=None) -> SparseVector:
-    buf, _ = recv_bytes(ctx, source, tag)
+    buf, _ = ctx.ops.recv_bytes(ctx, source, tag)
     if stats is not None:
         stats.bytes_received += buf.nbytes
-    return as_vector(decode(buf), dim)
+    return as_vector(ctx.ops.decode(buf), dim)
 
 
 def exchange_vector(ctx, vec, peer, tag, stats, codec, *, seed=None,
                     sent=None) -> tuple[SparseVector, SparseVector]:
     """Send ``vec`` to ``peer`` and receive its vector: ``(vec as sent, peer's vector)``."""
-    buf, dense = encode_vector(vec, codec, seed)
+    buf, dense = encode_vector(ctx, vec, codec, seed)
     req = ctx.comm.Isend([buf, MPI.BYTE], peer, tag)
     try:
-        rbuf, _ = recv_bytes(ctx, peer, tag)
+        rbuf, _ = ctx.ops.recv_bytes(ctx, peer, tag)
     finally:
         ctx.waiter.wait(req)
     stats.add_message(buf.nbytes, dense)
     stats.bytes_received += rbuf.nbytes
-    delivered = as_sent(vec, buf, codec)
+    delivered = as_sent(ctx, vec, buf, codec)
     _note_sent(sent, delivered)
-    return delivered, as_vector(decode(rbuf), vec.dim)
-
-
-def allgather_in_place(ctx, sizes: np.ndarray, write_mine, stats) -> list[np.ndarray]:
-    """Allgatherv of byte messages whose ``sizes`` (one per rank, int64) every rank knows:
-    ``write_mine(slot)`` fills this rank's slot of the receive buffer, which then travels in
-    place. Returns the P messages in rank order (views of one buffer)."""
-    displs = np.zeros_like(sizes)
-    np.cumsum(sizes[:-1], out=displs[1:])
-    recv = np.empty(int(sizes.sum()), np.uint8)
-    write_mine(recv[int(displs[ctx.rank]):int(displs[ctx.rank] + sizes[ctx.rank])])
-    ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
-                          [recv, sizes, displs, MPI.BYTE])
-    stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
-    stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])
-    stats.messages += 1
-    return [recv[d:d + n] for d, n in zip(displs, sizes)]
+    return delivered, as_vector(ctx.ops.decode(rbuf), vec.dim)
 
 
 def allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
@@ -121,7 +97,7 @@ def allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
     def write_mine(slot):
         slot[:] = buf
 
-    return allgather_in_place(ctx, sizes, write_mine, stats)
+    return ctx.ops.allgather_in_place(ctx, sizes, write_mine, stats)
 
 
 def allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
@@ -137,7 +113,7 @@ def allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
     def write_mine(slot):
         codec.encode_dense(block.values, block.offset, out=slot)
 
-    return allgather_in_place(ctx, sizes, write_mine, stats)
+    return ctx.ops.allgather_in_place(ctx, sizes, write_mine, stats)
 
 
 @functools.lru_cache(maxsize=64)
@@ -182,7 +158,7 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
 
     Returns the P parts of this rank's block, in source-rank order.
     """
-    rank, size = ctx.rank, ctx.size
+    rank, size, ops = ctx.rank, ctx.size, ctx.ops
     mine = split_parts(vec, bounds)
     requests = []
     buffers = []
@@ -190,23 +166,23 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
     try:
         for step in range(1, size):  # staggered so that no rank is everybody's first target
             dest = (rank + step) % size
-            buf, dense = codec.encode(mine[dest])
+            buf, dense = ops.encode(codec, mine[dest])
             buffers.append(buf)
             requests.append(ctx.comm.Isend([buf, MPI.BYTE], dest, TAG_SPLIT))
             stats.add_message(buf.nbytes, dense)
             if sent is not None:
-                sent.append(decode(buf) if codec.lossy else mine[dest])
+                sent.append(ops.decode(buf) if codec.lossy else mine[dest])
         # my own block goes through the same encoding, so its representation (and hence the
         # sum) is what every other rank would compute from it
-        own, _ = codec.encode(mine[rank])
-        received[rank] = decode(own)
+        own, _ = ops.encode(codec, mine[rank])
+        received[rank] = ops.decode(own)
         if sent is not None:
             sent.append(received[rank])
         status = MPI.Status()
         for _ in range(size - 1):
-            buf, source = recv_bytes(ctx, MPI.ANY_SOURCE, TAG_SPLIT, status)
+            buf, source = ops.recv_bytes(ctx, MPI.ANY_SOURCE, TAG_SPLIT, status)
             stats.bytes_received += buf.nbytes
-            received[source] = decode(buf)
+            received[source] = ops.decode(buf)
     finally:
         ctx.waiter.waitall(requests)
     return received

@@ -20,7 +20,7 @@ from .entry import fail_stop
 from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, split_reduce
 from .validation import check_quantizable, check_root, check_stats, coerce_vector, quantizer_code
 from .._vector import SparseVector
-from .._wire.codec import Codec, Part, decode
+from .._wire.codec import Codec, Part
 
 __all__ = ["allgather", "reduce_scatter", "bcast"]
 
@@ -59,12 +59,12 @@ def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse=True,
                   code_indices=opts.code_indices)
     mine = arith.normalize(vec, codec)
-    buf, _ = encode_vector(mine, codec)
+    buf, _ = encode_vector(ctx, mine, codec)
     if ctx.size == 1:
-        return [as_vector(decode(buf.copy()), vec.dim)]
+        return [as_vector(ctx.ops.decode(buf.copy()), vec.dim)]
     with fail_stop(ctx.comm, "sparcml.allgather()"):
         gathered = allgather_bytes(ctx, buf, stats)
-    return [as_vector(decode(b), vec.dim) for b in gathered]
+    return [as_vector(ctx.ops.decode(b), vec.dim) for b in gathered]
 
 
 def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
@@ -92,7 +92,7 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     else:
         with fail_stop(ctx.comm, "reduce_scatter"):
             parts = split_reduce(ctx, vec, stats, bounds, codec)
-    block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
+    block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
                                            np.empty(0, vec.index_dtype))
@@ -124,7 +124,7 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
                 check_quantizable(mine)
             codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True,
                           code_indices=call.options.code_indices)
-            buf, dense = encode_vector(arith.normalize(mine, codec), codec)
+            buf, dense = encode_vector(ctx, arith.normalize(mine, codec), codec)
     stats.calls += 1
     with fail_stop(ctx.comm, "bcast"):
         size = np.array([buf.nbytes], np.int64)
@@ -136,5 +136,5 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
             buf = buf.copy()  # the result must not alias the root's input
             stats.add_message(buf.nbytes * (ctx.size - 1), dense)
         ctx.waiter.collective(ctx.comm, "Bcast", [buf, MPI.BYTE], root)
-    header = decode(buf)
+    header = ctx.ops.decode(buf)
     return as_vector(header, int(header.offset + header.length))

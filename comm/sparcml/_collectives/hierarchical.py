@@ -64,11 +64,10 @@ from mpi4py import MPI
 from . import arith
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._errors import InvalidArgumentError
-from .exchange import as_vector, encode_vector, recv_bytes, send_vector
+from .exchange import as_vector, encode_vector, send_vector
 from .registry import AUTO
 from .._runtime.shm_window import SharedWindow
 from .._vector import SparseVector
-from .._wire.codec import decode
 
 __all__ = ["NodeLayout", "hierarchical_code", "check_hierarchical", "layout_for", "node_sizes",
            "run"]
@@ -145,8 +144,9 @@ def layout_for(ctx: CommContext, ranks_per_node: int) -> NodeLayout:
     facts = comm.allgather((leader, node_comm.Get_size()))
     sizes = tuple(size for is_leader, size in facts if is_leader)
 
-    def sub(c):  # the parent's waiter and workspace: a sub-context never runs concurrently
-        return CommContext(c, c.Get_rank(), c.Get_size(), ctx.waiter, workspace=ctx.workspace)
+    def sub(c):  # the parent's waiter, workspace, ops: a sub-context never runs concurrently
+        return CommContext(c, c.Get_rank(), c.Get_size(), ctx.waiter, workspace=ctx.workspace,
+                           ops=ctx.ops)
 
     layout = NodeLayout(sub(node_comm), sub(leaders_comm) if leader else None, len(sizes),
                         max(sizes), sizes)
@@ -232,9 +232,9 @@ def _node_reduce(node: CommContext, vec: SparseVector, codec) -> SparseVector:
     parts[0] = arith.as_part(vec)
     status = MPI.Status()
     for _ in range(node.size - 1):
-        buf, source = recv_bytes(node, MPI.ANY_SOURCE, _TAG_NODE_REDUCE, status)
-        parts[source] = decode(buf)
-    folded = arith.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
+        buf, source = node.ops.recv_bytes(node, MPI.ANY_SOURCE, _TAG_NODE_REDUCE, status)
+        parts[source] = node.ops.decode(buf)
+    folded = node.ops.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
     return as_vector(folded, vec.dim)
 
 
@@ -247,22 +247,22 @@ def _node_bcast(node: CommContext, result, vec: SparseVector, out, intra: Traffi
         if result.is_dense:
             head[:] = (_DENSE, result.values.nbytes)
         else:
-            buf, _ = encode_vector(result, codec.lossless())
+            buf, _ = encode_vector(node, result, codec.lossless())
             head[:] = (_SPARSE, buf.nbytes)
     node.waiter.collective(node.comm, "Bcast", head, 0)
     kind, nbytes = int(head[0]), int(head[1])
     if node.rank == 0:
         intra.add_message(nbytes * (node.size - 1), kind == _DENSE)
         data = result.values if kind == _DENSE else buf
-        node.waiter.collective(node.comm, "Bcast", [data.view(np.uint8), MPI.BYTE], 0)
+        node.ops.bcast_bytes(node, data.view(np.uint8), nbytes)
         return result
     if kind == _DENSE:
-        values = out if out is not None else np.empty(vec.dim, vec.dtype)
-        node.waiter.collective(node.comm, "Bcast", [values.view(np.uint8), MPI.BYTE], 0)
+        got = node.ops.bcast_bytes(node, None, nbytes,
+                                   out=None if out is None else out.view(np.uint8))
+        values = out if out is not None else got.view(vec.dtype)
         return SparseVector.unchecked(vec.dim, None, values)
-    buf = np.empty(nbytes, np.uint8)
-    node.waiter.collective(node.comm, "Bcast", [buf, MPI.BYTE], 0)
-    return as_vector(decode(buf), vec.dim)
+    buf = node.ops.bcast_bytes(node, None, nbytes)
+    return as_vector(node.ops.decode(buf), vec.dim)
 
 
 _HEAD = 16  # the leader's slot: (kind, bytes) of the result, then the result
@@ -272,14 +272,15 @@ def _node_reduce_shared(node: CommContext, slots: SharedWindow, vec: SparseVecto
                         intra: TrafficStats) -> SparseVector:
     """The node reduce through the window: on the leader, the node's sum (rank order)."""
     if node.rank != 0:
-        buf, dense = encode_vector(vec, codec.lossless())
+        buf, dense = encode_vector(node, vec, codec.lossless())
         slots.views[node.rank][:buf.nbytes] = buf
         intra.add_message(buf.nbytes, dense)
     slots.barrier(node)
     if node.rank != 0:
         return vec
-    parts = [arith.as_part(vec)] + [decode(slots.views[r]) for r in range(1, node.size)]
-    folded = arith.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
+    parts = [arith.as_part(vec)] + [node.ops.decode(slots.views[r])
+                                    for r in range(1, node.size)]
+    folded = node.ops.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
     return as_vector(folded, vec.dim)  # fresh arrays: a fold of two or more parts
 
 
@@ -291,7 +292,7 @@ def _bcast_shared(node, slots, result, vec, out, intra, codec) -> SparseVector:
         if result.is_dense:
             kind, data = _DENSE, result.values.view(np.uint8)
         else:
-            kind, data = _SPARSE, encode_vector(result, codec.lossless())[0]
+            kind, data = _SPARSE, encode_vector(node, result, codec.lossless())[0]
         leader[:head].view(np.int64)[:] = (kind, data.nbytes)
         leader[head:head + data.nbytes] = data
         intra.add_message(data.nbytes * (node.size - 1), kind == _DENSE)
@@ -304,4 +305,4 @@ def _bcast_shared(node, slots, result, vec, out, intra, codec) -> SparseVector:
         values = out if out is not None else np.empty(vec.dim, vec.dtype)
         values.view(np.uint8)[:] = data
         return SparseVector.unchecked(vec.dim, None, values)
-    return as_vector(decode(data.copy()), vec.dim)
+    return as_vector(node.ops.decode(data.copy()), vec.dim)

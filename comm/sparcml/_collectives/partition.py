@@ -40,7 +40,7 @@ reduce-scatter) take their boundaries from :func:`split_bounds` the same way.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -50,8 +50,8 @@ from .._options import PARTITIONS
 from .exchange import block_bounds
 
 __all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PartitionState",
-           "split_bounds", "note_received", "balanced_bounds", "COARSE_BINS", "FINE_BINS",
-           "CHECK_EVERY", "THRESHOLD", "REGRESSION"]
+           "PartitionMemory", "memory_of", "split_bounds", "note_received", "balanced_bounds",
+           "COARSE_BINS", "FINE_BINS", "CHECK_EVERY", "THRESHOLD", "REGRESSION"]
 
 SPARSE_KIND = "sparse-blocks"
 DENSE_KIND = "dense-blocks"
@@ -76,6 +76,22 @@ class PartitionState:
     imbalance: float = 1.0  # max / mean received bytes at the last check
     estimates: int = 0
     achieved: float | None = None  # the imbalance of the first check after the estimate
+
+
+@dataclass
+class PartitionMemory:
+    """The split algorithms' partitions on one context (``ctx.partition_memory``; the same
+    bounds on every rank): a :class:`PartitionState` per ``(N, kind)`` (one per vector size
+    and kind a program reduces: not bounded, as the workspace is not)."""
+
+    states: dict = field(default_factory=dict)
+
+
+def memory_of(ctx) -> PartitionMemory:
+    """``ctx.partition_memory``, made at its first use."""
+    if ctx.partition_memory is None:
+        ctx.partition_memory = PartitionMemory()
+    return ctx.partition_memory
 
 
 def _edges(lo: int, hi: int, bins: int) -> np.ndarray:
@@ -200,7 +216,7 @@ def split_bounds(ctx, vec, kind: str, codec) -> np.ndarray:
     size, dim = ctx.size, vec.dim
     if size == 1 or getattr(ctx, "partitions", BALANCED) == EQUAL or dim < 2 * size:
         return block_bounds(dim, size)
-    states = ctx.history.setdefault("partitions", {})
+    states = memory_of(ctx).states
     state = states.get((dim, kind))
     due = state is None
     # quantized values depend on the cut (QSGD buckets per block): a quantized call never
@@ -220,10 +236,12 @@ def split_bounds(ctx, vec, kind: str, codec) -> np.ndarray:
     return state.bounds
 
 
-def note_received(ctx, dim: int, kind: str, nbytes: int) -> None:
+def note_received(ctx, dim: int, kind: str, nbytes: int, stats) -> None:
     """Record the bytes this rank received in phase 1 of a split call (for the check; also
-    as ``ctx.history["phase1_received"]``, whatever the policy, for benchmarks)."""
-    ctx.history["phase1_received"] = int(nbytes)
-    state = ctx.history.get("partitions", {}).get((dim, kind))
+    as ``stats.phase1_received`` of the call's :class:`~sparcml.TrafficStats`, whatever the
+    policy, for benchmarks)."""
+    stats.phase1_received = int(nbytes)
+    memory = ctx.partition_memory
+    state = None if memory is None else memory.states.get((dim, kind))
     if state is not None and getattr(ctx, "partitions", BALANCED) == BALANCED:  # its bounds
         state.received = int(nbytes)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import numpy as np
 from mpi4py import MPI
@@ -29,10 +30,48 @@ from .._collectives.registry import AUTO, algorithm_names, get_algorithm
 from .._vector import SparseVector
 from .._wire.codec import Codec, Part, decode
 
-__all__ = ["calibrate_context", "calibrate_topk", "choose", "choose_topk_step", "learn_overlap",
-           "calibrate_node_aware", "choose_node_aware"]
+__all__ = ["AutoMemory", "memory_of", "model_of", "calibrate_context", "calibrate_topk",
+           "choose", "choose_topk_step", "learn_overlap", "calibrate_node_aware",
+           "choose_node_aware"]
 
-_HISTORY_LIMIT = 10_000
+_HISTORY_LIMIT = 10_000  # remembered choices per context, and tuned shapes (tuning.TuningState)
+
+
+@dataclass
+class AutoMemory:
+    """What ``auto`` learnt on one context (``ctx.auto``; the same on every rank).
+
+    ``choices``: the choice per call key (flat, top-k step and node-aware keys), at most
+    ``_HISTORY_LIMIT`` (past it a new key is chosen again at each call). Per vector dim:
+    ``overlap`` (the inputs' overlap q, a running mean), ``result_size`` (the last result's
+    support, :func:`sparcml._model.tuning.fill_bucket`), ``last`` (the last ``(nnz_max, result
+    nnz)`` learnt from). ``node_models``: the node-aware cost model per layout (by id)."""
+
+    choices: dict = field(default_factory=dict)
+    overlap: dict = field(default_factory=dict)
+    result_size: dict = field(default_factory=dict)
+    last: dict = field(default_factory=dict)
+    node_models: dict = field(default_factory=dict)
+
+
+def memory_of(ctx) -> AutoMemory:
+    """``ctx.auto``, made at its first use."""
+    if ctx.auto is None:
+        ctx.auto = AutoMemory()
+    return ctx.auto
+
+
+def model_of(ctx, run) -> CostModel:
+    """``ctx.model``, calibrated at the first call without one (collective; ``run`` as for
+    :func:`calibrate_context`)."""
+    if ctx.model is None:
+        ctx.model = calibrate_context(ctx, run)
+    return ctx.model
+
+
+def _remember(memory: AutoMemory, key, choice) -> None:
+    if len(memory.choices) < _HISTORY_LIMIT:
+        memory.choices[key] = choice
 
 
 def _fit(xs, ts) -> tuple[float, float]:
@@ -154,15 +193,16 @@ def _leaving_no_state(ctx):
     ``MEDIUM_N`` vector where the simulator, whose model is set without runs, did not), the
     top-k thresholds, the measured shapes. Only the model they produce is kept (by the
     caller)."""
-    saved = dict(ctx.history)  # values are replaced by the runs, except the partition states
-    if "partitions" in saved:
-        saved["partitions"] = {key: copy.copy(state)
-                               for key, state in saved["partitions"].items()}
+    saved = {name: copy.deepcopy(getattr(ctx, name)) for name in _LEARNED}
     try:
         yield
     finally:
-        ctx.history.clear()
-        ctx.history.update(saved)
+        for name, value in saved.items():
+            setattr(ctx, name, value)
+
+
+# the context's fields that calls learn into (the model is the calibration's own product)
+_LEARNED = ("auto", "tuning", "partition_memory", "topk", "link_costs")
 
 
 def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
@@ -259,26 +299,25 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
     only considers algorithms that accept a quantizer. The calibrated cost model chooses;
     with ``tune`` (and P > 1), calls of a shape after its first try the candidates the model
     cannot separate and keep the fastest measured (:mod:`sparcml._model.tuning`)."""
-    model = ctx.history.get("model")
-    if model is None:
-        model = ctx.history["model"] = calibrate_context(ctx, run)
-    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    model = model_of(ctx, run)
+    memory = memory_of(ctx)
+    q = memory.overlap.get(vec.dim, 1.0)
     shape = {"P": ctx.size, "N": vec.dim, "k": nnz_max, "s_idx": vec.index_dtype.itemsize,
              "s_val": vec.dtype.itemsize}
-    fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
+    fill = tuning.fill_bucket(memory.result_size.get(vec.dim), nnz_max)
     if tune and ctx.size > 1 and fill >= 0:
         key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, fill)
-        if key in ctx.history or len(ctx.history) < _HISTORY_LIMIT:  # bounded, as below
-            return tuning.choose(ctx.history, key, lambda: [
+        tuned = tuning.state_of(ctx)
+        if key in tuned.shapes or len(tuned.shapes) < _HISTORY_LIMIT:  # bounded, as below
+            return tuning.choose(tuned, key, lambda: [
                 (model.predict(a, q=q, **shape), a) for a in _candidates(codec)])
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize, codec.lossy)
-    choice = ctx.history.get(key)
+    choice = memory.choices.get(key)
     if choice is None:
         choice = model.choose(q=q, candidates=_candidates(codec), **shape)
-        if len(ctx.history) < _HISTORY_LIMIT:
-            ctx.history[key] = choice
+        _remember(memory, key, choice)
     return choice
 
 
@@ -296,21 +335,19 @@ def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
     that allreduce's name (:meth:`~sparcml.CostModel.choose_topk_step`). Same on every rank:
     the model and the overlap history are. Calibrates at the first call (collectively; ``run``
     also runs :data:`~sparcml._model.costmodel.TOPK_STEP`, see :func:`calibrate_topk`)."""
-    model = ctx.history.get("model")
-    if model is None:
-        model = ctx.history["model"] = calibrate_context(ctx, run)
+    model = model_of(ctx, run)
     if TOPK_STEP not in model.overhead and ctx.size > 1:
         calibrate_topk(ctx, model, run)
-    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    memory = memory_of(ctx)
+    q = memory.overlap.get(vec.dim, 1.0)
     key = ("topk step", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize)
-    choice = ctx.history.get(key)
+    choice = memory.choices.get(key)
     if choice is None:
         choice = model.choose_topk_step(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
                                         s_idx=vec.index_dtype.itemsize,
                                         s_val=vec.dtype.itemsize)
-        if len(ctx.history) < _HISTORY_LIMIT:
-            ctx.history[key] = choice
+        _remember(memory, key, choice)
     return choice
 
 
@@ -372,28 +409,29 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     if option is False or not useful or (fixed and option is True):
         name = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run, tune=tune)
         return name, option is True and layout is not None and not layout.trivial
-    q = ctx.history.get(("overlap", vec.dim), 1.0)
+    memory = memory_of(ctx)
+    q = memory.overlap.get(vec.dim, 1.0)
     key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
            vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)
-    fill = tuning.fill_bucket(ctx.history, vec.dim, nnz_max)
+    fill = tuning.fill_bucket(memory.result_size.get(vec.dim), nnz_max)
     tune_key = tuning.shape_key("node-aware", vec, nnz_max, codec.lossy, id(layout),
                                 algorithm, option, fill)
-    tune = tune and fill >= 0 and (tune_key in ctx.history
-                                   or len(ctx.history) < _HISTORY_LIMIT)
-    found = tuning.settled(ctx.history, tune_key) if tune else ctx.history.get(key)
+    tuned = tuning.state_of(ctx)
+    tune = tune and fill >= 0 and (tune_key in tuned.shapes
+                                   or len(tuned.shapes) < _HISTORY_LIMIT)
+    found = tuning.settled(tuned, tune_key) if tune else memory.choices.get(key)
     if found is not None:
         return found
-    node_key = ("node model", id(layout))
-    node_model = ctx.history.get(node_key)
+    node_model = memory.node_models.get(id(layout))
     if node_model is None:
-        node_model = ctx.history[node_key] = calibrate_node_aware(ctx, layout, run)
+        node_model = memory.node_models[id(layout)] = calibrate_node_aware(ctx, layout, run)
     candidates = [algorithm] if fixed else _candidates(codec)
-    model = ctx.history.get("model")
+    model = ctx.model
     if model is None and option == AUTO:
-        model = ctx.history["model"] = calibrate_context(ctx, run)
+        model = model_of(ctx, run)
 
     def ranked():
-        q_now = ctx.history.get(("overlap", vec.dim), 1.0)
+        q_now = memory.overlap.get(vec.dim, 1.0)
         shape = {"N": vec.dim, "k": nnz_max, "q": q_now, "s_idx": vec.index_dtype.itemsize,
                  "s_val": vec.dtype.itemsize}
         options = [(node_model.predict_hierarchical(a, P=ctx.size, nodes=layout.nodes,
@@ -405,7 +443,7 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
         return options
 
     if tune:
-        return tuning.choose(ctx.history, tune_key, ranked)
+        return tuning.choose(tuned, tune_key, ranked)
     options = ranked()
     if option == AUTO and not fixed:   # the flat side as the flat auto would run it
         flat = choose(ctx, vec, nnz_max, codec, run)
@@ -414,8 +452,7 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
                            s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize),
              (flat, False))]
     _, found = min(options, key=lambda o: o[0])
-    if len(ctx.history) < _HISTORY_LIMIT:
-        ctx.history[key] = found
+    _remember(memory, key, found)
     return found
 
 
@@ -425,17 +462,16 @@ def learn_overlap(ctx, vec: SparseVector, nnz_max: int, result: SparseVector) ->
     A dense result (always so for ``dense`` and ``dsar_split_allgather``; past the switch rule
     for the others) has its support counted only
     while none is known (O(N), once), so that which algorithm ran does not change the shape."""
-    size_key = ("result size", vec.dim)
+    memory, dim = memory_of(ctx), vec.dim
     if result.is_dense:  # past the switch rule K says little, and counting it costs O(N)
-        if size_key not in ctx.history:
-            ctx.history[size_key] = result.count_nonzero()
+        if dim not in memory.result_size:
+            memory.result_size[dim] = result.count_nonzero()
         return
-    ctx.history[size_key] = result.nnz
+    memory.result_size[dim] = result.nnz
     seen = (nnz_max, result.nnz)
-    if ctx.history.get(("last", vec.dim)) == seen:  # the same call again: nothing new
+    if memory.last.get(dim) == seen:  # the same call again: nothing new
         return
-    ctx.history[("last", vec.dim)] = seen
+    memory.last[dim] = seen
     q = overlap_from_result(nnz_max, result.nnz, ctx.size, vec.dim)
-    key = ("overlap", vec.dim)
-    old = ctx.history.get(key)
-    ctx.history[key] = q if old is None else 0.5 * (old + q)
+    old = memory.overlap.get(dim)
+    memory.overlap[dim] = q if old is None else 0.5 * (old + q)

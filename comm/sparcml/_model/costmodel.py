@@ -107,7 +107,7 @@ def topk_sync_steps(remembered: bool = True) -> int:
     where a rank waits for the others): the agreement, the reduce-scatter, one histogram
     round unless the threshold of an earlier call of the same shape is remembered, the
     allgather of the selection (the call records its own count, ``sparcml._topk.topk_allreduce``'s
-    ``STEPS_KEY`` in the context's history; a test holds the two together)."""
+    ``ctx.topk.steps``; a test holds the two together)."""
     return 3 if remembered else 4
 
 

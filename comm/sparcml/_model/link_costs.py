@@ -28,7 +28,6 @@ __all__ = ["index_coding_costs", "SHARED_MEMORY_BYTE_SECONDS", "NETWORK_BYTE_SEC
 
 SHARED_MEMORY_BYTE_SECONDS = 1e-10  # 10 GB/s: a copy through shared memory
 NETWORK_BYTE_SECONDS = 8e-9  # 1 Gbit/s
-_KEY = "link costs"  # the context's history: the assumed costs, found at its first call
 
 
 def index_coding_costs(ctx, index_coding: str = "auto") -> tuple[float, float] | None:
@@ -38,17 +37,17 @@ def index_coding_costs(ctx, index_coding: str = "auto") -> tuple[float, float] |
     split): every rank calls it in the same call, after the call's agreement."""
     if ctx.size == 1 or index_coding == "coded":
         return None
-    model = ctx.history.get("model")
+    model = ctx.model
     if model is not None:
         return float(model.beta), float(model.gamma_code)
-    found = ctx.history.get(_KEY)
+    found = ctx.link_costs  # assumed at the context's first call
     if found is None:
         node = ctx.comm.Split_type(MPI.COMM_TYPE_SHARED)
         try:
             one_node = node.Get_size() == ctx.size
         finally:
             node.Free()
-        found = ctx.history[_KEY] = (
+        found = ctx.link_costs = (
             SHARED_MEMORY_BYTE_SECONDS if one_node else NETWORK_BYTE_SECONDS,
             CostModel.gamma_code)
     return found

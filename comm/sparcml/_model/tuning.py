@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, field
 
-__all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS",
+__all__ = ["MARGIN", "MAX_CONTENDERS", "RETRY", "EXPLORING_CALLS", "TuningState", "state_of",
            "shape_key", "fill_bucket", "contenders_of", "choose", "begin", "end", "pending_ns",
            "resolve", "settled"]
 
@@ -44,9 +45,30 @@ MAX_CONTENDERS = 4    # at most this many are tried per shape
 RETRY = 3.0           # a contender within this factor of the fastest first try runs again
 EXPLORING_CALLS = 1 + 2 * MAX_CONTENDERS  # an upper bound on a shape's calls before it settles
 
-_TRIAL = "tuning: trial"            # (key, option): the call in flight is a trial
-_STARTED = "tuning: started"        # (key, option, clock, start seconds)
-_MEASURED = "tuning: measured"      # (key, option, nanoseconds) to report at the next call
+
+
+@dataclass
+class TuningState:
+    """The measured refinement on one context (``ctx.tuning``; the same on every rank).
+
+    ``shapes``: per shape key (:func:`shape_key`), its exploration: a dict with ``plan``
+    (options still to try, in order), ``times`` (option -> measured seconds), ``round`` (1 or
+    2) and ``settled`` (the option kept, or None while exploring); bounded by the caller
+    (:mod:`sparcml._model.auto`). ``trial``: ``(key, option)`` when the call in flight is a
+    trial; ``started``: ``(key, option, clock, start seconds)`` while it runs; ``measured``:
+    ``(key, option, nanoseconds)``, this rank's time, to report at the next call."""
+
+    shapes: dict = field(default_factory=dict)
+    trial: tuple | None = None
+    started: tuple | None = None
+    measured: tuple | None = None
+
+
+def state_of(ctx) -> TuningState:
+    """``ctx.tuning``, made at its first use."""
+    if ctx.tuning is None:
+        ctx.tuning = TuningState()
+    return ctx.tuning
 
 
 def shape_key(kind: str, vec, nnz_max: int, lossy: bool, *extra) -> tuple:
@@ -57,17 +79,17 @@ def shape_key(kind: str, vec, nnz_max: int, lossy: bool, *extra) -> tuple:
             bool(lossy)) + tuple(extra)
 
 
-def fill_bucket(history: dict, dim: int, nnz_max: int) -> int:
-    """How much the last ``auto`` result of ``dim`` outgrew its inputs, log2(K / k) rounded
-    (-1 before any): the same input size with other overlap (random vs overlapping supports,
-    a model's phases) is another shape, whose best algorithm may differ."""
-    K = history.get(("result size", dim))
+def fill_bucket(K: int | None, nnz_max: int) -> int:
+    """How much the last ``auto`` result of the same dim (``K`` entries; None: none yet)
+    outgrew its inputs, log2(K / k) rounded (-1 before any): the same input size with other
+    overlap (random vs overlapping supports, a model's phases) is another shape, whose best
+    algorithm may differ."""
     return -1 if K is None else round(math.log2((K + 1) / (nnz_max + 1)))
 
 
-def settled(history: dict, key: tuple):
+def settled(tuning: TuningState, key: tuple):
     """The option kept for ``key``, or None while it is still being explored (or unseen)."""
-    state = history.get(key)
+    state = tuning.shapes.get(key)
     return None if state is None else state["settled"]
 
 
@@ -79,53 +101,53 @@ def contenders_of(ranked) -> list:
     return [opt for t, opt in ranked if t <= MARGIN * best][:MAX_CONTENDERS]
 
 
-def choose(history: dict, key: tuple, rank) -> object:
+def choose(tuning: TuningState, key: tuple, rank) -> object:
     """The option to run for a call of shape ``key`` (the same on every rank, given the same
-    history). ``rank()``: ``(predicted seconds, option)`` pairs for every candidate, called at
+    state). ``rank()``: ``(predicted seconds, option)`` pairs for every candidate, called at
     the shape's first call. Marks the call as a trial when it explores (see :func:`begin`).
     The caller runs the model's choice instead while the inputs' overlap is unknown
     (:func:`fill_bucket` -1)."""
-    state = history.get(key)
+    state = tuning.shapes.get(key)
     if state is None:
         contenders = contenders_of(rank())
-        state = history[key] = {"plan": list(contenders), "times": {}, "round": 1,
+        state = tuning.shapes[key] = {"plan": list(contenders), "times": {}, "round": 1,
                                 "settled": contenders[0] if len(contenders) == 1 else None}
     if state["settled"] is not None:
         return state["settled"]
     option = state["plan"][0]
-    history[_TRIAL] = (key, option)
+    tuning.trial = (key, option)
     return option
 
 
-def begin(history: dict, clock=time.perf_counter) -> None:
+def begin(tuning: TuningState, clock=time.perf_counter) -> None:
     """Just before the chosen algorithm runs: start timing if this call is a trial."""
-    trial = history.pop(_TRIAL, None)
+    trial, tuning.trial = tuning.trial, None
     if trial is not None:
-        history[_STARTED] = trial + (clock, clock())
+        tuning.started = trial + (clock, clock())
 
 
-def end(history: dict) -> None:
+def end(tuning: TuningState) -> None:
     """Just after the algorithm returned: keep this rank's time for the next agreement."""
-    started = history.pop(_STARTED, None)
+    started, tuning.started = tuning.started, None
     if started is not None:
         key, option, clock, t0 = started
-        history[_MEASURED] = (key, option, max(1, int((clock() - t0) * 1e9)))
+        tuning.measured = (key, option, max(1, int((clock() - t0) * 1e9)))
 
 
-def pending_ns(history: dict) -> int:
+def pending_ns(tuning: TuningState) -> int:
     """This rank's time of the last trial, in ns (0: none), for the next call's agreement."""
-    measured = history.get(_MEASURED)
+    measured = tuning.measured
     return 0 if measured is None else measured[2]
 
 
-def resolve(history: dict, slowest_ns: int) -> None:
+def resolve(tuning: TuningState, slowest_ns: int) -> None:
     """After the agreement: record the last trial's time (the maximum over ranks) and move its
     shape's exploration on. Every rank calls it with the same value."""
-    measured = history.pop(_MEASURED, None)
+    measured, tuning.measured = tuning.measured, None
     if measured is None or slowest_ns <= 0:
         return
     key, option, _ = measured
-    state = history.get(key)
+    state = tuning.shapes.get(key)
     if state is None or state["settled"] is not None or not state["plan"] \
             or state["plan"][0] != option:
         return

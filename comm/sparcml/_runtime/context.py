@@ -3,17 +3,32 @@
 The duplicate (made once per communicator, collectively, on the first sparcml call) keeps
 sparcml's messages apart from the user's, so wildcard receives inside an algorithm can never
 match a user message. It is cached as an MPI attribute and freed with the user's communicator.
+
+What sparcml learns across calls lives in named fields of the context, one per feature, each
+a small class owned (defined, created at first use and bounded) by the feature's module:
+the calibrated cost model, ``auto``'s remembered choices and overlap, its measured tuning,
+the split algorithms' partitions, the global top-k's remembered thresholds, the assumed link
+costs. What applications read about a call is in :class:`TrafficStats`.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
+from .._collectives.ops import PLAIN, Ops, ops_of
 from .progress import Waiter, wait_policy
 from .workspace import Workspace
+
+if TYPE_CHECKING:  # the feature modules own these (and import this one): names only
+    from .._collectives.partition import PartitionMemory
+    from .._model.auto import AutoMemory
+    from .._model.costmodel import CostModel
+    from .._model.tuning import TuningState
+    from .._topk.rule import TopKMemory
 
 __all__ = ["CommContext", "context_for", "new_context", "TrafficStats", "clock_of"]
 
@@ -36,7 +51,12 @@ class TrafficStats:
     dense by the switch rule. ``intra_node_bytes``: the part of ``bytes_sent`` that the
     node-local phases of hierarchical calls sent (to or from the node's leader); the rest,
     :attr:`inter_node_bytes`, is what left the node (flat calls attribute nothing to the node,
-    so for them it is all of ``bytes_sent``).
+    so for them it is all of ``bytes_sent``). Of the last call: ``algorithm`` (what ``auto``
+    chose, for instance), ``hierarchical`` (whether it ran node-aware) and
+    ``phase1_received``, the bytes this rank received in the first phase of a split
+    algorithm (or of :func:`sparcml.topk_allreduce`'s reduce-scatter; None when the call had
+    none on this rank, e.g. a node-aware call's non-leaders), what a benchmark's phase-1
+    imbalance is measured from.
     """
 
     bytes_sent: int = 0
@@ -47,6 +67,7 @@ class TrafficStats:
     algorithm: str | None = None  # of the last call (what ``auto`` chose, for instance)
     intra_node_bytes: int = 0
     hierarchical: bool = False    # whether the last call ran node-aware (sparcml._collectives.hierarchical)
+    phase1_received: int | None = None  # of the last call: bytes received in a split phase 1
 
     @property
     def inter_node_bytes(self) -> int:
@@ -64,6 +85,7 @@ class TrafficStats:
         self.intra_node_bytes = 0
         self.algorithm = None
         self.hierarchical = False
+        self.phase1_received = None
 
 
 @dataclass
@@ -77,17 +99,40 @@ class CommContext:
     each with a ``free()`` method; :meth:`free_subcomms` frees them (collective).
     ``partitions``: the policy of the split algorithms' blocks in the running call
     (:mod:`sparcml._collectives.partition`; set by the entry point from the value every rank agreed on).
+    ``ops``: the operations the algorithms receive, gather, encode, decode and add through
+    (:mod:`sparcml._collectives.ops`; a simulated communicator's share memory between ranks).
+
+    What is learnt across calls (None until the feature's first call on this context; every
+    rank holds the same where the feature says so):
+
+    - ``model``: the calibrated :class:`~sparcml.CostModel` (``sparcml.calibrate``, ``auto``'s
+      first call, or ``sparcml.sim.use_model``);
+    - ``auto``: ``auto``'s remembered choices, the inputs' overlap and result sizes, the
+      node-aware models (:class:`sparcml._model.auto.AutoMemory`);
+    - ``tuning``: ``auto``'s measured refinement (:class:`sparcml._model.tuning.TuningState`);
+    - ``partition_memory``: the split algorithms' block boundaries and their checks
+      (:class:`sparcml._collectives.partition.PartitionMemory`);
+    - ``topk``: the global top-k's remembered thresholds and the running call's synchronizing
+      steps (:class:`sparcml._topk.rule.TopKMemory`);
+    - ``link_costs``: ``(seconds per byte, seconds per coded index)`` assumed from where the
+      ranks are, without a model (:mod:`sparcml._model.link_costs`).
     """
 
     comm: MPI.Comm
     rank: int
     size: int
     waiter: Waiter
-    history: dict = field(default_factory=dict)
     engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
     workspace: Workspace | None = field(default_factory=Workspace)
     partitions: str = "balanced"  # the split algorithms' blocks (sparcml._collectives.partition), per call
     subcomms: dict = field(default_factory=dict)
+    ops: Ops = PLAIN
+    model: CostModel | None = None
+    auto: AutoMemory | None = None
+    tuning: TuningState | None = None
+    partition_memory: PartitionMemory | None = None
+    topk: TopKMemory | None = None
+    link_costs: tuple[float, float] | None = None
 
     def free_subcomms(self) -> None:
         """Free the cached sub-communicators (collective over ``comm``, like ``Comm.Free``)."""
@@ -117,7 +162,7 @@ def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
         auto = wait_policy(dup)
         # each call then waits as its (agreed) options say; until then alike on every rank
         waiter = Waiter(auto, auto=auto)
-    return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter)
+    return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter, ops=ops_of(dup))
 
 
 def context_for(comm: MPI.Comm) -> CommContext:

@@ -24,7 +24,7 @@ from .._runtime.context import TrafficStats
 from .._errors import SparcmlError
 from .._collectives.exchange import split_parts
 from .._collectives.hierarchical import layout_for
-from .._wire.codec import Codec, Part, decode
+from .._wire.codec import Codec, Part
 
 __all__ = ["one_node_layout", "split_region_bytes", "gather_region_bytes",
            "split_reduce_shared", "allgather_shared"]
@@ -80,7 +80,7 @@ def split_reduce_shared(ctx, layout, vec, stats: TrafficStats, bounds: np.ndarra
     table = slot[:16 * size].view(np.int64).reshape(size, 2)
     at = 16 * size
     for dest, part in enumerate(split_parts(vec, bounds)):
-        buf, dense = codec.encode(part)
+        buf, dense = ctx.ops.encode(codec, part)
         table[dest] = (at, buf.nbytes)
         at = _put(slot, at, buf, split_bytes)
         if dest != rank:
@@ -92,7 +92,7 @@ def split_reduce_shared(ctx, layout, vec, stats: TrafficStats, bounds: np.ndarra
                          .view(np.int64))
         if source != rank:
             stats.bytes_received += nbytes
-        received.append(decode(window.views[source][start:start + nbytes]))
+        received.append(ctx.ops.decode(window.views[source][start:start + nbytes]))
     return received
 
 

@@ -22,12 +22,13 @@ the values (:mod:`sparcml._topk.select_kernels`). The rule comes from
 
 Every part of the rule is global (histograms, the agreed bound, the gathered entries), so
 every rank holds the same rule and the same memory. Each synchronizing step of a call is
-counted in the context's history under :data:`STEPS_KEY` (what
+counted in ``ctx.topk.steps`` (:class:`TopKMemory`; what
 :func:`sparcml._model.costmodel.topk_sync_steps` predicts).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -35,8 +36,9 @@ from mpi4py import MPI
 
 from . import select_kernels
 
-__all__ = ["KEYS", "NOTHING", "MANTISSA_BITS", "STEPS_KEY", "Rule", "step", "bound_key",
-           "threshold_rule", "split_ties", "guess", "remember", "count_nan", "sum_histograms"]
+__all__ = ["KEYS", "NOTHING", "MANTISSA_BITS", "TopKMemory", "memory_of", "Rule", "step",
+           "bound_key", "threshold_rule", "split_ties", "guess", "remember", "count_nan",
+           "sum_histograms"]
 
 KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits: the sign bit is masked)
     np.dtype(np.float32): (np.uint32, np.uint64(0x7FFFFFFF), np.uint64(0x7F800000), 31),
@@ -45,13 +47,31 @@ KEYS = {  # value dtype -> (bits view, |x| mask, key of +Inf, key bits: the sign
 }
 NOTHING = (1 << 64) - 1  # a threshold no key exceeds
 MANTISSA_BITS = {np.dtype(np.float32): 23, np.dtype(np.float64): 52}
-STEPS_KEY = "topk_allreduce steps"  # ctx.history: the last call's synchronizing steps
 _HISTORY_LIMIT = 10_000  # remembered thresholds per context (as auto's choices)
+
+
+@dataclass
+class TopKMemory:
+    """The global top-k's memory on one context (``ctx.topk``; the same on every rank).
+
+    ``thresholds``: per ``(dim, k, value dtype)`` key, ``(bound, threshold, margin)`` of its
+    last call (:func:`remember`), at most ``_HISTORY_LIMIT`` keys. ``steps``: the synchronizing
+    steps of the running (then the last) call, the agreement included."""
+
+    thresholds: dict = field(default_factory=dict)
+    steps: int = 0
+
+
+def memory_of(ctx) -> TopKMemory:
+    """``ctx.topk``, made at its first use."""
+    if ctx.topk is None:
+        ctx.topk = TopKMemory()
+    return ctx.topk
 
 
 def step(ctx) -> None:
     """Count one synchronizing step of the running call (every rank waits for others)."""
-    ctx.history[STEPS_KEY] += 1
+    ctx.topk.steps += 1
 
 
 class Rule(NamedTuple):
@@ -165,7 +185,7 @@ def split_ties(ctx, keys, rule: Rule, stats) -> Rule:
 
 def guess(ctx, memo_key, bound: int, value_dtype):
     """``(guessed key, margin)`` from the remembered threshold of ``memo_key``, or None."""
-    memo = ctx.history.get(memo_key)
+    memo = memory_of(ctx).thresholds.get(memo_key)
     if memo is None:
         return None
     old_bound, threshold, margin = memo
@@ -179,13 +199,14 @@ def remember(ctx, memo_key, bound, values, k, value_dtype, margin) -> None:
     """Keep this call's exact threshold (the k-th largest key), the bound of the sums (so
     that a rescaled input finds it too, see :func:`guess`), and the guess's margin (in key
     units, ``2**margin``). Every rank keeps the same: all of it is global."""
+    thresholds = memory_of(ctx).thresholds
     if k == 0 or values.size < k or bound == 0:  # no threshold: every nonzero sum was taken
-        ctx.history.pop(memo_key, None)
+        thresholds.pop(memo_key, None)
         return
     bits_dtype, absmask = KEYS[value_dtype][:2]
     threshold = int(select_kernels.min_key(values.view(bits_dtype), absmask))
-    if memo_key in ctx.history or len(ctx.history) < _HISTORY_LIMIT:
-        ctx.history[memo_key] = (bound, threshold, margin)
+    if memo_key in thresholds or len(thresholds) < _HISTORY_LIMIT:
+        thresholds[memo_key] = (bound, threshold, margin)
 
 
 def count_nan(values) -> int:

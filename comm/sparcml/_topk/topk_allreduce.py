@@ -59,7 +59,7 @@ from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .._collectives.entry import _calibration_run, fail_stop
 from .._errors import CompressionError, InvalidArgumentError
-from .._collectives.exchange import allgather_bytes, recv_bytes, split_reduce
+from .._collectives.exchange import allgather_bytes, split_reduce
 from .._model import auto
 from .._model.costmodel import TOPK_STEP
 from .._model.link_costs import index_coding_costs
@@ -68,13 +68,12 @@ from .node_exchange import (allgather_shared, gather_region_bytes, one_node_layo
 from .._collectives.partition import SPARSE_KIND, note_received, split_bounds
 from .._collectives.validation import check_stats, coerce_vector
 from .._vector import SparseVector
-from .rule import (KEYS, MANTISSA_BITS, NOTHING, STEPS_KEY, Rule, bound_key, count_nan, guess,
+from .rule import (KEYS, MANTISSA_BITS, NOTHING, Rule, bound_key, count_nan, guess, memory_of,
                    remember, split_ties, step, threshold_rule)
-from .._wire.codec import Codec, Part, decode
+from .._wire.codec import Codec, Part
 
 __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_allreduce_in",
-           "calibrate_topk",
-           "partition_bounds", "calibration_run", "STEPS_KEY"]
+           "calibrate_topk", "partition_bounds", "calibration_run"]
 
 NAME = TOPK_STEP  # "topk_allreduce": the label in TrafficStats.algorithm and the benchmarks
 
@@ -221,7 +220,7 @@ def _run(ctx, vec, k, stats, opts, top, items) -> TopKReduced:
     ctx.partitions = opts.partitions
     stats.calls += 1
     stats.algorithm = NAME
-    ctx.history[STEPS_KEY] = 1  # the agreement
+    memory_of(ctx).steps = 1  # the agreement
     codec = Codec(vec.index_dtype, vec.dtype, code_indices=opts.code_indices,
                   link_costs=index_coding_costs(ctx, opts.index_coding))
     if k == 0 or top == 0:  # nothing to select (k = 0, or every input value is zero)
@@ -284,10 +283,10 @@ def _reduce_scatter(ctx, vec, stats, codec, shared):
     else:
         parts = split_reduce_shared(ctx, shared.layout, vec, stats, bounds, codec,
                                     shared.split_bytes)
-    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before)
+    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats)
     step(ctx)
-    block = arith.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
-                             intermediate=True)  # read here, copied out, then dropped
+    block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
+                               intermediate=True)  # read here, copied out, then dropped
     bits_dtype, absmask = KEYS[codec.value_dtype][:2]
     keys = _scratch(ctx, "topk.keys", block.values.size, np.uint64)
     select_kernels.magnitude_keys_into(block.values.view(bits_dtype), absmask, keys)
@@ -372,7 +371,7 @@ def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
         # the order of the messages of one source only
         for hop in range(1, size):
             source = (rank - hop) % size
-            out[source], _ = recv_bytes(ctx, source, TAG_DIRECT)
+            out[source], _ = ctx.ops.recv_bytes(ctx, source, TAG_DIRECT)
     finally:
         ctx.waiter.waitall(requests)
     return out
@@ -389,7 +388,7 @@ def _gather(ctx, vec, rule, owned, lo, stats, codec, shared):
     else:
         sel_idx = block.indices[pos]
     sel_val = block.values[pos]
-    buf, _ = codec.encode(Part(lo, block.length, sel_idx, sel_val))
+    buf, _ = ctx.ops.encode(codec, Part(lo, block.length, sel_idx, sel_val))
     pieces = []
     gathered = _allgather(ctx, buf, stats, shared)
     step(ctx)
@@ -397,7 +396,7 @@ def _gather(ctx, vec, rule, owned, lo, stats, codec, shared):
         if rank == ctx.rank:  # lossless: what the others decode from it
             pieces.append((sel_idx, sel_val))
             continue
-        part = decode(b)
+        part = ctx.ops.decode(b)
         if part.is_dense:  # a block where most entries were selected: zeros are the others
             pieces.append(kernels.dense_to_sparse(part.values, part.offset,
                                                   np.empty(0, codec.index_dtype)))

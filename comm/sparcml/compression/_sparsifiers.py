@@ -97,7 +97,7 @@ class RandomKCompressor(_Steps, Compressor):
 
     def compress_in(self, ctx, g: np.ndarray, key) -> SparseVector:
         idx = self.indices(g.shape[0], key, self._next_step(key), ctx.rank)
-        return SparseVector._trusted(g.shape[0], idx, g[idx])
+        return SparseVector.unchecked(g.shape[0], idx, g[idx])
 
     def __getattr__(self, name):
         # reduce_in exists only in the shared mode (the bundle looks it up with getattr)
@@ -111,8 +111,8 @@ class RandomKCompressor(_Steps, Compressor):
         values = g[idx]  # a copy: the allreduce's buffer
         total = allreduce_in(ctx, SparseVector.dense(values.copy()), algorithm=DENSE_BASELINE,
                              stats=stats, check=check)
-        sent = SparseVector._trusted(n, idx, values)
-        return Reduced(SparseVector._trusted(n, idx, np.asarray(total.values, g.dtype)), sent,
+        sent = SparseVector.unchecked(n, idx, values)
+        return Reduced(SparseVector.unchecked(n, idx, np.asarray(total.values, g.dtype)), sent,
                        idx.size, 0.0)
 
     def fresh(self) -> "RandomKCompressor":
@@ -142,7 +142,7 @@ class ThresholdCompressor(Compressor):
     def compress(self, x: np.ndarray) -> SparseVector:
         _check_finite(x, "ThresholdCompressor")
         idx = np.flatnonzero(np.abs(x) >= self.threshold).astype(np.int64)
-        return SparseVector._trusted(x.shape[0], idx, x[idx])
+        return SparseVector.unchecked(x.shape[0], idx, x[idx])
 
     def num_sent(self, n: int) -> int:  # not known in advance: at most n
         return n

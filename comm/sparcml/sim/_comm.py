@@ -36,7 +36,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _collective_cost as cc
-from ._sharing import discount
+from ._credit import discount
 from ._world import RankState, SimAborted, World
 
 __all__ = ["SimComm", "SimRequest", "SimMessage", "SimAbortCalled"]
@@ -112,6 +112,13 @@ class SimMessage:
     def __init__(self, comm, msg):
         self._comm, self._msg = comm, msg
 
+    @property
+    def payload(self) -> np.ndarray:
+        """The message's bytes as the sender posted them (uint8; the sender never writes to a
+        sent buffer): what the simulator's sharing operations hand a receiver, read-only,
+        instead of a copy."""
+        return self._msg["data"]
+
     def Recv(self, buf, status=None):
         t0 = time.thread_time()
         dst = _bytes(_array(buf))
@@ -155,6 +162,12 @@ class SimComm:
     @property
     def network(self):
         return self._world.network
+
+    @property
+    def sparcml_ops(self):
+        """The operations sparcml's contexts on this communicator use
+        (:func:`sparcml._collectives.ops.ops_of`): the run's sharing ones, or None (plain)."""
+        return self._world.ops
 
     def clock(self) -> float:
         """This rank's virtual time (seconds), its compute so far included."""
@@ -320,6 +333,15 @@ class SimComm:
                 return result
             finally:
                 w.leave(st)
+
+    def shared_collective(self, payload, combine, cost, wire_bytes: int):
+        """A collective whose one result every rank receives as it is (no copy per rank; for
+        the sharing operations, :mod:`sparcml.sim._sharing`): ``payload``, ``combine`` and
+        ``cost`` as for the collectives below; ``wire_bytes`` what this rank puts on the
+        wire, as the collective it stands for counts it."""
+        result = self._collective(payload, combine, cost)
+        self._st.wire_bytes += int(wire_bytes)
+        return result
 
     def Barrier(self) -> None:
         self._collective(None, lambda p: None, lambda r, a, b: cc.barrier_time(self.size, a))

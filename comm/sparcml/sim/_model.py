@@ -179,4 +179,4 @@ def use_model(comm, model: CostModel) -> None:
     ``comm`` by sparcml, like every sparcml call)."""
     from .._runtime.context import context_for
 
-    context_for(comm).history["model"] = model
+    context_for(comm).model = model

@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 from .._errors import InvalidArgumentError, SparcmlError
 from ._comm import SimComm
+from ._credit import gc_pauses_discounted, rank_scope
 from ._network import NetworkSpec, parse_network
+from ._sharing import SharingOps
 from ._world import SimAborted, SimDeadlock, World
 
 __all__ = ["run", "SimResult", "SimulationError", "DEFAULT_RATE"]
@@ -77,24 +79,24 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
         raise InvalidArgumentError(
             f"network {net.text} has {net.nodes} nodes x {net.ppn} ranks = "
             f"{net.nodes * net.ppn} ranks, fewer than P = {P}; give more nodes")
-    world = World(P, net, tokens=tokens or _cores(), compute_scale=compute_scale)
+    ops = SharingOps() if share else None
+    world = World(P, net, tokens=tokens or _cores(), compute_scale=compute_scale, ops=ops)
     results = [None] * P
     errors: list = [None] * P
-    from . import _sharing as sharing
 
     def body(rank: int) -> None:
         comm = SimComm(world, 0, list(range(P)), rank)
         st = world.ranks[rank]
         world.tokens.acquire()
         try:
-            with sharing.rank_scope(share):
+            with rank_scope(share):
                 with world.lock:
                     world.leave(st)
                 out = fn(comm, *args)
                 with world.lock:
                     world.enter(st)
                     st.clock = max(st.clock, st.send_done)
-                results[rank] = sharing.intern_result(out) if share else out
+                results[rank] = ops.intern_result(out) if share else out
             world.returned_from(st)
         except BaseException as exc:  # noqa: BLE001 - reported by run()
             errors[rank] = exc
@@ -104,15 +106,19 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
 
     threads = [threading.Thread(target=body, args=(r,), name=f"sim-rank-{r}", daemon=True)
                for r in range(P)]
-    with sharing.installed(share), sharing.gc_pauses_discounted():
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout)
-            if t.is_alive():
-                world.fail(TimeoutError(f"simulation of P={P} exceeded {timeout} s"))
-                raise SimulationError(f"simulation of P={P} did not finish in {timeout} s "
-                                      f"(deadlock in the simulated program?)")
+    try:
+        with gc_pauses_discounted():
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(timeout)
+                if t.is_alive():
+                    world.fail(TimeoutError(f"simulation of P={P} exceeded {timeout} s"))
+                    raise SimulationError(f"simulation of P={P} did not finish in {timeout} s "
+                                          f"(deadlock in the simulated program?)")
+    finally:
+        if ops is not None:
+            ops.clear()
     if isinstance(world.error, SimDeadlock):
         raise SimulationError(str(world.error)) from world.error
     first = next((r for r, e in enumerate(errors)

@@ -18,8 +18,8 @@ import time
 
 import numpy as np
 
+from ._credit import credit_of
 from ._network import NetworkSpec
-from ._sharing import credit_of
 
 __all__ = ["SimDeadlock", "World", "RankState", "SimAborted", "add_rate"]
 
@@ -69,9 +69,10 @@ class World:
     """The shared state of one run of P virtual ranks on ``network``."""
 
     def __init__(self, size: int, network: NetworkSpec, *, tokens: int = 2,
-                 compute_scale: float = 1.0):
+                 compute_scale: float = 1.0, ops=None):
         self.size = size
         self.network = network
+        self.ops = ops  # what sparcml's contexts on this world's communicators use (None: plain)
         self.lock = threading.Lock()
         self.ranks = [RankState(r, network.node_of(r), self.lock) for r in range(size)]
         self.compute_scale = float(compute_scale)

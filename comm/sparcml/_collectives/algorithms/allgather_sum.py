@@ -12,15 +12,14 @@ from .. import arith
 from ..._model.costmodel import stream_bytes
 from ..exchange import allgather_bytes, as_sent, as_vector, encode_vector
 from ..registry import Algorithm, register
-from ..._wire.codec import decode
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
-    buf, _ = encode_vector(vec, codec)
+    buf, _ = encode_vector(ctx, vec, codec)
     if sent is not None:
-        sent.append(arith.as_part(as_sent(vec, buf, codec)))
-    parts = [decode(b) for b in allgather_bytes(ctx, buf, stats)]
-    return as_vector(arith.fold_parts(parts, 0, vec.dim, codec, workspace=ctx.workspace),
+        sent.append(arith.as_part(as_sent(ctx, vec, buf, codec)))
+    parts = [ctx.ops.decode(b) for b in allgather_bytes(ctx, buf, stats)]
+    return as_vector(ctx.ops.fold_parts(parts, 0, vec.dim, codec, workspace=ctx.workspace),
                      vec.dim)
 
 

@@ -33,8 +33,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
             if sent is not None:  # this input travels only inside a sum: nothing attributable
                 sent.append(arith.as_part(vec))
             # the sum is an intermediate when rounds follow (role rd0; round t writes rd{t+1})
-            cur = arith.add(recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim, stats), cur, codec,
-                            workspace=ctx.workspace, intermediate=pof2 > 1, role="rd0")
+            cur = ctx.ops.add(recv_vector(ctx, rank - 1, _TAG_FOLD, vec.dim, stats), cur, codec,
+                              workspace=ctx.workspace, intermediate=pof2 > 1, role="rd0")
             newrank = rank // 2
     else:
         newrank = rank - rem
@@ -56,8 +56,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
             # a round never writes over the stream it reads
             scratch = {"workspace": ctx.workspace, "intermediate": mask << 1 < pof2,
                        "role": f"rd{step % 2}"}
-            cur = arith.add(mine, other, codec, **scratch) if newrank < newpeer \
-                else arith.add(other, mine, codec, **scratch)
+            cur = ctx.ops.add(mine, other, codec, **scratch) if newrank < newpeer \
+                else ctx.ops.add(other, mine, codec, **scratch)
             mask <<= 1
     if rank < 2 * rem:
         if rank % 2 == 1:

@@ -8,15 +8,12 @@ With a quantizer the dense phase travels QSGD-encoded and every rank decodes eve
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
-from .. import arith
 from ..._model.costmodel import split_phase_one
 from ..exchange import allgather_dense_blocks, split_reduce
 from ..partition import DENSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 from ..._vector import SparseVector
-from ..._wire.codec import decode
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
@@ -24,23 +21,20 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     bounds = split_bounds(ctx, vec, DENSE_KIND, codec)
     before = stats.bytes_received
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
-    note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before)
-    block = arith.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                             codec, force_dense=True, workspace=ctx.workspace,
-                             intermediate=True)  # the send buffer of the allgather, then dropped
+    note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before, stats)
+    block = ctx.ops.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
+                               codec, force_dense=True, workspace=ctx.workspace,
+                               intermediate=True)  # the send buffer of the allgather, then dropped
     # a caller's buffer is (usually) already in memory: write around the caches into it; a fresh
     # one is not, and the kernel's zeroing of its pages then makes ordinary stores cheaper
     streaming = out is not None
-    if out is None:
-        out = np.empty(vec.dim, vec.dtype)
     if codec.lossy:  # the dense phase in low precision: every rank decodes every block
+        if out is None:
+            out = np.empty(vec.dim, vec.dtype)
         for j, gathered in enumerate(allgather_dense_blocks(ctx, block, bounds, codec, stats)):
-            decode(gathered, out=out[bounds[j]:bounds[j + 1]], streaming=streaming)
+            ctx.ops.decode(gathered, out=out[bounds[j]:bounds[j + 1]], streaming=streaming)
         return SparseVector.unchecked(vec.dim, None, out)
-    counts = np.diff(bounds)
-    mpi_type = MPI._typedict[vec.dtype.char]
-    ctx.waiter.collective(ctx.comm, "Allgatherv", [block.values, mpi_type],
-                          [out, counts, bounds[:-1], mpi_type])
+    out = ctx.ops.allgather_values(ctx, block.values, bounds, out)
     stats.bytes_sent += (vec.dim - block.length) * vec.dtype.itemsize
     stats.bytes_received += (vec.dim - block.length) * vec.dtype.itemsize
     stats.messages += 1

@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import math
 
-from .. import arith
 from ..._model.costmodel import index_bytes, split_phase_one, union_size
 from ..exchange import allgather_bytes, split_reduce
 from ..partition import SPARSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
-from ..._wire.codec import decode
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
@@ -22,12 +20,13 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     bounds = split_bounds(ctx, vec, SPARSE_KIND, codec)
     before = stats.bytes_received
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
-    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before)
-    block = arith.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                             codec, workspace=ctx.workspace, intermediate=True)  # encoded, dropped
-    buf, _ = codec.encode(block, known_dense=block.is_dense)
-    blocks = [decode(b) for b in allgather_bytes(ctx, buf, stats)]
-    return arith.assemble(blocks, vec.dim, codec)
+    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats)
+    block = ctx.ops.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
+                               codec, workspace=ctx.workspace,
+                               intermediate=True)  # encoded, then dropped
+    buf, _ = ctx.ops.encode(codec, block, known_dense=block.is_dense)
+    blocks = [ctx.ops.decode(b) for b in allgather_bytes(ctx, buf, stats)]
+    return ctx.ops.assemble(blocks, vec.dim, codec)
 
 
 def cost(model, *, P, N, k, K, q, s_idx, s_val):

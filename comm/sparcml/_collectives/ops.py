@@ -1,0 +1,116 @@
+"""The operations an algorithm shares with the simulator, reached through ``ctx.ops``.
+
+Package-internal. Every algorithm (and the node-aware path, the global top-k, the one-node
+window, gather / scatter) receives, gathers, broadcasts, encodes, decodes and adds through the
+:class:`Ops` of its context, never by calling :mod:`sparcml._collectives.exchange`'s
+transport, :meth:`sparcml._wire.codec.Codec.encode`, :func:`sparcml._wire.codec.decode` or
+:mod:`sparcml._collectives.arith` directly. A real run's contexts hold :data:`PLAIN` (these
+methods do exactly that and nothing else); a simulated communicator's contexts hold the
+simulator's subclass (:mod:`sparcml.sim._sharing`), which lets ranks that hold identical data
+share it instead of copying it P times. So nothing is swapped at run time, and a new algorithm
+that calls ``ctx.ops`` is shared in a simulation without any list to update.
+
+Every method returns bitwise what the plain one does (the simulator's tests compare).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from . import arith
+from .._vector import SparseVector
+from .._wire.codec import Codec, Part, decode
+
+__all__ = ["Ops", "PLAIN", "ops_of"]
+
+
+class Ops:
+    """The plain operations (see the module docstring). Subclasses may share results between
+    the ranks of one process; they must return the same bytes and count the same traffic."""
+
+    # ---- moving bytes --------------------------------------------------------------------------
+    def recv_bytes(self, ctx, source, tag, status=None) -> tuple[np.ndarray, int]:
+        """Receive one byte message (its size probed first); ``(buffer, source rank)``."""
+        status = MPI.Status() if status is None else status
+        msg = ctx.waiter.mprobe(ctx.comm, source, tag, status)
+        buf = np.empty(status.Get_count(MPI.BYTE), np.uint8)
+        ctx.waiter.wait(msg.Irecv([buf, MPI.BYTE]))
+        return buf, status.Get_source()
+
+    def allgather_in_place(self, ctx, sizes: np.ndarray, write_mine, stats) -> list[np.ndarray]:
+        """Allgatherv of byte messages whose ``sizes`` (one per rank, int64) every rank knows:
+        ``write_mine(slot)`` fills this rank's slot of the receive buffer, which then travels
+        in place. Returns the P messages in rank order (views of one buffer)."""
+        displs = np.zeros_like(sizes)
+        np.cumsum(sizes[:-1], out=displs[1:])
+        recv = np.empty(int(sizes.sum()), np.uint8)
+        write_mine(recv[int(displs[ctx.rank]):int(displs[ctx.rank] + sizes[ctx.rank])])
+        ctx.waiter.collective(ctx.comm, "Allgatherv", MPI.IN_PLACE,
+                              [recv, sizes, displs, MPI.BYTE])
+        stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
+        stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])
+        stats.messages += 1
+        return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+    def allgather_values(self, ctx, block: np.ndarray, bounds: np.ndarray,
+                         out: np.ndarray | None) -> np.ndarray:
+        """Allgatherv of dense value blocks (rank j's spans ``bounds[j:j+2]``) into ``out``
+        (a fresh array of ``bounds[-1]`` values when None); returns the filled array. Counts
+        nothing (the caller does)."""
+        if out is None:
+            out = np.empty(int(bounds[-1]), block.dtype)
+        mpi_type = MPI._typedict[block.dtype.char]
+        ctx.waiter.collective(ctx.comm, "Allgatherv", [block, mpi_type],
+                              [out, np.diff(bounds), bounds[:-1], mpi_type])
+        return out
+
+    def bcast_bytes(self, ctx, data: np.ndarray | None, nbytes: int, root: int = 0,
+                    out: np.ndarray | None = None) -> np.ndarray:
+        """``root``'s ``data`` (bytes, uint8) on every rank: the root gets ``data`` itself, the
+        others ``out`` (``nbytes`` uint8, e.g. a byte view of a caller's buffer) or a fresh
+        buffer, filled. Every rank knows ``nbytes``. Counts nothing (the caller does)."""
+        if ctx.rank == root:
+            ctx.waiter.collective(ctx.comm, "Bcast", [data, MPI.BYTE], root)
+            return data
+        buf = np.empty(nbytes, np.uint8) if out is None else out
+        ctx.waiter.collective(ctx.comm, "Bcast", [buf, MPI.BYTE], root)
+        return buf
+
+    # ---- messages ------------------------------------------------------------------------------
+    def encode(self, codec: Codec, part: Part, *, known_dense: bool = False,
+               seed: int | None = None) -> tuple[np.ndarray, bool]:
+        """:meth:`Codec.encode`: ``(buffer, went dense)``."""
+        return codec.encode(part, known_dense=known_dense, seed=seed)
+
+    def decode(self, buf: np.ndarray, out: np.ndarray | None = None, *,
+               streaming: bool = False, check: bool = False) -> Part:
+        """:func:`sparcml._wire.codec.decode`."""
+        return decode(buf, out, streaming=streaming, check=check)
+
+    # ---- local sums ----------------------------------------------------------------------------
+    def add(self, a: SparseVector, b: SparseVector, codec: Codec, *, workspace=None,
+            intermediate: bool = False, role: str = "add") -> SparseVector:
+        """:func:`sparcml._collectives.arith.add`."""
+        return arith.add(a, b, codec, workspace=workspace, intermediate=intermediate, role=role)
+
+    def fold_parts(self, parts: list[Part], offset: int, length: int, codec: Codec,
+                   force_dense: bool = False, *, workspace=None, intermediate: bool = False,
+                   role: str = "fold") -> Part:
+        """:func:`sparcml._collectives.arith.fold_parts`."""
+        return arith.fold_parts(parts, offset, length, codec, force_dense, workspace=workspace,
+                                intermediate=intermediate, role=role)
+
+    def assemble(self, blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
+        """:func:`sparcml._collectives.arith.assemble`."""
+        return arith.assemble(blocks, dim, codec)
+
+
+PLAIN = Ops()
+
+
+def ops_of(comm) -> Ops:
+    """The operations for calls on ``comm``: a simulated communicator's own (its
+    ``sparcml_ops``, :mod:`sparcml.sim`), else :data:`PLAIN`."""
+    ops = getattr(comm, "sparcml_ops", None)
+    return PLAIN if ops is None else ops
