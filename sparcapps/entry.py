@@ -100,3 +100,5 @@ sparc_lstm = _script("sparcapps.deep.lstm:main", "sparc-lstm", ("torch",) + _APP
 sparc_deep_bench = _script("sparcapps.deep.bench:main", "sparc-deep-bench", ("torch",) + _APPS)
 sparc_deep_accuracy = _script("sparcapps.deep.accuracy:main", "sparc-deep-accuracy",
                               ("torch",) + _APPS)
+sparc_compressor_table = _script("sparcapps.deep.compressor_table:main",
+                                 "sparc-compressor-table", _APPS)

@@ -13,6 +13,7 @@ from mpirun import REPO, run_mpi
 CASES = REPO / "tests" / "mpi_cases"
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_unpackable_or_bad_agreed_values_on_one_rank(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, str(CASES / "bad_agreed_values.py")],

@@ -31,6 +31,7 @@ def _rows(path):
     return rows
 
 
+@pytest.mark.mpi
 def test_every_call_option_acts_the_same_simulated_and_real(tmp_path):
     real, simulated = tmp_path / "real.jsonl", tmp_path / "sim.jsonl"
     run_mpi(P, args=[sys.executable, "-m", "sparcapps.bench.cli", *ARGS, "--output", str(real)],

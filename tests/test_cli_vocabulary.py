@@ -388,7 +388,8 @@ def test_no_help_copied_across_tools():
         if len(progs) > 1:
             # options of the same meaning in training and benchmark tools alike
             assert any(progs <= f for f in families) or flag in (
-                "--quantize-sparse", "--no-progress", "--bucket-mb"), \
+                "--quantize-sparse", "--no-progress", "--bucket-mb", "--partitions",
+                "--index-coding"), \
                 f"{flag}: the same help in {sorted(progs)}"
 
 

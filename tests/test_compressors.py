@@ -305,6 +305,7 @@ def test_every_named_compressor_builds_and_reduces_at_one_rank():
     assert "warmup_steps=7" in build("dgc", density_warmup_steps=7).describe()
 
 
+@pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_compressors_under_mpiexec_end_with_identical_parameters(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",

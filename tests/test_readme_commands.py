@@ -212,6 +212,8 @@ def _run(words, tmp_path, env, what):
     return proc
 
 
+@pytest.mark.mpi
+@pytest.mark.slow
 def test_the_readme_chain_runs(tmp_path):
     """The RUN lines of README.md in its order, each at a reduced size, exit 0; what the
     issue found broken: bench-auto / bench-overlap on the files the README's lines made, a

@@ -160,7 +160,12 @@ def _imports(path: Path, known: set[str], mod: str | None = None) -> set[str]:
     mod = mod or _module_name(path)
     pkg = mod if path.name == "__init__.py" else mod.rsplit(".", 1)[0]
     out = set()
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and isinstance(block.test, ast.Name) and block.test.id == "TYPE_CHECKING"
+                 for stmt in block.body for n in ast.walk(stmt)}  # never run
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg.split(".")

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparcml import ALGORITHMS, AUTO, DENSE_BASELINE, TOPK_ALLREDUCE
+
 __all__ = ["SimEstimate", "estimate", "ALL_PAIRS"]
 
 PER_RANK_BYTES = 80 << 10
@@ -28,9 +30,9 @@ PER_PAIR_BYTES = 1600
 BASE_BYTES = 200 << 20
 PER_PAIR_SECONDS = 1.6e-3
 PER_RANK_SECONDS = 3e-3
-# algorithms (and topk_allreduce) whose every rank sends a message to every other rank
-ALL_PAIRS = frozenset({"ssar_split_allgather", "dsar_split_allgather", "topk_allreduce",
-                       "auto"})
+# algorithms (and topk_allreduce) whose every rank sends a message to every other rank: the
+# split ones (their names say so), top-k's reduce-scatter, and auto (it may pick either)
+ALL_PAIRS = frozenset({a for a in ALGORITHMS if "split" in a} | {TOPK_ALLREDUCE, AUTO})
 
 
 @dataclass(frozen=True)
@@ -58,7 +60,7 @@ def estimate(P: int, dims, densities, algorithms, *, itemsize: int = 4,
              index_size: int = 4) -> SimEstimate:
     """The largest estimate over the cells (``dims`` x ``densities``) and ``algorithms`` (the
     dense baseline excluded: it is modeled only when P x N does not fit, see --sim-memory)."""
-    names = set(algorithms) - {"dense"}
+    names = set(algorithms) - {DENSE_BASELINE}
     pairs = bool(names & ALL_PAIRS)
     worst = 0
     for dim in dims:

@@ -41,8 +41,8 @@ from .errors import DataFormatError, SameFileError
 __all__ = ["convert_libsvm", "ConvertResult", "open_text"]
 
 # The widest data set this suite converts: the linear apps keep dense weights of n_features
-# float64 values, and the comm layer sends int32 indices below 2**31.
-MAX_FEATURES = 2**31 - 1
+# float64 values (256 GiB at 2**35; the comm layer sends int64 indices from 2**31 on).
+MAX_FEATURES = 2**35
 
 _BINARY_PAIRS = ((-1.0, 1.0), (0.0, 1.0), (1.0, 2.0))
 _MAX_TRACKED_LABELS = 1000
@@ -389,7 +389,7 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
             raise DataFormatError(
                 src, parser.max_line,
                 f"feature index {parser.max_raw} makes {nf} features, more than the "
-                f"{MAX_FEATURES} (2**31 - 1) this suite trains on: the linear models keep a "
+                f"{MAX_FEATURES} (2**35) this suite trains on: the linear models keep a "
                 f"dense weight vector of n_features values ({nf * 8 / 2**40:.3g} TiB here); "
                 f"hash the features into a smaller space before converting")
         if writer.n_rows == 0:

@@ -8,7 +8,7 @@ CostModel's defaults, so that the table does not depend on the load of the host 
 Records whose compression is not what their options build with this code (an older default)
 are left out.
 
-``python -m sparcapps.deep.compressor_table RECORDS.jsonl ... [--figure FILE.png]`` prints
+``sparc-compressor-table RECORDS.jsonl ... [--figure FILE.png]`` prints
 the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app).
 """
 
@@ -22,7 +22,11 @@ from collections import defaultdict
 
 import numpy as np
 
+from sparcml import DENSE_BASELINE
+
 __all__ = ["main", "rows_of"]
+
+DENSE = DENSE_BASELINE  # the dense baseline's row (the registry's name)
 
 NETWORK = "256x10gbit"
 
@@ -42,8 +46,8 @@ def _name(rec) -> str:
     cfg = rec["config"]
     if cfg.get("dense"):
         default_lr = _default_lr(rec["app"])
-        return "dense" if default_lr is None or cfg["lr"] == default_lr else \
-            f"dense (lr {cfg['lr']:g})"
+        return DENSE if default_lr is None or cfg["lr"] == default_lr else \
+            f"{DENSE} (lr {cfg['lr']:g})"
     name = cfg.get("compressor") or ("global-topk" if cfg.get("global_topk") else "topk")
     extra = []
     if cfg.get("bits") and name != "qsgd":
@@ -119,9 +123,9 @@ def rows_of(records) -> list[dict]:
             continue
         groups[(rec["app"], _name(rec))].append(rec)
     dense = {(app, r["config"]["seed"]): r["metrics"]["test_accuracy"]
-             for (app, name), recs in groups.items() if name == "dense" for r in recs}
+             for (app, name), recs in groups.items() if name == DENSE for r in recs}
     rows = []
-    for (app, name), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != "dense",
+    for (app, name), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != DENSE,
                                                                   kv[0][1])):
         accs = [r["metrics"]["test_accuracy"] for r in recs]
         rows.append({
@@ -162,7 +166,7 @@ def figure(rows, path) -> None:
     for ax, app in zip(axes[0], apps):
         for r in (r for r in rows if r["app"] == app):
             ax.scatter(r["bytes"], 100 * r["accuracy"], s=25)
-            label = r["compressor"] if r["compressor"].startswith("dense") \
+            label = r["compressor"] if r["compressor"].startswith(DENSE) \
                 else r["compressor"].split(" (")[0]
             ax.annotate(label, (r["bytes"], 100 * r["accuracy"]),
                         fontsize=7, xytext=(3, 2), textcoords="offset points")
@@ -179,14 +183,14 @@ def main(argv=None) -> int:
     from sparcapps.cli_args import make_parser
     from sparcapps.records import read_records
 
-    p = make_parser("compressor_table", __doc__)
+    p = make_parser("sparc-compressor-table", __doc__)
     p.add_argument("records", nargs="+", help="JSONL records of sparc-cnn / sparc-lstm runs")
     p.add_argument("--figure", default=None, help="also draw accuracy vs bytes into this PNG")
     args = p.parse_args(argv)
     records = read_records(args.records)[0]
     rows = rows_of(records)
     if not rows:
-        print("compressor_table: no finished deep-app records", file=sys.stderr)
+        print("sparc-compressor-table: no finished deep-app records", file=sys.stderr)
         return 1
     print(markdown(rows))
     if args.figure:

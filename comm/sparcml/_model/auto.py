@@ -10,6 +10,10 @@ the algorithms or the entry point: the cost model stays pure arithmetic
 - :func:`choose`: the algorithm the model predicts fastest for a call, remembered per input
   shape (iterative training repeats its calls).
 - :func:`learn_overlap`: the overlap of the inputs, from the result of a call.
+
+Over 400 lines: calibration, choice and learning share the context's :class:`AutoMemory` and
+the calibration runs' bookkeeping (:func:`_leaving_no_state`); split apart, each would have
+to export the others' internals.
 """
 
 from __future__ import annotations

@@ -438,7 +438,8 @@ class Compression:
         q = None if self.quantizer is None else (
             f"QSGD(bits={self.quantizer.bits}, bucket_size={self.quantizer.bucket_size}, "
             f"norm={self.quantizer.norm!r})")
-        options = "" if self.options is None else f", options={self.options!r}"
+        plain = self.options is None or self.options == Options()
+        options = "" if plain else f", options={self.options!r}"
         return (f"Compression(compressor={self.compressor!r}, quantizer={q}, "
                 f"memory={self.memory!r}, algorithm={self.algorithm!r}{options})")
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
+from .._collectives.algorithms import ALLGATHER_BASELINE
 from .._errors import CompressionError
 from .._quant.qsgd import QSGD
 from .._vector import SparseVector
@@ -92,7 +93,7 @@ def _allgather(ctx, buf: np.ndarray, stats) -> np.ndarray:
         ctx.waiter.collective(ctx.comm, "Allgather", [buf, MPI.BYTE], [out, MPI.BYTE])
     _count(stats, ctx.size, (ctx.size - 1) * buf.size, (ctx.size - 1) * buf.size)
     if stats is not None:
-        stats.algorithm = "allgather"
+        stats.algorithm = ALLGATHER_BASELINE
     return out
 
 

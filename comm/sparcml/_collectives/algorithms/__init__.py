@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from . import recursive_doubling, split_sparse, split_dense, dense_allreduce, allgather_sum
 
-__all__ = ["DEFAULT_ALGORITHM", "DENSE_BASELINE"]
+__all__ = ["DEFAULT_ALGORITHM", "DENSE_BASELINE", "ALLGATHER_BASELINE"]
 
 DEFAULT_ALGORITHM = recursive_doubling.ALGORITHM.name
 DENSE_BASELINE = dense_allreduce.ALGORITHM.name
-_ = (split_sparse, split_dense, allgather_sum)  # registered by being imported
+ALLGATHER_BASELINE = allgather_sum.ALGORITHM.name
+_ = (split_sparse, split_dense)  # registered by being imported
