@@ -7,6 +7,7 @@ import json
 import sys
 
 import numpy as np
+import pytest
 
 import sparcml
 import sparcml.sim as sim
