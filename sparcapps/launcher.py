@@ -13,8 +13,8 @@ The two launchers differ where local runs meet them:
 
 Which one a given ``mpiexec`` is comes from ``mpiexec --version`` (:func:`mpi_flavor`). The
 tests (``tests/mpirun.py``), ``sparc-report --rerun``, ``sparc-jobs run`` and the scripts go
-through this module; ``python -m sparcapps.launcher -n P [--per-node R] -- COMMAND...`` runs
-COMMAND the same way from a shell (``--print`` prints the line instead).
+through this module; ``sparc-mpiexec -n P [--ranks-per-node R] COMMAND...`` runs COMMAND the
+same way from a shell (``--print`` prints the line instead).
 """
 
 from __future__ import annotations
@@ -140,45 +140,47 @@ def stop_signal_for(command: Sequence[str], signum: int) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="python -m sparcapps.launcher", allow_abbrev=False,
-        description="Run COMMAND on P ranks with this environment's mpiexec (MPICH or Open MPI) "
-                    "and the flags it needs here: root, more ranks than cores.")
-    p.add_argument("-n", "--ranks", type=int, metavar="P", help="number of ranks (required)")
-    p.add_argument("--per-node", type=int, metavar="R",
-                   help="ranks per node (-ppn R under MPICH, --map-by ppr:R:node under Open MPI)")
+    from sparcapps.cli_args import make_parser, positive_int
+
+    p = make_parser(
+        "sparc-mpiexec", "Run COMMAND on P ranks with this environment's mpiexec (MPICH or Open "
+        "MPI) and the flags it needs on this machine: as root, more ranks than cores "
+        "(Open MPI: --allow-run-as-root, --oversubscribe; MPICH needs none).")
+    p.add_argument("-n", type=positive_int, metavar="P", dest="ranks",
+                   help="number of ranks (required unless --flavor)")
+    p.add_argument("--ranks-per-node", type=positive_int, metavar="R",
+                   help="ranks per node: -ppn R under MPICH, --map-by ppr:R:node under Open MPI "
+                        "(which refuses more than R x nodes ranks)")
     p.add_argument("--no-oversubscribe", action="store_true",
                    help="under Open MPI, refuse more ranks than cores (its own default)")
     p.add_argument("--print", action="store_true", help="print the command line, run nothing")
     p.add_argument("--flavor", action="store_true",
                    help="print which MPI the mpiexec is (mpich, openmpi, unknown), run nothing")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="COMMAND ...",
+                   help="the program and its arguments (a leading -- is dropped)")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    rest: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, rest = argv[:cut], argv[cut + 1:]
+    """``sparc-mpiexec``: see :func:`_parser`. Replaces itself with ``mpiexec`` (its exit
+    status is the job's); 2 for usage errors or no ``mpiexec``."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
     try:
         if args.flavor:
             print(mpi_flavor())
             return 0
-        if args.ranks is None or not rest:
-            parser.error("needs -n P and a COMMAND after --")
-        if args.ranks < 1 or (args.per_node is not None and args.per_node < 1):
-            parser.error("-n and --per-node take positive integers")
-        cmd = mpiexec_command(args.ranks, rest, per_node=args.per_node,
+        if args.ranks is None or not command:
+            parser.error("needs -n P and a COMMAND")
+        cmd = mpiexec_command(args.ranks, command, per_node=args.ranks_per_node,
                               oversubscribe=not args.no_oversubscribe)
         if args.print:
             print(shlex.join(cmd))
             return 0
         env = launch_env(mpi_flavor(cmd[0]))
     except LauncherError as exc:
-        print(f"sparcapps.launcher: {exc}", file=sys.stderr)
+        print(f"sparc-mpiexec: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.flush()
     os.execvpe(cmd[0], cmd, env)
