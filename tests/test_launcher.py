@@ -125,3 +125,16 @@ def test_sparc_mpiexec_command_line(tmp_path):
     proc = subprocess.run([str(BIN / "sparc-mpiexec"), "-n", "2"], capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 2 and "needs -n P and a COMMAND" in proc.stderr
+
+
+def test_emulate_refuses_open_mpi_before_building_a_network(tmp_path):
+    """jobs/emulate.sh needs Hydra's -launcher fork -hosts: an Open MPI mpiexec is refused with
+    exit 2 and a message naming the [mpich] extra, before any namespace exists (so no root)."""
+    repo = Path(__file__).resolve().parents[1]
+    ompi = _fake(tmp_path, "openmpi")
+    proc = subprocess.run(["bash", str(repo / "jobs" / "emulate.sh"), "2x1gbit", "--", "true"],
+                          env={**os.environ, "MPIEXEC": ompi}, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "not MPICH's (Hydra) mpiexec" in proc.stderr and "[mpich]" in proc.stderr
+    assert "namespaces" not in proc.stderr  # the network was not built
