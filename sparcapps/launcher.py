@@ -129,9 +129,12 @@ def stop_signal_for(command: Sequence[str], signum: int) -> int:
     if signum != signal.SIGTERM or not command:
         return signum
     exe = command[0]
-    if os.path.basename(exe) not in _MPIEXEC_NAMES:
-        return signum
     path = shutil.which(exe) if os.sep not in exe else exe
+    if os.path.basename(exe) == "sparc-mpiexec":  # it becomes the mpiexec beside it
+        beside = Path(path).parent / "mpiexec" if path else None
+        path = str(beside) if beside and beside.exists() else shutil.which("mpiexec")
+    elif os.path.basename(exe) not in _MPIEXEC_NAMES:
+        return signum
     try:
         flavor = mpi_flavor(path) if path else UNKNOWN
     except LauncherError:

@@ -79,6 +79,10 @@ def test_stop_signal_only_sigterm_to_open_mpi(tmp_path):
     assert launcher.stop_signal_for([ompi, "-n", "2", "x"], signal.SIGINT) == signal.SIGINT
     assert launcher.stop_signal_for([mpich, "-n", "2", "x"], signal.SIGTERM) == signal.SIGTERM
     assert launcher.stop_signal_for(["srun", "x"], signal.SIGTERM) == signal.SIGTERM
+    # sparc-mpiexec execs the mpiexec beside it
+    (tmp_path / "openmpi" / "sparc-mpiexec").symlink_to(BIN / "sparc-mpiexec")
+    assert launcher.stop_signal_for([str(tmp_path / "openmpi" / "sparc-mpiexec"), "-n", "2"],
+                                    signal.SIGTERM) == signal.SIGUSR1
     assert launcher.stop_signal_for([], signal.SIGTERM) == signal.SIGTERM
 
 
