@@ -255,32 +255,46 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
     signalled: list[int] = []
     # decided before starting: the handler must not run mpiexec --version
     term_as = stop_signal_for(command, signal.SIGTERM)
+    started: list[subprocess.Popen] = []
+    sent = [0]  # signals of ``signalled`` passed on so far
+
+    def deliver():
+        while started and sent[0] < len(signalled):
+            signum = signalled[sent[0]]
+            sent[0] += 1
+            started[0].send_signal(term_as if signum == signal.SIGTERM else signum)
+
+    def forward(signum, _frame):
+        signalled.append(signum)
+        deliver()  # nothing yet if the command is still starting: then right after
+
+    # installed before the command starts: a signal in between must not end this process alone
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     try:
-        proc = subprocess.Popen(command, stderr=subprocess.PIPE)
-    except OSError as exc:
-        rc, error = 127, f"cannot start {shlex.join(command)}: {exc}"
-    else:
-        def forward(signum, _frame):
-            signalled.append(signum)
-            proc.send_signal(term_as if signum == signal.SIGTERM else signum)
-
-        old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT,
-                                                      signal.SIGUSR1)}
-
-        def pump():
-            for raw in proc.stderr:
-                sys.stderr.buffer.write(raw)
-                sys.stderr.buffer.flush()
-                tail.append(raw.decode(errors="replace").rstrip("\n"))
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
         try:
-            rc = proc.wait()
-        finally:
-            reader.join(timeout=10)
-            for s, handler in old.items():
-                signal.signal(s, handler)
+            proc = subprocess.Popen(command, stderr=subprocess.PIPE)
+        except OSError as exc:
+            proc, rc, error = None, 127, f"cannot start {shlex.join(command)}: {exc}"
+        if proc is not None:
+            started.append(proc)
+            deliver()
+
+            def pump():
+                for raw in proc.stderr:
+                    sys.stderr.buffer.write(raw)
+                    sys.stderr.buffer.flush()
+                    tail.append(raw.decode(errors="replace").rstrip("\n"))
+
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            try:
+                rc = proc.wait()
+            finally:
+                reader.join(timeout=10)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if proc is not None:
         if rc < 0:
             rc = 128 - rc
         if rc != 0:
