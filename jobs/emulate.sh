@@ -14,6 +14,9 @@
 # The network is torn down when the command ends, fails or is interrupted. Exit status: the
 # command's. The command sees SPARC_EMULATED_NET (e.g. 4x1gbit,ppn=1; result records carry it in
 # environment.emulated_network) and host names NAME-n<i>. MPIEXEC overrides the launcher path (default: the mpiexec on PATH).
+# MPICH only: Open MPI's mpiexec has no "-launcher fork" with one proxy per loopback host, and
+# its daemons would need a route from each namespace to the host's; with an Open MPI mpiexec
+# this script exits 2 before building anything (use a venv with the [mpich] extra).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -38,6 +41,9 @@ rate="${BASH_REMATCH[2],,}"
 [[ "$ppn" =~ ^[1-9][0-9]*$ ]] || die "--ranks-per-node must be a positive integer, got '$ppn'"
 mpiexec="${MPIEXEC:-$(command -v mpiexec || true)}"
 [[ -n "$mpiexec" ]] || die "no mpiexec on PATH (activate the venv or set MPIEXEC)"
+"$mpiexec" --version 2>/dev/null | grep -q HYDRA \
+    || die "$mpiexec is not MPICH's (Hydra) mpiexec; the emulated network needs Hydra's" \
+           "'-launcher fork -hosts' (Open MPI cannot run here): use a venv with the [mpich] extra"
 
 name="sparc$(( $$ % 100000 ))"
 cleanup() { bash "$here/emulated-net.sh" down "$name"; }

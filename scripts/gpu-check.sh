@@ -7,7 +7,8 @@
 #
 # Without a CUDA device it exits 2 with a message (CPU CI never runs it; tests check the
 # refusal). PYTHON and MPIEXEC override the interpreter and launcher (default: the project's
-# venv when there is one, else python on PATH; the mpiexec beside the interpreter).
+# venv when there is one, else python on PATH; the mpiexec beside the interpreter, with the
+# flags its MPI needs here: python -m sparcapps.launcher, i.e. sparc-mpiexec).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [[ -z "${PYTHON:-}" ]]; then
@@ -20,7 +21,6 @@ if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() el
     exit 2
 fi
 if [[ -z "${MPIEXEC:-}" ]]; then
-    MPIEXEC="$(dirname "$("$PYTHON" -c 'import sys; print(sys.executable)')")/mpiexec"
-    [[ -x "$MPIEXEC" ]] || MPIEXEC=mpiexec
+    exec "$PYTHON" -m sparcapps.launcher -n 2 "$PYTHON" "$root/scripts/gpu_check.py" "$@"
 fi
 exec "$MPIEXEC" -n 2 "$PYTHON" "$root/scripts/gpu_check.py" "$@"

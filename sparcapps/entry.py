@@ -85,6 +85,7 @@ sparc_bench_compress = _script("sparcapps.bench.compress_bench:main", "sparc-ben
 sparc_record_gradients = _script("sparcapps.bench.record_gradients:main",
                                  "sparc-record-gradients", _APPS)
 sparc_jobs = _script("sparcapps.jobs:main", "sparc-jobs")
+sparc_mpiexec = _script("sparcapps.launcher:main", "sparc-mpiexec")
 sparc_report = _script("sparcapps.report:main", "sparc-report", ("matplotlib",))
 sparc_data = _script("sparcapps.data.cli:main", "sparc-data")
 sparc_data_bench = _script("sparcapps.data.bench_convert:main", "sparc-data-bench",

@@ -19,9 +19,12 @@ Subcommands:
     output through, forwards SIGTERM/SIGINT/SIGUSR1 (Slurm's warning before the time limit), and
     when COMMAND exits non-zero, is killed, cannot start, or exits 0 without appending a record to
     FILE, appends a ``status: "failed"`` record with the error (the last lines of its stderr).
-    Exits with COMMAND's status. Inside a job that ``sparc-jobs sweep`` did not submit,
-    ``--script-args`` (the template's own arguments) rebuilds the job's ``sbatch`` line for the
-    records (``SPARC_SUBMIT_SBATCH``); a sweep passes its own line and the job's.
+    Exits with COMMAND's status. Open MPI's ``mpiexec`` ends the job on SIGTERM instead of
+    forwarding it, so SIGTERM reaches it as SIGUSR1 (the apps stop with a checkpoint on either);
+    the exit status is then still 143 (128 + SIGTERM), as under MPICH or ``srun``. Inside a job
+    that ``sparc-jobs sweep`` did not submit, ``--script-args`` (the template's own arguments)
+    rebuilds the job's ``sbatch`` line for the records (``SPARC_SUBMIT_SBATCH``); a sweep passes
+    its own line and the job's.
 
 ``sparc-jobs wait JOBID...``
     Polls ``squeue`` until the jobs have left the queue (``sbatch --wait`` polls slowly), then
@@ -43,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from sparcapps.launcher import stop_signal_for
 from sparcapps.records import append_record, capture_environment, make_record
 
 __all__ = ["SweepJob", "SlurmError", "TEMPLATE_VARS", "env_prefix", "plan_sweep", "submit",
@@ -324,7 +328,9 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
     Failure: a non-zero exit or a signal, a command that cannot be started (exit 127), or an exit
     0 that added nothing to ``output``. The record's ``error`` names the command, the exit status
     and the last ``tail_lines`` lines of its stderr; ``config`` holds the command line. Returns the
-    exit status to pass on (negative signal numbers become 128 + signal, as in a shell).
+    exit status to pass on (negative signal numbers become 128 + signal, as in a shell). SIGTERM
+    goes to an Open MPI ``mpiexec`` as SIGUSR1 (:func:`sparcapps.launcher.stop_signal_for`); its
+    exit 128 + SIGUSR1 after that is passed on as 128 + SIGTERM.
     """
     command = list(command)
     if not command:
@@ -333,38 +339,60 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
     size_before = output.stat().st_size if output.exists() else 0
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
     signalled: list[int] = []
+    # decided before starting: the handler must not run mpiexec --version
+    term_as = stop_signal_for(command, signal.SIGTERM)
+    started: list[subprocess.Popen] = []
+    sent = [0]  # signals of ``signalled`` passed on so far
+
+    def deliver():
+        while started and sent[0] < len(signalled):
+            signum = signalled[sent[0]]
+            sent[0] += 1
+            started[0].send_signal(term_as if signum == signal.SIGTERM else signum)
+
+    def forward(signum, _frame):
+        signalled.append(signum)
+        deliver()  # nothing yet if the command is still starting: then right after
+
+    # installed before the command starts: a signal in between must not end this process alone
+    old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}
     try:
-        proc = subprocess.Popen(command, stderr=subprocess.PIPE)
-    except OSError as exc:
-        rc, error = 127, f"cannot start {shlex.join(command)}: {exc}"
-    else:
-        def forward(signum, _frame):
-            signalled.append(signum)
-            proc.send_signal(signum)
-
-        old = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT,
-                                                      signal.SIGUSR1)}
-
-        def pump():
-            for raw in proc.stderr:
-                sys.stderr.buffer.write(raw)
-                sys.stderr.buffer.flush()
-                tail.append(raw.decode(errors="replace").rstrip("\n"))
-
-        reader = threading.Thread(target=pump, daemon=True)
-        reader.start()
         try:
-            rc = proc.wait()
-        finally:
-            reader.join(timeout=10)
-            for s, handler in old.items():
-                signal.signal(s, handler)
+            proc = subprocess.Popen(command, stderr=subprocess.PIPE)
+        except OSError as exc:
+            proc, rc, error = None, 127, f"cannot start {shlex.join(command)}: {exc}"
+        if proc is not None:
+            started.append(proc)
+            deliver()
+
+            def pump():
+                for raw in proc.stderr:
+                    sys.stderr.buffer.write(raw)
+                    sys.stderr.buffer.flush()
+                    tail.append(raw.decode(errors="replace").rstrip("\n"))
+
+            reader = threading.Thread(target=pump, daemon=True)
+            reader.start()
+            try:
+                rc = proc.wait()
+            finally:
+                reader.join(timeout=10)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    if proc is not None:
         if rc < 0:
             rc = 128 - rc
         if rc != 0:
             how = f"exited with status {rc}"
             if signalled:
-                how += f" after {signal.Signals(signalled[0]).name} (time limit or scancel?)"
+                name = signal.Signals(signalled[0]).name
+                if signalled[0] == signal.SIGTERM and term_as != signal.SIGTERM:
+                    name += f" (sent as {signal.Signals(term_as).name}: this mpiexec does not " \
+                            "forward SIGTERM)"
+                    if rc == 128 + term_as:
+                        rc = 128 + signal.SIGTERM
+                how += f" after {name} (time limit or scancel?)"
             error = f"{shlex.join(command)} {how}"
         elif (output.stat().st_size if output.exists() else 0) == size_before:
             rc, error = 1, f"{shlex.join(command)} exited 0 but appended no record to {output}"
@@ -372,7 +400,8 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
             return 0
     if tail:
         error += "\n--- last lines of stderr\n" + "\n".join(tail)
-    record = make_record(app or _app_from(command), config={"command": command, "exit_code": rc},
+    record = make_record(app or _app_from(command),
+                         config={"command": command, "exit_code": rc},
                          environment=capture_environment(None), P=_ntasks_from(command),
                          status="failed", error=error)
     append_record(output, record)

@@ -166,7 +166,8 @@ def capture_environment(comm=None) -> dict[str, Any]:
     if comm is not None:
         from mpi4py import MPI
 
-        env["mpi_library"] = MPI.Get_library_version().strip()
+        # Open MPI's string ends in a NUL byte, which would land in reports
+        env["mpi_library"] = MPI.Get_library_version().replace("\0", "").strip()
         env["mpi_vendor"] = list(map(str, MPI.get_vendor()))
         env["hosts"] = comm.allgather(host)
     else:

@@ -1,5 +1,9 @@
 """Run a Python snippet or module under ``mpiexec`` with a timeout, for multi-rank tests.
 
+The launcher is the venv's MPI (MPICH or Open MPI), with the flags it needs here
+(:mod:`sparcapps.launcher`: root, more ranks than cores); ``MPI_FLAVOR`` says which one, so that
+a test can expect what differs between them (which signal reaches the ranks).
+
 Each multi-rank test should spawn *few* MPI jobs that each check many cases: starting ranks and
 compiling Numba kernels dominates the cost. A rank that raises aborts the whole job
 (``python -m mpi4py``), and the timeout turns a deadlock into one failed test.
@@ -8,26 +12,32 @@ compiling Numba kernels dominates the cost. A rank that raises aborts the whole 
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-__all__ = ["mpiexec_path", "run_mpi"]
+from sparcapps import launcher
+
+__all__ = ["MPI_FLAVOR", "mpiexec_command", "mpiexec_path", "run_mpi"]
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def mpiexec_path() -> str:
-    """The ``mpiexec`` beside this interpreter (the venv's mpich wheel), else the one on PATH."""
-    here = Path(sys.executable).parent / "mpiexec"
-    if here.exists():
-        return str(here)
-    found = shutil.which("mpiexec")
-    if found is None:
-        raise RuntimeError("no mpiexec found: install the [mpich] extra or an MPI library")
-    return found
+    """The ``mpiexec`` beside this interpreter (the venv's MPI wheel), else the one on PATH."""
+    return launcher.mpiexec_path()
+
+
+try:
+    MPI_FLAVOR = launcher.mpi_flavor(mpiexec_path())
+except launcher.LauncherError:  # no MPI: run_mpi says so when a test calls it
+    MPI_FLAVOR = launcher.UNKNOWN
+
+
+def mpiexec_command(nprocs: int, command: list[str]) -> list[str]:
+    """``mpiexec`` with the flags this MPI needs here, ``-n nprocs`` and ``command``."""
+    return launcher.mpiexec_command(nprocs, command, mpiexec=mpiexec_path())
 
 
 def run_mpi(nprocs: int, code: str | None = None, *, args: list[str] | None = None,
@@ -38,7 +48,7 @@ def run_mpi(nprocs: int, code: str | None = None, *, args: list[str] | None = No
     Returns the CompletedProcess (stdout/stderr as text). With ``check`` a non-zero exit or a
     timeout raises AssertionError carrying both streams, so pytest shows what each rank said.
     """
-    full_env = dict(os.environ)
+    full_env = launcher.launch_env(MPI_FLAVOR)
     full_env.setdefault("PYTHONUNBUFFERED", "1")
     if env:
         full_env.update(env)
@@ -46,7 +56,7 @@ def run_mpi(nprocs: int, code: str | None = None, *, args: list[str] | None = No
         cmd = [sys.executable, "-m", "mpi4py", "-c", textwrap.dedent(code)]
     else:
         cmd = list(args or [])
-    cmd = [mpiexec_path(), "-n", str(nprocs), *cmd]
+    cmd = mpiexec_command(nprocs, cmd)
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env,
                               cwd=cwd or REPO)

@@ -83,7 +83,7 @@ def test_sweep_writes_one_parsable_record_per_row(tmp_path):
         assert rec["app"] == "sparc-bench" and rec["status"] == "ok" and rec["P"] == P
         assert rec["N"] == dim and rec["timings"]["allreduce"]["n"] == 2
         assert rec["timings"]["allreduce"]["median"] > 0
-        assert rec["environment"]["mpi_library"]
+        assert rec["environment"]["mpi_library"] and "\0" not in rec["environment"]["mpi_library"]
         if rec["algorithm"] == "dense":
             assert rec["metrics"]["speedup_over_dense"] == 1.0
             assert rec["bytes"]["sent_per_rank_max"] == 2 * (P - 1) * dim * 4 // P

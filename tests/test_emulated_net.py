@@ -43,6 +43,11 @@ if comm.rank == 0:
 
 
 def _skip_reason():
+    from mpirun import MPI_FLAVOR
+
+    if MPI_FLAVOR != "mpich":  # test_launcher.py checks that emulate.sh refuses it
+        return (f"jobs/emulate.sh needs MPICH's Hydra mpiexec; this venv's is {MPI_FLAVOR} "
+                "(Open MPI cannot run on the emulated network)")
     if os.geteuid() != 0:
         return "needs root for network namespaces"
     if shutil.which("ip") is None or shutil.which("tc") is None:

@@ -48,14 +48,17 @@ def test_console_scripts(tmp_path):
 @pytest.mark.mpi
 def test_sigterm_through_sparc_jobs_and_mpiexec_checkpoints_and_resumes(tmp_path):
     """The chain a Slurm time-limit warning takes: SIGTERM to ``sparc-jobs run`` (the batch
-    step), forwarded to mpiexec, forwarded by hydra to the ranks; they stop after the same
-    step with a checkpoint, the job exits 143 with a failed record, and the checkpoint resumes."""
+    step), forwarded to mpiexec, forwarded by it to the ranks; they stop after the same step
+    with a checkpoint, the job exits 143 with a failed record, and the checkpoint resumes.
+    Open MPI's mpiexec does not forward SIGTERM: sparc-jobs sends it SIGUSR1 instead, which
+    reaches the ranks, and still exits 143."""
     import re
     import signal
     import subprocess
     import time
 
-    from mpirun import mpiexec_path
+    from mpirun import MPI_FLAVOR, mpiexec_command
+    from sparcapps.launcher import OPENMPI, launch_env
     from sparcapps.records import read_records
 
     bindir = Path(sys.executable).parent
@@ -66,9 +69,11 @@ def test_sigterm_through_sparc_jobs_and_mpiexec_checkpoints_and_resumes(tmp_path
     common = [linear, "--synth", "url", "--rows", "2000", "--features", "8000", "--synth-cache",
               str(tmp_path), "--batch-size", "30", "--no-progress", "--checkpoint", str(ck),
               "--epochs", "500"]  # minutes if never stopped
-    proc = subprocess.Popen([jobs, "run", "--output", str(records), "--", mpiexec_path(), "-n",
-                             "2", *common, "--checkpoint-every-steps", "10", "--output", str(records)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([jobs, "run", "--output", str(records), "--",
+                             *mpiexec_command(2, [*common, "--checkpoint-every-steps", "10",
+                                                  "--output", str(records)])],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=launch_env(MPI_FLAVOR))
     try:
         deadline = time.monotonic() + 120
         while not ck.exists():  # training has started
@@ -80,7 +85,8 @@ def test_sigterm_through_sparc_jobs_and_mpiexec_checkpoints_and_resumes(tmp_path
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, out, err)
-    match = re.search(r"interrupted by SIGTERM after (\d+) steps; checkpoint in", out)
+    reached = "SIGUSR1" if MPI_FLAVOR == OPENMPI else "SIGTERM"  # what the ranks got
+    match = re.search(rf"interrupted by {reached} after (\d+) steps; checkpoint in", out)
     assert match, out + err
     steps = int(match.group(1))
     (failed,), _ = read_records([records])

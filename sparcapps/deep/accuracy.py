@@ -17,12 +17,13 @@ printed first), one per run, as the apps write them.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+
+from sparcapps import launcher
 
 __all__ = ["main", "CONFIGS"]
 
@@ -34,11 +35,6 @@ CONFIGS = {
     "global-topk-ef": ["--density", "0.01", "--bits", "0", "--global-topk"],
 }
 DEFAULT_CONFIGS = ["dense_baseline", "topk-ef", "topk-noef"]
-
-
-def _mpiexec() -> str:
-    here = Path(sys.executable).parent / "mpiexec"
-    return str(here) if here.exists() else (shutil.which("mpiexec") or "mpiexec")
 
 
 def main(argv=None) -> int:
@@ -78,9 +74,11 @@ def main(argv=None) -> int:
                 script = Path(sys.executable).parent / f"sparc-{app}"  # the console script
                 launch = [str(script)] if script.exists() else [sys.executable, "-m",
                                                                 f"sparcapps.deep.{app}"]
-                cmd = [_mpiexec(), "-n", str(args.nprocs), *launch, "--seed", str(seed),
-                       "--no-progress", "--output", str(out), *flags, *extra]
-                proc = subprocess.run(cmd, capture_output=True, text=True)
+                cmd = launcher.mpiexec_command(args.nprocs, [
+                    *launch, "--seed", str(seed), "--no-progress", "--output", str(out), *flags,
+                    *extra])
+                proc = subprocess.run(cmd, capture_output=True, text=True,
+                                      env=launcher.launch_env(launcher.mpi_flavor(cmd[0])))
                 if proc.returncode != 0:
                     print(proc.stdout + proc.stderr, file=sys.stderr)
                     return proc.returncode

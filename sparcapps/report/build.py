@@ -140,7 +140,8 @@ def _environment_section(doc: Doc, records) -> None:
     seen: dict[str, list] = {}
     for r in records:
         env = r.get("environment") or {}
-        mpi = (env.get("mpi_library") or "").splitlines()
+        # older records may keep the NUL byte that ends Open MPI's library version
+        mpi = (env.get("mpi_library") or "").replace("\0", "").splitlines()
         desc = {"python": env.get("python"), "platform": env.get("platform"),
                 "cpu": f"{env.get('cpu')} ({env.get('cpus')} cpus)",
                 "mpi": mpi[0] if mpi else None, "git commit": (env.get("git_commit") or "")

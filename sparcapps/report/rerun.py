@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Sequence
 
+from sparcapps import launcher
 from sparcapps.records import RecordError, iter_record_files, read_records
 
 from .build import all_figures, load
@@ -54,6 +56,13 @@ def _executable(cmd, new_records: Path, results: Path) -> tuple[list[str], dict]
     env = {**os.environ, **dict(c.env)}
     # the apps and mpiexec of the environment sparc-report runs in come first
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    if c.level == "mpiexec" and argv and argv[0] == "mpiexec":
+        # what this MPI needs to start the ranks here (Open MPI: root, more ranks than cores)
+        exe = shutil.which("mpiexec", path=env["PATH"])
+        if exe is not None:
+            flavor = launcher.mpi_flavor(exe)
+            argv[1:1] = launcher.launch_flags(flavor)
+            env = launcher.launch_env(flavor, env)
     return argv, env
 
 
