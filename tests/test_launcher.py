@@ -18,6 +18,10 @@ from mpirun import MPI_FLAVOR, mpiexec_path
 from sparcapps import launcher
 from sparcapps.records import read_records
 
+# every test here starts a launcher (real or a stand-in named mpiexec): tests/conftest.py's
+# guard counts them as MPI jobs
+pytestmark = pytest.mark.mpi
+
 BIN = Path(sys.executable).parent
 VERSIONS = {
     "openmpi": "mpiexec (Open MPI) 5.0.11\n\nReport bugs to https://www.open-mpi.org/\n",
