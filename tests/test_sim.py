@@ -468,7 +468,7 @@ def test_sparc_bench_simulated_bytes_equal_the_real_sweeps(tmp_path):
 
 def test_a_rank_that_skips_a_collective_is_a_reported_deadlock():
     """Issue 25 item 3: a simulated rank that skips a collective used to leave the others
-    waiting forever; now the run stops at once and says which ranks wait where."""
+    waiting forever; now the run stops within seconds and says which ranks wait where."""
     import time
 
     def skips(comm):

@@ -42,6 +42,10 @@ class SimAborted(RuntimeError):
     """Raised in a rank that waits when another rank failed or called ``Abort``."""
 
 
+# seconds of wall time in which no simulated rank moved while all of them waited: a deadlock
+DEADLOCK_GRACE = 3.0
+
+
 class SimDeadlock(SimAborted):
     """Every rank still running waits for another (one skipped a collective, a receive with no
     send): the run cannot go on. The message names each rank and where it waits."""
@@ -86,14 +90,19 @@ class World:
         self.next_comm_id = 1
         self.error: BaseException | None = None
         self.tokens = threading.Semaphore(max(1, int(tokens)))
-        self.waiting: dict[int, tuple] = {}  # rank -> (its ready predicate, its caller's frame)
-        self.returned: list[int] = []        # ranks whose function returned
+        # threads waiting (a rank's own, or its non-blocking engine's): ident -> (rank, ready
+        # predicate, caller's frame); ranks whose function returned; what moved last
+        self.waiting: dict[int, tuple] = {}
+        self.returned: list[int] = []
+        self.progress = 0
+        self.suspect: tuple[int, float] | None = None
         self.sequence = 0  # global posting order of messages
         self.gamma_add = add_rate()
 
     # ---- compute accounting ------------------------------------------------------------------
     def enter(self, st: RankState) -> None:
         """A rank enters the communicator: its compute since the last exit goes on its clock."""
+        self.progress += 1
         now = time.thread_time()
         if st.cpu_mark is not None:
             spent = (now - st.cpu_mark + credit_of()) * self.compute_scale
@@ -110,16 +119,19 @@ class World:
         meanwhile. Raises :class:`SimAborted` when the run failed."""
         if ready():
             return
-        self.waiting[st.rank] = (ready, sys._getframe(1))
+        me = threading.get_ident()
+        self.waiting[me] = (st.rank, ready, sys._getframe(1))
         self._detect_deadlock()
         self.tokens.release()
         try:
             while not ready():
                 if self.error is not None:
                     raise SimAborted(f"rank {st.rank}: another rank failed: {self.error!r}")
-                st.cond.wait(timeout=5.0)
+                st.cond.wait(timeout=1.0)
+                self._detect_deadlock()
         finally:
-            self.waiting.pop(st.rank, None)
+            self.waiting.pop(me, None)
+            self.progress += 1
             self.lock.release()
             try:
                 self.tokens.acquire()
@@ -134,26 +146,34 @@ class World:
             self._detect_deadlock()
 
     def _detect_deadlock(self) -> None:
-        """(lock held) Every rank has returned or waits, and no waiting rank can go on: record a
-        :class:`SimDeadlock` naming where each waits, and wake them (they raise it)."""
+        """(lock held) Every rank has returned or waits, no waiting thread can go on, and
+        nothing moved for :data:`DEADLOCK_GRACE` seconds (a rank's non-blocking engine thread
+        may still be computing): record a :class:`SimDeadlock` naming where each waits, and
+        wake them (they raise it)."""
         if self.error is not None or not self.waiting:
             return
-        if len(self.waiting) + len(self.returned) < self.size:
+        ranks = {rank for rank, _, _ in self.waiting.values()} | set(self.returned)
+        if len(ranks) < self.size or any(ready() for _, ready, _ in self.waiting.values()):
+            self.suspect = None
             return
-        if any(ready() for ready, _ in self.waiting.values()):
+        now = time.monotonic()
+        if self.suspect is None or self.suspect[0] != self.progress:
+            self.suspect = (self.progress, now)
             return
-        lines = [f"rank {r} waits in {_where(frame)}"
-                 for r, (_, frame) in sorted(self.waiting.items())[:8]]
-        if len(self.waiting) > 8:
-            lines.append(f"and {len(self.waiting) - 8} more ranks wait")
+        if now - self.suspect[1] < DEADLOCK_GRACE:
+            return
+        waits = sorted((rank, frame) for rank, _, frame in self.waiting.values())
+        lines = [f"rank {r} waits in {_where(frame)}" for r, frame in waits[:8]]
+        if len(waits) > 8:
+            lines.append(f"and {len(waits) - 8} more waits")
         if self.returned:
             done = sorted(self.returned)
             lines.append(f"rank{'s' if len(done) > 1 else ''} "
                          f"{', '.join(map(str, done[:16]))}{' ...' if len(done) > 16 else ''} "
                          f"returned from the simulated function")
-        self.error = SimDeadlock("simulated deadlock: every rank waits for one that will not "
-                                 "send (a rank skipped a collective, or called it in another "
-                                 "order): " + "; ".join(lines))
+        self.error = SimDeadlock(f"simulated deadlock: for {DEADLOCK_GRACE:g} s every rank waited "
+                                 "for one that will not send (a rank skipped a collective, or "
+                                 "called it in another order): " + "; ".join(lines))
         for rank in self.ranks:
             rank.cond.notify_all()
 
