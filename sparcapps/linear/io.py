@@ -17,6 +17,7 @@ Only one rank writes (the weights are identical on every rank); every rank may r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -55,6 +56,8 @@ def params_to_json(params: dict) -> str:
     cw = out.get("class_weight")
     if isinstance(cw, dict):
         out["class_weight"] = {"pairs": [[_scalar(k), float(v)] for k, v in cw.items()]}
+    if out.get("options") is not None:  # sparcml.Options: its fields
+        out["options"] = {"sparcml.Options": dataclasses.asdict(out["options"])}
     return json.dumps(out)
 
 
@@ -67,6 +70,11 @@ def params_from_json(text: str) -> dict:
     cw = params.get("class_weight")
     if isinstance(cw, dict) and set(cw) == {"pairs"}:
         params["class_weight"] = {k: v for k, v in cw["pairs"]}
+    opts = params.get("options")
+    if isinstance(opts, dict) and set(opts) == {"sparcml.Options"}:
+        from sparcml import Options
+
+        params["options"] = Options(**opts["sparcml.Options"])
     return params
 
 
