@@ -222,10 +222,11 @@ def _app_from(command: Sequence[str]) -> str:
     return os.path.basename(command[0]) if command else "unknown"
 
 
-def _job_script(env: dict) -> str:
+def _job_script(env: dict, words: list[str]) -> str:
     """The batch script of the Slurm job ``env["SLURM_JOB_ID"]`` as submitted (``scontrol``'s
     ``Command=``), relative to the submission directory when under it; ``TEMPLATE`` when Slurm
-    cannot say."""
+    cannot say. ``words``: the script's arguments, which ``Command=`` shows after the path,
+    joined by spaces and unquoted (so the path is what precedes them, spaces and all)."""
     try:  # the multi-line form: Command= has a line of its own, so a path with spaces is whole
         proc = subprocess.run(["scontrol", "show", "job", env["SLURM_JOB_ID"]],
                               capture_output=True, text=True, timeout=30)
@@ -234,7 +235,11 @@ def _job_script(env: dict) -> str:
     m = re.search(r"^\s*Command=(.+?)\s*$", proc.stdout, re.M)
     if not m:
         return "TEMPLATE"
-    script = Path(m.group(1))
+    command = m.group(1)
+    shown = " ".join(words).strip()
+    if shown and command.endswith(" " + shown):
+        command = command[:-len(shown) - 1]
+    script = Path(command.rstrip())
     try:
         return str(script.relative_to(env.get("SLURM_SUBMIT_DIR") or "/nonexistent"))
     except ValueError:
@@ -252,8 +257,8 @@ def submission_command(script_args: str, env: dict | None = None) -> str | None:
     per_node = env.get("SLURM_NTASKS_PER_NODE")
     argv.append(f"--ntasks-per-node={per_node}" if per_node
                 else f"--ntasks={env.get('SLURM_NTASKS', 1)}")
-    argv.append(_job_script(env))
     words = bash_words(script_args)
+    argv.append(_job_script(env, words))
     return env_prefix(env) + shlex.join(argv + words)
 
 

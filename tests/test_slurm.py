@@ -306,12 +306,14 @@ def test_job_script_with_spaces_and_script_args_with_tabs(tmp_path, monkeypatch)
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
+    args = ["--name", "tab\there", "it's", "$(touch pwned)", "", "a b"]
     fake = bin_dir / "scontrol"
-    fake.write_text("#!/bin/sh\nprintf 'JobId=7 JobName=x\\n   Command=/home/u/my jobs/a b.sbatch"
-                    "\\n   WorkDir=/home/u\\n'\n")
+    # as Slurm prints it: the path, then the arguments joined by spaces, unquoted
+    fake.write_text("#!/bin/sh\ncat <<'EOF'\nJobId=7 JobName=x\n"
+                    "   Command=/home/u/my jobs/a b.sbatch " + " ".join(args) + "\n"
+                    "   WorkDir=/home/u\nEOF\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
-    args = ["--name", "tab\there", "new\nline", "it's", "$(touch pwned)", "", "a b"]
     quoted = subprocess.run(["bash", "-c", 'printf %s "${*@Q}"', "bash", *args],
                             capture_output=True, text=True, check=True).stdout
     assert "$'" in quoted  # bash's ANSI-C form, which shlex.split misreads
