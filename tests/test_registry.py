@@ -258,8 +258,6 @@ def test_no_import_cycle_in_the_comm_layer_and_the_apps():
         " <-> ".join(c) for c in unexpected)
     stale = [c for c in PENDING_CYCLES if c not in cycles]
     assert not stale, f"no longer a cycle, delete it from PENDING_CYCLES: {stale}"
-    if cycles:
-        pytest.xfail("pending (h22ctx): " + "; ".join(" <-> ".join(c) for c in cycles))
 
 
 def _over_400_reason(doc: str) -> str | None:
