@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+import sparcml
 from mpirun import run_mpi
 from sparcapps.bench import cli
 from sparcapps.bench.inputs import bench_cells, make_input
@@ -77,9 +78,12 @@ def test_simulated_sweep_replays_and_models_only_where_asked(tmp_path, capsys):
         modeled = rec["algorithm"] in ("ssar_split_allgather", "auto") and rec["P"] == 5
         assert rec["metrics"]["modeled_only"] == modeled
         if rec["algorithm"] == "auto":  # modeled: a contender's row, its time and bytes
-            chosen = next(r for r in recs if r["P"] == rec["P"]
-                          and r["algorithm"] == rec["metrics"]["ran"])
-            assert rec["timings"] == chosen["timings"] or not modeled
+            # the model's choice follows the calibration of this machine, and may be an
+            # algorithm outside the sweep (then there is no row to compare with)
+            assert rec["metrics"]["ran"] in sparcml.ALGORITHMS
+            chosen = [r for r in recs if r["P"] == rec["P"]
+                      and r["algorithm"] == rec["metrics"]["ran"]]
+            assert not (modeled and chosen) or rec["timings"] == chosen[0]["timings"]
         assert rec["timings"]["allreduce"]["median"] > 0 and rec["bytes"]["sent_per_rank_max"] > 0
     assert "replay:toy" in capsys.readouterr().out
 
