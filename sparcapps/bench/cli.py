@@ -125,8 +125,8 @@ def run_probe(args) -> int:
                          "--simulate")
     if comm.Get_size() < 2:
         raise SystemExit("sparc-bench: --probe-network needs 2 ranks or more, on 2 nodes for "
-                         "the link between nodes (e.g. mpiexec -n 2 -ppn 1 sparc-bench "
-                         "--probe-network)")
+                         "the link between nodes (e.g. sparc-mpiexec -n 2 --ranks-per-node 1 "
+                         "sparc-bench --probe-network)")
     spec = sim.probe_network(comm)
     if comm.Get_rank() == 0:
         print(f"sparc-bench --probe-network: {spec.nodes} node(s) x {spec.ppn} rank(s); "

@@ -60,7 +60,8 @@ def add_arguments(p) -> None:
     p.add_argument("--probe-network", action="store_true",
                    help="instead of the sweep: measure this job's network (latency and rate "
                         "between two nodes, and within a node) and print it as a --network "
-                        "SPEC for --simulate; run it on 2 nodes, e.g. mpiexec -n 4 -ppn 2")
+                        "SPEC for --simulate; run it on 2 nodes, e.g. sparc-mpiexec -n 4 "
+                        "--ranks-per-node 2 sparc-bench --probe-network")
 
 
 def _cell(comm, cases, reps, warmup, seed, model):
