@@ -69,3 +69,20 @@ def run_mpi(nprocs: int, code: str | None = None, *, args: list[str] | None = No
         raise AssertionError(f"mpiexec -n {nprocs} exited {proc.returncode}\n"
                              f"--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     return proc
+
+
+def case_report(stdout: str, tag: str) -> list[str]:
+    """The named cases an mpi_cases script ran (``tests/mpi_cases/_mpi_checks.report``):
+    asserts that its report is there, that it planned some cases, and that exactly the planned
+    ones ran, each once; returns them in order."""
+    import json
+
+    lines = [ln for ln in stdout.splitlines() if ln.startswith(f"{tag}-REPORT ")]
+    assert len(lines) == 1, f"no {tag}-REPORT line in:\n{stdout}"
+    report = json.loads(lines[0].split(" ", 1)[1])
+    planned, done = report["planned"], report["done"]
+    assert planned, f"{tag}: no case planned"
+    assert len(set(planned)) == len(planned), f"{tag}: a case name is planned twice: {planned}"
+    assert done == planned, (f"{tag}: not run: {sorted(set(planned) - set(done))}; "
+                             f"unplanned or out of order: {[d for d in done if d not in planned]}")
+    return done

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from mpirun import REPO, run_mpi
+import sparcml
+from mpirun import REPO, case_report, run_mpi
 
 CASES = REPO / "tests" / "mpi_cases"
 
@@ -16,8 +17,11 @@ CASES = REPO / "tests" / "mpi_cases"
 def test_estimator_same_weights_on_every_rank_and_for_every_P(nprocs):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
                                  str(CASES / "linear_cases.py")], timeout=240)
-    expected = 30 if nprocs == 1 else 31  # the feature-count mismatch needs two ranks
-    assert f"LINEAR-CASES {expected} OK" in proc.stdout, proc.stdout + proc.stderr
+    ran = case_report(proc.stdout, "LINEAR-CASES")
+    for algorithm in sparcml.ALGORITHMS:
+        assert f"log {algorithm}" in ran and f"hinge {algorithm}" in ran
+    # the feature-count mismatch needs two ranks
+    assert ("differ in feature count" in ran) == (nprocs > 1)
 
 
 @pytest.mark.mpi
@@ -25,7 +29,7 @@ def test_estimator_same_weights_on_every_rank_and_for_every_P(nprocs):
 def test_cli_resume_is_bitwise_dense_baseline_and_bad_input(nprocs, tmp_path):
     proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "linear_cli.py"),
                                  str(tmp_path)], timeout=240)
-    assert "LINEAR-CLI 9 OK" in proc.stdout, proc.stdout + proc.stderr
+    assert "SIGTERM" in case_report(proc.stdout, "LINEAR-CLI")
 
 
 @pytest.mark.mpi

@@ -20,3 +20,28 @@ def ok(cond, what) -> None:
 
 def passed() -> int:
     return _passed
+
+
+# ---- named cases: a script plans its cases by name, marks each done, and reports both ---------
+_planned: list[str] = []
+_done: list[str] = []
+
+
+def plan(*labels: str) -> None:
+    """Declare cases this script will run (before running them)."""
+    _planned.extend(labels)
+
+
+def done(label: str) -> None:
+    """Mark one case as passed (its checks held on this rank)."""
+    _done.append(label)
+
+
+def report(tag: str) -> None:
+    """Rank 0 prints ``TAG-REPORT {"planned": [...], "done": [...]}`` (one line of JSON); the
+    wrapper test asserts that the two lists are equal, so a case that silently did not run, or
+    ran twice, fails it (tests/mpirun.py: ``case_report``)."""
+    import json
+
+    if _rank == 0:
+        print(f"{tag}-REPORT " + json.dumps({"planned": _planned, "done": _done}), flush=True)

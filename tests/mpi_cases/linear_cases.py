@@ -3,7 +3,7 @@ weights as one process up to float summation order (bitwise at P = 1), every alg
 input raising the same error on every rank.
 
 Run under mpiexec (P in 1..4; the global batch 48 divides by each) with ``python -m mpi4py``.
-Rank 0 prints ``LINEAR-CASES <n> OK``.
+Rank 0 prints the cases planned and passed (``LINEAR-CASES-REPORT``: _mpi_checks.py).
 """
 
 import hashlib
@@ -17,6 +17,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
+from _mpi_checks import done, plan, report
 from outcomes import outcome_everywhere
 from sparcapps.data import make_url_like, shard_range
 from sparcapps.linear import (CheckpointError, CheckpointMismatchError, InputDataError,
@@ -25,7 +26,14 @@ from sparcapps.linear import (CheckpointError, CheckpointMismatchError, InputDat
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 GLOBAL_BATCH = 48
-cases = 0
+ERRORS = ["exactly two values", *(["differ in feature count"] if P > 1 else []), "NaN",
+          "inconsistent numbers of samples", "algorithm 'dense' cannot add quantized values",
+          "not a sparcml-csr file", "no such file", "needs a binary task",
+          "n_features: checkpoint 5000, data 4000", "loss: checkpoint 'log', now 'hinge'",
+          "resume state", "not a sparcml-linear-checkpoint file"]
+plan(*[f"{loss} {what}" for loss in ("log", "hinge")
+       for what in ["same everywhere", "vs one process", *sparcml.ALGORITHMS, "partial_fit"]],
+     "QSGD", "weights balanced", "warm_start", *ERRORS)
 
 X_all, y_all = make_url_like(1200, seed=3, features=5000)
 lo, hi = shard_range(X_all.shape[0], rank, P)
@@ -63,7 +71,7 @@ for loss in ("log", "hinge"):
     watch = SameEverywhere()
     base = make(loss).fit(X, y, monitor=watch)
     assert watch.steps == 2 * -(-1200 // GLOBAL_BATCH), watch.steps
-    cases += 1
+    done(f"{loss} same everywhere")
     ref = None
     if rank == 0:
         one = SparseLinearClassifier(loss, alpha=1e-4, max_iter=2, tol=None,
@@ -82,7 +90,7 @@ for loss in ("log", "hinge"):
         np.testing.assert_allclose(base.intercept_, ref[1], rtol=1e-4, atol=1e-9)
     agree = np.mean(base.predict(X_all) == ref[2])
     assert agree > 0.99, agree
-    cases += 1
+    done(f"{loss} vs one process")
     for algorithm in sparcml.ALGORITHMS:
         other = make(loss, algorithm).fit(X, y)
         assert len(set(comm.allgather(digest(other._state)))) == 1, algorithm
@@ -93,21 +101,21 @@ for loss in ("log", "hinge"):
         assert 0 < hist["gradient_density"] <= 1
         if P > 1:
             assert hist["bytes_sent"] > 0
-        cases += 1
+        done(f"{loss} {algorithm}")
     # two partial_fit calls are the same as fit with max_iter=2, bit for bit
     inc = make(loss)
     inc.partial_fit(X, y, classes=[-1.0, 1.0])
     inc.partial_fit(X, y)
     assert np.array_equal(inc.coef_, base.coef_) and np.array_equal(inc.intercept_,
                                                                    base.intercept_)
-    cases += 1
+    done(f"{loss} partial_fit")
 
 # quantized gradient (QSGD on the dense rounds and sparse values): still identical everywhere
 watch = SameEverywhere()
 q = make("log", "dsar_split_allgather", quantizer=sparcml.QSGD(bits=4, seed=1),
          quantize_sparse=True).fit(X, y, monitor=watch)
 assert watch.steps > 0 and np.isfinite(q.coef_).all()
-cases += 1
+done("QSGD")
 
 # sample_weight x class_weight="balanced" (the class counts of every rank's rows): the same
 # weights on every rank, and those of one process on all the rows up to float order (a
@@ -125,25 +133,24 @@ ref = comm.bcast(ref)
 np.testing.assert_allclose(weighted.coef_, ref, rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 unweighted = make("log", learning_rate="constant", eta0=0.05).fit(X, y)
 assert watch.steps > 0 and not np.allclose(weighted.coef_, unweighted.coef_, rtol=1e-2)
-cases += 1
+done("weights balanced")
 # warm_start: the second fit starts from the first's weights, on every rank alike
 warm = make("hinge", warm_start=True).fit(X, y)
 first = warm.coef_.copy()
 warm.fit(X, y, monitor=SameEverywhere())
 assert not np.allclose(warm.coef_, first)
 assert len(set(comm.allgather(digest(warm._state)))) == 1
-cases += 1
+done("warm_start")
 
 # -- bad input: the same error on every rank, and the communicator still works -----------------
 def expect(exc_type, needle, fn):
-    global cases
     every = outcome_everywhere(comm, exc_type, fn)
     for r, (cls, msg) in enumerate(every):
         assert cls == exc_type.__name__, f"{needle}: rank {r} raised {cls}: {msg}"
         assert needle in msg, f"rank {r}: {msg!r} lacks {needle!r}"
     assert len({m for _, m in every}) == 1, f"ranks report different messages: {every}"
     assert comm.allreduce(1) == P
-    cases += 1
+    done(needle)
 
 
 bad_y = y.copy()
@@ -199,11 +206,10 @@ expect(CheckpointMismatchError, "loss: checkpoint 'log', now 'hinge'",
        lambda: _resume_state(args, make("hinge"), comm, 5000, GLOBAL_BATCH, 1200))
 state = _resume_state(args, make("log"), comm, 5000, GLOBAL_BATCH, 1200)
 assert np.array_equal(state.v, ckpt_est._state.v)
-cases += 1
+done("resume state")
 expect(CheckpointError, "not a sparcml-linear-checkpoint file",
        lambda: _resume_state(Namespace(resume=str(foreign)), make("log"), comm, 5000,
                              GLOBAL_BATCH, 1200))
 
-if rank == 0:
-    print(f"LINEAR-CASES {cases} OK", flush=True)
+report("LINEAR-CASES")
 sys.exit(0)

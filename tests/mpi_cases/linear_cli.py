@@ -4,7 +4,8 @@ on a SIGTERM to one rank);
 --algorithm dense gives the same model up to summation order; records carry the per-epoch
 metrics; bad input exits 2 with the same message on every rank.
 
-Usage: ``mpiexec -n P python -m mpi4py linear_cli.py DIR``. Rank 0 prints ``LINEAR-CLI <n> OK``.
+Usage: ``mpiexec -n P python -m mpi4py linear_cli.py DIR``. Rank 0 prints the
+cases planned and passed (``LINEAR-CLI-REPORT``: _mpi_checks.py).
 """
 
 import io
@@ -18,6 +19,7 @@ import h5py
 import numpy as np
 from mpi4py import MPI
 
+from _mpi_checks import done, plan, report
 from sparcapps.interrupt import StopOnSignal
 from sparcapps.linear.cli import main
 from sparcapps.linear.io import load_model
@@ -26,7 +28,13 @@ from sparcapps.records import read_records
 comm = MPI.COMM_WORLD
 rank, P = comm.Get_rank(), comm.Get_size()
 d = Path(sys.argv[1])
-cases = 0
+BAD_INPUT = {"not a sparcml-csr file": ["--data", str(d / "foreign.h5")],
+             "n_features: checkpoint 8000, data 9000": ["--resume", str(d / "full.ckpt.h5"),
+                                                        "--features", "9000"],
+             "alpha: checkpoint": ["--resume", str(d / "full.ckpt.h5"), "--alpha", "0.5"],
+             "no such checkpoint file": ["--resume", str(d / "nothing.h5")]}
+plan("records", "resume finished run", "stop and resume", "SIGTERM", "dense baseline",
+     *BAD_INPUT)
 GB = 60  # global batch, divisible by 1..4
 COMMON = ["--synth", "url", "--rows", "2000", "--features", "8000", "--synth-cache", str(d),
           "--epochs", "2", "--batch-size", str(GB // P), "--no-progress", "--seed", "3"]
@@ -63,7 +71,7 @@ for key in ("loss", "train_accuracy", "test_accuracy", "compute_seconds", "comm_
 assert 0.5 < epochs[-1]["test_accuracy"] <= 1.0
 assert epochs[0]["wall_seconds"] < epochs[1]["wall_seconds"]
 STEPS_PER_EPOCH = epochs[0]["steps"]
-cases += 1
+done("records")
 
 # resuming the finished run (its checkpoint has all --epochs): says so and what the checkpoint
 # holds on rank 0, trains nothing, appends no record, exit 0
@@ -75,7 +83,7 @@ assert "full.ckpt.h5 is a finished run (2 epochs; after the last: loss " in said
 assert "nothing to train, no record appended" in said[0] and "epoch 1:" not in said[0], said[0]
 assert all(s == "" for s in said[1:]), said
 assert len(read_records([d / "r.jsonl"])[0]) == 1
-cases += 1
+done("resume finished run")
 
 # stopped inside epoch 1, resumed, stopped at the end of epoch 1, resumed to the end
 ck = str(d / "stop.ckpt.h5")
@@ -92,7 +100,7 @@ if rank == 0:
     assert np.array_equal(resumed[1], full[1])
     assert [h["loss"] for h in resumed[2]] == [h["loss"] for h in full[2]]
     assert [h["test_accuracy"] for h in resumed[2]] == [h["test_accuracy"] for h in full[2]]
-cases += 1
+done("stop and resume")
 
 # SIGTERM to one rank (Slurm's warning, as mpiexec forwards it) in the middle of epoch 1: every
 # rank stops after the same step with a checkpoint and exits 128 + 15; the resumed run ends
@@ -121,7 +129,7 @@ if rank == 0:
     assert np.array_equal(again[0], full[0]) and np.array_equal(again[1], full[1])
     assert [h["loss"] for h in again[2]] == [h["loss"] for h in full[2]]
 assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler was left installed"
-cases += 1
+done("SIGTERM")
 
 # the dense baseline: same code, one flag, same model up to summation order
 run("--algorithm", "dense", "--save-model", str(d / "dense.h5"))
@@ -130,19 +138,14 @@ if rank == 0:
     dense = model("dense.h5")
     np.testing.assert_allclose(dense[0], full[0], rtol=1e-4, atol=1e-6 * np.abs(full[0]).max())
     assert np.isfinite(model("q.h5")[0]).all()
-cases += 1
+done("dense baseline")
 
 # bad input: exit 2 on every rank with the same message, nothing hangs
 if rank == 0:
     with h5py.File(d / "foreign.h5", "w") as f:
         f["x"] = np.arange(3)
 comm.Barrier()
-for extra, needle in [
-        (["--data", str(d / "foreign.h5")], "not a sparcml-csr file"),
-        (["--resume", str(d / "full.ckpt.h5"), "--features", "9000"],
-         "n_features: checkpoint 8000, data 9000"),
-        (["--resume", str(d / "full.ckpt.h5"), "--alpha", "0.5"], "alpha: checkpoint"),
-        (["--resume", str(d / "nothing.h5")], "no such checkpoint file")]:
+for needle, extra in BAD_INPUT.items():
     if extra[0] == "--data":
         saved = COMMON[:]
         COMMON[:6] = []  # drop --synth url --rows N --features F
@@ -153,8 +156,7 @@ for extra, needle in [
     every = comm.allgather(msg)
     assert needle in every[0], every[0]
     assert all(m == "" for m in every[1:]), "only rank 0 prints the error"
-    cases += 1
+    done(needle)
 
-if rank == 0:
-    print(f"LINEAR-CLI {cases} OK", flush=True)
+report("LINEAR-CLI")
 sys.exit(0)

@@ -2,7 +2,8 @@
 
 Run WITHOUT ``-m mpi4py`` (a rank that raised would otherwise abort the job and hide a hang):
 every case must raise the same error class on every rank, name the bad rank, and leave the
-communicator usable (the next call gives the right sum). Rank 0 prints ``ONE-BAD-RANK <n> OK``.
+communicator usable (the next call gives the right sum). Rank 0 prints the cases planned and
+passed (``ONE-BAD-RANK-REPORT``: tests/mpi_cases/_mpi_checks.py).
 """
 
 import os
@@ -13,6 +14,9 @@ from mpi4py import MPI
 
 import sparcml
 from sparcml import SparseVector
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _mpi_checks import done, plan, report  # noqa: E402
 
 comm = MPI.COMM_WORLD
 rank, P = comm.rank, comm.size
@@ -64,7 +68,13 @@ cases = [
         (100, np.array([1, 2**63], np.uint64), np.ones(2, np.float32)) if bad else good),
      "InvalidVectorError", "out of range"),
 ]
-n = 0
+DIMS = (2**61, 2**62 + 3, 2**63 - 1)
+DIM_ALGORITHMS = (sparcml.ALGORITHMS[1], sparcml.DEFAULT_ALGORITHM, sparcml.ALGORITHMS[-1])
+plan(*[label for label, *_ in cases], "tuning env", "different calls", "node shm env",
+     *[f"big-endian {a}" for a in sparcml.ALGORITHMS],
+     *[f"check=False {a}" for a in sparcml.ALGORITHMS], "check=False mismatch",
+     *[f"{what} dim={dim}" for dim in DIMS
+       for what in [*(f"allreduce {a}" for a in DIM_ALGORITHMS), "reduce_scatter"]])
 for label, call, cls, needle in cases:
     every = comm.allgather(outcome(lambda: call(rank == BAD)))
     for r, (got, msg) in enumerate(every):
@@ -73,7 +83,7 @@ for label, call, cls, needle in cases:
         if r != BAD:
             assert f"rank {BAD}" in msg, f"{label}: rank {r} not told which rank: {msg!r}"
     sane_afterwards(label)
-    n += 1
+    done(label)
 
 # auto's measured refinement switched off on one rank only: its choices would diverge, so
 # the call is refused on every rank, naming the variable
@@ -86,7 +96,7 @@ if P > 1:
         assert got == "RankMismatchError", f"tuning env: rank {r} raised {got}: {msg}"
         assert "options.auto_tuning" in msg and f"rank {BAD}: False" in msg, msg
 sane_afterwards("tuning env")
-n += 1
+done("tuning env")
 
 # different sparcml calls at the same point (one rank's topk_allreduce against the others'
 # allreduce): the agreement reduces the same number of integers whatever the call, so every
@@ -98,7 +108,7 @@ if P > 1:
         assert got == "RankMismatchError", f"different calls: rank {r} raised {got}: {msg}"
         assert "different sparcml calls" in msg and f"rank {BAD}: (dim, value dtype, k" in msg, msg
 sane_afterwards("different calls")
-n += 1
+done("different calls")
 
 # SPARCML_NODE_SHM=0 on one rank only: topk_allreduce's exchanges would go through the window
 # on the others and through messages on it; agreed first, so every rank raises instead
@@ -111,42 +121,41 @@ if P > 1:
         assert got == "RankMismatchError", f"node shm env: rank {r} raised {got}: {msg}"
         assert "options.node_shm" in msg, msg
 sane_afterwards("node shm env")
-n += 1
+done("node shm env")
 
 # 2. big-endian indices and values on one rank: accepted, converted, the same sum everywhere
 be = (100, np.array([1, 5], ">i4"), np.ones(2, ">f4"))
 for algorithm in sparcml.ALGORITHMS:
     res = sparcml.allreduce(be if rank == BAD else good, algorithm=algorithm)
     assert res.to_dense()[[1, 5]].tolist() == [P, P], algorithm
-    n += 1
+    done(f"big-endian {algorithm}")
 
 # 6. check=False on one rank only: the agreement always runs, so nothing hangs
 for algorithm in sparcml.ALGORITHMS:
     res = sparcml.allreduce(good, algorithm=algorithm, check=(rank != BAD))
     assert res.to_dense()[[1, 5]].tolist() == [P, P], algorithm
-    n += 1
+    done(f"check=False {algorithm}")
 every = comm.allgather(outcome(lambda: sparcml.allreduce(
     (101 if rank == BAD else 100, np.array([1, 5]), np.ones(2, np.float32)),
     check=(rank == BAD))))
 assert all(got == "RankMismatchError" for got, _ in every), every
 sane_afterwards("check=False mismatch")
-n += 1
+done("check=False mismatch")
 
 # 7. dim >= 2**61 at any P: exact block bounds, so no wrong sums
-for dim in (2**61, 2**62 + 3, 2**63 - 1):
+for dim in DIMS:
     idx = np.array([0, 2**40 + rank, dim - 1], np.int64)
-    for algorithm in (sparcml.ALGORITHMS[1], sparcml.DEFAULT_ALGORITHM, sparcml.ALGORITHMS[-1]):
+    for algorithm in DIM_ALGORITHMS:
         res = sparcml.allreduce((dim, idx, np.ones(3, np.float32)), algorithm=algorithm)
         want = sorted({0, dim - 1} | {2**40 + r for r in range(P)})
         assert res.indices.tolist() == want, (dim, algorithm, res.indices[:6])
         assert res.values[0] == P and res.values[-1] == P
-        n += 1
+        done(f"allreduce {algorithm} dim={dim}")
     rs = sparcml.reduce_scatter((dim, idx, np.ones(3, np.float32)))
     mine = comm.allgather(rs.indices.tolist())
     flat = [i for part in mine for i in part]
     assert flat == sorted(set(flat)) and set(flat) == set(want), (dim, flat)
-    n += 1
+    done(f"reduce_scatter dim={dim}")
 
-if rank == 0:
-    print(f"ONE-BAD-RANK {n} OK", flush=True)
+report("ONE-BAD-RANK")
 sys.exit(0)
