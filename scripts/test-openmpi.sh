@@ -47,4 +47,5 @@ exec "$venv/bin/python" -m pytest \
     tests/test_matrix.py::test_allreduce_under_mpiexec tests/test_matrix.py::test_allreduce_on_16_real_ranks \
     tests/test_matrix.py::test_collectives_under_mpiexec tests/test_matrix.py::test_bad_input_under_mpiexec \
     tests/test_matrix.py::test_compression_under_mpiexec tests/test_matrix.py::test_topk_under_mpiexec \
+    tests/test_matrix.py::test_node_aware_and_partitions_under_mpiexec \
     --deselect tests/test_bench.py::test_overlap_mode_times_comm_compute_and_both "$@"
