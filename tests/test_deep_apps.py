@@ -158,7 +158,7 @@ def test_apps_end_to_end_on_two_ranks(tmp_path):
 
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("nprocs", [2])
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_compressor_state_resumes_bitwise_under_mpiexec(tmp_path, nprocs):
     """sparc-cnn with DGC (inside its warm-up), PowerSGD and random-k: checkpoint after epoch
     1, resume to epoch 2, the same parameters bit for bit as the uninterrupted run
