@@ -290,6 +290,173 @@ def test_powersgd_at_one_rank_against_numpy():
     assert small.result.to_dense().tolist() == [0, 1, 2, 3, 4], "small buckets go whole"
 
 
+def reference_powersgd_per_tensor(steps, shapes, r, seed):
+    """Plain NumPy PowerSGD at P = 1, one matrix per parameter of >= 2 dims, the rest whole:
+    per step (result, residual)."""
+    sizes = [int(np.prod(s)) for s in shapes]
+    offsets = np.cumsum([0] + sizes)
+    qs = {}
+    resid = np.zeros(offsets[-1])
+    out = []
+    for x in steps:
+        g = x + resid
+        result = g.copy()  # whole tensors: exact
+        for i, (shape, a, b) in enumerate(zip(shapes, offsets, offsets[1:])):
+            if len(shape) < 2:
+                continue
+            rows, cols = shape[0], (b - a) // shape[0]
+            rr = min(r, rows, cols)
+            if (rows + cols) * rr >= b - a:
+                continue
+            m = g[a:b].reshape(rows, cols)
+            q = qs.get(i)
+            if q is None:
+                q = np.random.default_rng([seed, rows, cols]).standard_normal((cols, rr))
+            p, rt = np.linalg.qr(m @ q)
+            p = p * np.where(np.diag(rt) < 0, -1.0, 1.0)
+            qs[i] = q = m.T @ p
+            result[a:b] = (p @ q.T).ravel()
+        resid = g - result
+        out.append((result, resid))
+    return out
+
+
+def test_powersgd_per_parameter_against_numpy():
+    # a conv weight, its bias, a linear weight, its bias, a matrix too small to gain
+    shapes = [(8, 3, 2, 2), (8,), (5, 12), (5,), (2, 2)]
+    n = sum(int(np.prod(s)) for s in shapes)
+    comp = PowerSGDCompressor(2, seed=4)
+    assert [p.r for p in comp.plan(n, shapes)] == [2, 0, 2, 0, 0]
+    assert comp.allreduce_values(n, shapes) == (8 * 2 + 8 + 5 * 2 + 5 + 4, 12 * 2 + 12 * 2)
+    c = Compression(comp)
+    rng = np.random.default_rng(3)
+    inputs = [rng.standard_normal(n) for _ in range(4)]
+    want = reference_powersgd_per_tensor(inputs, shapes, 2, 4)
+    steps = []
+    for x, (result, resid) in zip(inputs, want):
+        old = c.memory.residual("b")
+        g = x + old if old is not None else x.copy()
+        red = c.allreduce_in(self_ctx(), x, key="b", shapes=shapes)
+        assert np.allclose(red.result.to_dense(), result, atol=1e-10)
+        assert np.allclose(c.memory.residual("b"), resid, atol=1e-10)
+        assert red.values_sent == sum(comp.allreduce_values(n, shapes))
+        steps.append((g, red))
+    bias = slice(96, 104)
+    assert np.array_equal(steps[-1][1].result.to_dense()[bias], steps[-1][0][bias]), "exact"
+    assert not c.memory.residual("b")[bias].any(), "nothing of a bias is left behind"
+    check_memory_invariant(c, inputs, steps, key="b", atol=1e-9)
+    with pytest.raises(sparcml.CompressionError, match="hold 7 values, the array 10"):
+        c.allreduce_in(self_ctx(), np.zeros(10), key="c", shapes=[(7,)])
+    # only vectors: one dense allreduce of everything
+    whole = Compression(PowerSGDCompressor(4)).allreduce_in(self_ctx(), np.arange(6.0),
+                                                            key=0, shapes=[(2,), (4,)])
+    assert whole.result.to_dense().tolist() == list(range(6)) and whole.values_sent == 6
+
+
+# -- state: checkpoints and rebuilt buckets ---------------------------------------------------
+
+STATEFUL = [("dgc", {"density_warmup_steps": 3}), ("randomk", {}),
+            ("randomk", {"shared": True}), ("powersgd", {}), ("signum", {}),
+            ("efsignsgd", {}), ("topk", {"bits": 4})]  # qsgd alone: nothing kept at P = 1
+
+
+@pytest.mark.parametrize("name,extra", STATEFUL, ids=[f"{n}{sorted(e)}" for n, e in STATEFUL])
+def test_compression_state_dict_resumes_bitwise(name, extra):
+    """k steps, state_dict(), then the next steps: a fresh Compression that loads the state
+    continues with the same results, bit for bit."""
+    import copy
+
+    shapes = [(10, 12), (10,), (6, 8)]
+    n = 178
+    rng = np.random.default_rng(5)
+    inputs = [rng.standard_normal(n).astype(np.float32) for _ in range(7)]
+    c = build(name, density=0.1, rank=2, **extra).fresh(seed=3)
+    for x in inputs[:4]:
+        c.allreduce_in(self_ctx(), x, key=1, shapes=shapes)
+    saved = copy.deepcopy(c.state_dict())
+    straight = [c.allreduce_in(self_ctx(), x, key=1, shapes=shapes).result.to_dense()
+                for x in inputs[4:]]
+    resumed = build(name, density=0.1, rank=2, **extra).fresh(seed=99)  # another RNG state
+    resumed.load_state_dict(saved)
+    again = [resumed.allreduce_in(self_ctx(), x, key=1, shapes=shapes).result.to_dense()
+             for x in inputs[4:]]
+    assert all(np.array_equal(a, b) for a, b in zip(straight, again)), name
+    fresh = build(name, density=0.1, rank=2, **extra).fresh(seed=3)
+    other = [fresh.allreduce_in(self_ctx(), x, key=1, shapes=shapes).result.to_dense()
+             for x in inputs[4:]]
+    assert not all(np.array_equal(a, b) for a, b in zip(straight, other)), \
+        f"{name}: the state made no difference (the test would pass without it)"
+
+
+@pytest.mark.parametrize("name", ["dgc", "powersgd", "signum", "randomk", "topk"])
+def test_state_moves_with_the_parameters_into_rebuilt_buckets(name):
+    """Two buckets of two parameters each, rebuilt as buckets of other pairs (DDP's rebuild):
+    split_state per parameter and join_state per new bucket give each new bucket what its
+    parameters had; the reduction then goes on as if the buckets had been those from the
+    start (the same results as a run keyed per parameter)."""
+    shapes = {"w1": (6, 8), "b1": (6,), "w2": (4, 9), "b2": (4,)}
+    sizes = {k: int(np.prod(s)) for k, s in shapes.items()}
+    rng = np.random.default_rng(6)
+    grads = [{k: rng.standard_normal(sizes[k]) for k in shapes} for _ in range(5)]
+    old = {0: ["w1", "b1"], 1: ["w2", "b2"]}
+    new = {0: ["b2", "w1"], 1: ["w2", "b1"]}
+
+    def run(c, layout, step):
+        return {key: c.allreduce_in(self_ctx(), np.concatenate([grads[step][k] for k in names]),
+                                    key=key, shapes=[shapes[k] for k in names]).result
+                .to_dense() for key, names in layout.items()}
+
+    def per_param(result, layout):
+        out = {}
+        for key, names in layout.items():
+            at = 0
+            for k in names:
+                out[k] = result[key][at:at + sizes[k]]
+                at += sizes[k]
+        return out
+
+    moved = build(name, density=0.2, rank=2).fresh(seed=0)
+    for step in range(2):
+        run(moved, old, step)
+    pieces = {}
+    for key, names in old.items():
+        pieces.update(zip(names, moved.split_state(key, [sizes[k] for k in names])))
+    for key, names in new.items():
+        moved.join_state(key, [pieces[k] for k in names])
+    state = moved.state_dict()
+    if name == "dgc":
+        assert state["memory"]["velocities"][0].shape == (sizes["b2"] + sizes["w1"],)
+    if name == "powersgd":
+        assert [m for m, _ in state["compressor"]["q"][1]] == [sizes["w2"], sizes["b1"]]
+        assert state["compressor"]["q"][1][1][1] is None, "a bias has no Q"
+    # the reference: every parameter its own key from the start (top-k, DGC and the others
+    # then select per parameter, so compare the compressors whose result is per parameter)
+    if name in ("powersgd", "signum"):
+        ref = build(name, density=0.2, rank=2).fresh(seed=0)
+        single = {k: [k] for k in shapes}
+        for step in range(2):
+            run(ref, single, step)
+        got = per_param(run(moved, new, 2), new)
+        want = per_param(run(ref, single, 2), single)
+        for k in shapes:
+            assert np.allclose(got[k], want[k], rtol=1e-12, atol=1e-12), (name, k)
+    else:  # the moved residual is the old one, reordered
+        before = build(name, density=0.2, rank=2).fresh(seed=0)
+        for step in range(2):
+            run(before, old, step)
+        r_old = per_param({k: before.memory.residual(k) for k in old}, old)
+        r_new = per_param({k: moved.memory.residual(k) for k in new}, new)
+        for k in shapes:
+            assert np.array_equal(r_old[k], r_new[k]), (name, k)
+        if name in ("dgc", "randomk"):
+            assert state["compressor"]["steps"] == {0: 2, 1: 2}
+    # a parameter that was in no old bucket: the new bucket starts empty
+    moved.join_state(0, [pieces["w1"], {}])
+    assert moved.memory.residual(0) is None
+    assert 0 not in moved.state_dict()["compressor"].get("q", moved.state_dict()["compressor"]
+                                                         .get("steps", {}))
+
+
 # -- the catalog ------------------------------------------------------------------------------
 
 def test_every_named_compressor_builds_and_reduces_at_one_rank():
@@ -376,3 +543,59 @@ def test_the_table_of_compressors_from_records():
     assert sparse["sim64_ms"] < by["threshold (abs >= 0.01)"]["sim64_ms"], "1% against 30%"
     assert sparse["sim64_ms"] < sparse["sim256_ms"], "the sum of 256 selections fills in"
     assert "| sparc-cnn | efsignsgd | 0 1 | 2 |" in markdown(rows)
+    assert by["efsignsgd"]["spread"] == pytest.approx(np.std([0.95, 0.93], ddof=1))
+    assert "| 94.00 ± 1.41 | -1.00 |" in markdown(rows) and by["dense"]["spread"] is None
+
+
+def test_the_table_keeps_emulated_runs_to_their_column_and_models_powersgd_per_matrix():
+    from sparcapps.deep import cnn
+    from sparcapps.deep.compressor_table import markdown, rows_of
+
+    def record(flags, acc, step_s, net=None, shapes=None, P=2):
+        cfg = vars(cnn.build_parser().parse_args(flags))
+        metrics = {"test_accuracy": acc, "epochs": [{"sent_density": 0.05}]}
+        if shapes is not None:
+            metrics["bucket_shapes"] = shapes
+        return {"app": "sparc-cnn", "config": cfg, "N": 20_600, "P": P, "status": "ok",
+                "metrics": metrics, "bytes": {"sent_per_step": 1000},
+                "timings": {"step": {"median": step_s}},
+                "environment": {"emulated_network": net} if net else {}}
+
+    shapes = [[[10], [10, 2000]], [[600]]]   # two buckets: a bias and a matrix, a vector
+    dense_recs = [record(["--dense"], 0.9, 0.1),
+                  record(["--dense"], 0.5, 0.7, "4x1gbit,ppn=1", P=4)]
+    rows = rows_of(dense_recs + [
+        record(["--compressor", "powersgd"], 0.8, 0.2, shapes=shapes),
+        record(["--compressor", "powersgd"], 0.1, 0.9, "4x1gbit,ppn=1", shapes=shapes, P=4)])
+    dense, per_matrix = rows
+    (_, flat) = rows_of(dense_recs + [record(["--compressor", "powersgd"], 0.8, 0.2)])
+    assert dense["accuracy"] == 0.9 and dense["seeds"] == [0] and dense["P"] == [2], \
+        "the emulated run's accuracy is not the table's"
+    assert dense["net_step_ms"] == pytest.approx(700) and dense["step_ms"] == pytest.approx(100)
+    assert per_matrix["net_step_ms"] == pytest.approx(900) and flat["net_step_ms"] is None
+    assert per_matrix["accuracy"] == 0.8 and per_matrix["net"] == ["4x1gbit,ppn=1 P=4"]
+    # per matrix: allreduces of 10 x 4 + 10 and of 2000 x 4 values, and the vector bucket
+    # whole; flat: 144 x 4 and 144 x 4 values of the near-square view of 20,600
+    from sparcml import CostModel
+    from sparcml.sim import network_cost_model
+    import dataclasses
+
+    model = dataclasses.replace(network_cost_model("256x10gbit", 64, overhead=0.0,
+                                                   factors=False),
+                                gamma_merge=CostModel.gamma_merge,
+                                gamma_dense=CostModel.gamma_dense)
+    want = model.allreduce(50 * 4) + model.allreduce(8000 * 4) + model.allreduce(600 * 4)
+    assert per_matrix["sim64_ms"] == pytest.approx(want * 1e3)
+    assert flat["sim64_ms"] == pytest.approx(2e3 * model.allreduce(576 * 4))
+    text = markdown(rows)
+    assert "step ms (emulated net (4x1gbit,ppn=1 P=4), measured)" in text
+    assert "| 100 | 700 |" in text
+
+
+def test_the_readme_lists_every_compressor_with_its_flag():
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| `--compressor` | what travels"):]
+    table = table[:table.index("\n\n")]
+    for name in COMPRESSORS:
+        assert re.search(rf"^\| `{name}[` ]", table, re.M), f"README lacks {name}"
+    assert "randomk --shared-indices" in table

@@ -4,6 +4,7 @@ binary, Penn Treebank)."""
 
 import io
 import json
+import re
 import sys
 import tarfile
 
@@ -153,3 +154,17 @@ def test_apps_end_to_end_on_two_ranks(tmp_path):
     (ptb,) = read(tmp_path / "ptb.jsonl")
     assert ptb["metrics"]["model"] == "WordLM" and ptb["metrics"]["test_perplexity"] > 1
     assert len(ptb["metrics"]["epochs"]) == 2
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("nprocs", [1, 2, 3])
+def test_compressor_state_resumes_bitwise_under_mpiexec(tmp_path, nprocs):
+    """sparc-cnn with DGC (inside its warm-up), PowerSGD and random-k: checkpoint after epoch
+    1, resume to epoch 2, the same parameters bit for bit as the uninterrupted run
+    (tests/mpi_cases/compressor_resume.py)."""
+    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
+                                 str(REPO / "tests" / "mpi_cases" / "compressor_resume.py"),
+                                 str(tmp_path)], timeout=400, env={"OMP_NUM_THREADS": "1"})
+    found = re.search(r"COMPRESSOR-RESUME (\d+) OK", proc.stdout)
+    assert found and int(found.group(1)) == 3, proc.stdout + proc.stderr

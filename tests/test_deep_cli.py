@@ -81,7 +81,9 @@ def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch
 
     def fake_run(cmd, **kwargs):
         out = cmd[cmd.index("--output") + 1]
-        append_record(out, make_record("sparc-cnn", config={}, environment={}, algorithm="x",
+        run_id = cmd[cmd.index("--run-id") + 1]
+        append_record(out, make_record("sparc-cnn", config={"run_id": run_id}, environment={},
+                                       algorithm="x",
                                        P=2, N=10, density=1.0, timings={},
                                        metrics={"test_accuracy": 0.9, "epochs": [{}]},
                                        bytes={"sent_per_step": 100}))
@@ -95,3 +97,49 @@ def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch
                           "results/deep-accuracy.jsonl\n"), out
     lines = (tmp_path / "results" / "deep-accuracy.jsonl").read_text().splitlines()
     assert len(lines) == 3  # dense_baseline, topk-ef, topk-noef
+
+
+def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monkeypatch, capsys):
+    """sparc-deep-accuracy read "the first record after the ones it saw before": another writer
+    appending to the same file (a second sparc-deep-accuracy, a re-run) shifted what it
+    reported. Each run now has a --run-id and its own record is read by it. The faked runs
+    here append a foreign record before and after their own."""
+    from sparcapps.deep import accuracy
+    from sparcapps.records import append_record, make_record
+
+    def record(run_id, acc, nbytes):
+        return make_record("sparc-cnn", config={"run_id": run_id}, environment={},
+                           algorithm="x", P=2, N=10, density=1.0, timings={},
+                           metrics={"test_accuracy": acc, "epochs": [{}]},
+                           bytes={"sent_per_step": nbytes})
+
+    runs = []
+
+    def fake_run(cmd, **kwargs):
+        out = cmd[cmd.index("--output") + 1]
+        run_id = cmd[cmd.index("--run-id") + 1]
+        runs.append(run_id)
+        dense = "--dense" in cmd
+        append_record(out, record("someone-else", 0.11, 7))  # the other writer, first
+        append_record(out, record(run_id, 0.9 if dense else 0.8, 400 if dense else 40))
+        append_record(out, record(None, 0.22, 9))             # and after
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(accuracy.subprocess, "run", fake_run)
+    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "1", "--apps", "cnn",
+                          "--configs", "topk-ef"]) == 0
+    out = capsys.readouterr().out
+    assert len(runs) == len(set(runs)) == 4 and all(r.startswith("deep-accuracy-") for r in runs)
+    assert "| sparc-cnn | dense_baseline | 90.00, 90.00 | 90.00 | +0.00 | 400 |" in out, out
+    assert "| sparc-cnn | topk-ef | 80.00, 80.00 | 80.00 | -10.00 | 40 |" in out, out
+    assert "11.00" not in out and "22.00" not in out
+
+    def twice(cmd, **kwargs):  # a run whose id is found twice: refused, not guessed
+        fake_run(cmd)
+        append_record(cmd[cmd.index("--output") + 1], record(runs[-1], 0.5, 1))
+        return subprocess.CompletedProcess(cmd, 0, "", "")
+
+    monkeypatch.setattr(accuracy.subprocess, "run", twice)
+    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "--apps", "cnn"]) == 1
+    assert "2 records of run deep-accuracy-" in capsys.readouterr().err

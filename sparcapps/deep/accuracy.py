@@ -11,7 +11,10 @@ adds one configuration ``compressor-NAME`` per name of :data:`sparcml.compressio
 each run, the mean per
 configuration and the difference to dense in points, and the bytes sent per step and rank.
 Records go to ``--output`` (default: ``results/deep-accuracy.jsonl``, appended; the path is
-printed first), one per run, as the apps write them.
+printed first), one per run, as the apps write them. Each run gets its own ``--run-id``
+(``deep-accuracy-<random hex>-<app>-<seed>-<configuration>``, kept in the record's config),
+and its figures are read from the record with that id: other writers may append to the same
+file meanwhile (a second sparc-deep-accuracy, a re-run) without shifting what is reported.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -67,22 +71,29 @@ def main(argv=None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"sparc-deep-accuracy: records appended to {out}", flush=True)
     table: dict = {}
+    session = uuid.uuid4().hex[:12]
     for app in args.apps:
         for seed in args.seeds:
             for name, flags in configs.items():
-                before = len(read_records([out])[0]) if out.exists() else 0
+                run_id = f"deep-accuracy-{session}-{app}-{seed}-{name}"
                 script = Path(sys.executable).parent / f"sparc-{app}"  # the console script
                 launch = [str(script)] if script.exists() else [sys.executable, "-m",
                                                                 f"sparcapps.deep.{app}"]
                 cmd = launcher.mpiexec_command(args.nprocs, [
-                    *launch, "--seed", str(seed), "--no-progress", "--output", str(out), *flags,
-                    *extra])
+                    *launch, "--seed", str(seed), "--no-progress", "--output", str(out),
+                    "--run-id", run_id, *flags, *extra])
                 proc = subprocess.run(cmd, capture_output=True, text=True,
                                       env=launcher.launch_env(launcher.mpi_flavor(cmd[0])))
                 if proc.returncode != 0:
                     print(proc.stdout + proc.stderr, file=sys.stderr)
                     return proc.returncode
-                rec = read_records([out])[0][before]
+                mine = [r for r in read_records([out])[0]
+                        if r.get("config", {}).get("run_id") == run_id]
+                if len(mine) != 1:
+                    print(f"sparc-deep-accuracy: {len(mine)} records of run {run_id} in {out} "
+                          f"(expected one)", file=sys.stderr)
+                    return 1
+                rec = mine[0]
                 acc = rec["metrics"]["test_accuracy"]
                 table[(app, name, seed)] = (acc, rec["bytes"]["sent_per_step"])
                 print(f"sparc-{app} seed {seed} {name:20}: test accuracy {acc:.4f}, "

@@ -1,7 +1,8 @@
 """Checkpoints of the deep training apps: written by rank 0, atomically, resumable bitwise.
 
 A checkpoint holds the model, every rank's :class:`~sparcml.torch.DistributedOptimizer` state
-(momentum, error-feedback residuals, quantizer RNG), the epoch and step reached, the history so
+(momentum, error-feedback residuals, the compressor's state such as DGC's velocities and
+PowerSGD's warm start, quantizer RNG), the epoch and step reached, the history so
 far and, for a stop inside an epoch, each rank's running sums and the task's carried state. It
 loads with ``torch.load(weights_only=True)``. Importing this module does not import torch.
 """
@@ -15,11 +16,12 @@ import numpy as np
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "RESUMABLE", "FORMAT"]
 
-# 2: the optimizer states of sparcml.torch with compression objects (a memory, not a TopK)
-FORMAT = 2
+# 2: the optimizer states of sparcml.torch with compression objects (a memory, not a TopK);
+# 3: with the compressor's state (PowerSGD's Q, step counts, signum's momentum)
+FORMAT = 3
 # options that may change between a checkpointed run and its resumption
 RESUMABLE = {"epochs", "output", "checkpoint", "checkpoint_every_epochs", "resume", "threads",
-             "no_progress", "data_home"}
+             "no_progress", "data_home", "run_id"}
 
 
 class CheckpointError(RuntimeError):

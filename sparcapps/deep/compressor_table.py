@@ -1,15 +1,19 @@
 """The table of compressors (issue 24) from the deep apps' records: per app and compressor,
-the final test accuracy (mean over the seeds found) against the dense baseline's mean over the
-same seeds, the bytes sent per step and rank, the median step time as measured, and the
-predicted communication time of one step at P = 64 and 256 ranks of a 10 Gbit network (:func:`sparcml.compression.
-predicted_seconds` on :func:`sparcml.sim.network_cost_model`'s analytic model, one rank per
-node, the run's buckets and measured sent density; the local merge and dense rates at the
-CostModel's defaults, so that the table does not depend on the load of the host drawing it).
-Records whose compression is not what their options build with this code (an older default)
-are left out.
+the final test accuracy (mean and sample standard deviation over the seeds found) against the
+dense baseline's mean over the same seeds, the bytes sent per step and rank, the median step
+time as measured on shared memory and, from the records of runs on an emulated network
+(``jobs/emulate.sh``: ``environment.emulated_network``, timing runs that do not enter the
+accuracy columns), there, and the predicted communication time of one step at P = 64 and 256
+ranks of a 10 Gbit network (:func:`sparcml.compression.predicted_seconds` on
+:func:`sparcml.sim.network_cost_model`'s analytic model, one rank per node, the run's buckets
+(their parameter shapes where the record has them) and measured sent density; the local merge
+and dense rates at the CostModel's defaults, so that the table does not depend on the load of
+the host drawing it). Records whose compression is not what their options build with this code
+(an older default) are left out.
 
 ``sparc-compressor-table RECORDS.jsonl ... [--figure FILE.png]`` prints
-the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app).
+the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app; an SVG
+copy beside the PNG).
 """
 
 from __future__ import annotations
@@ -82,8 +86,13 @@ def _compression(rec):
 
 def current(rec) -> bool:
     """Whether the record's run is what its options build now (records that name their
-    compression: an older default, such as EF-signSGD's scale per bucket, is left out)."""
-    made = rec.get("metrics", {}).get("compression")
+    compression: an older default, such as EF-signSGD's scale per bucket, is left out; a
+    PowerSGD record without ``bucket_shapes`` ran before PowerSGD went per parameter)."""
+    metrics = rec.get("metrics", {})
+    made = metrics.get("compression")
+    if rec.get("config", {}).get("compressor") == "powersgd" and made is not None \
+            and "bucket_shapes" not in metrics:
+        return False
     return made is None or made == _compression(rec).describe()
 
 
@@ -99,11 +108,19 @@ def _predicted(rec, P: int) -> float:
     model = dataclasses.replace(network_cost_model(NETWORK, P, overhead=0.0, factors=False),
                                 gamma_merge=CostModel.gamma_merge,
                                 gamma_dense=CostModel.gamma_dense)
+    density = rec["metrics"]["epochs"][-1].get("sent_density", 1.0)
+    layout = rec["metrics"].get("bucket_shapes")
+    if layout:  # the run's buckets, each with its parameters' shapes
+        total = 0.0
+        for shapes in layout:
+            n = sum(math.prod(s) for s in shapes)
+            total += predicted_seconds(compression, model, P=P, n=n, sent=density * n,
+                                       shapes=shapes)
+        return total
     N = int(rec["N"])
     buckets = max(1, math.ceil(N * 4 / max(1, int(cfg.bucket_mb * 2**20))))
     n = math.ceil(N / buckets)
-    sent = rec["metrics"]["epochs"][-1].get("sent_density", 1.0) * n
-    return buckets * predicted_seconds(compression, model, P=P, n=n, sent=sent)
+    return buckets * predicted_seconds(compression, model, P=P, n=n, sent=density * n)
 
 
 def _vs_dense(recs, dense) -> float | None:
@@ -114,28 +131,42 @@ def _vs_dense(recs, dense) -> float | None:
     return float(np.mean([a - d for a, d in pairs])) if pairs else None
 
 
+def emulated(rec) -> str | None:
+    """The emulated network a record's run ran on (``"4x1gbit,ppn=1"``), or None."""
+    return rec.get("environment", {}).get("emulated_network")
+
+
 def rows_of(records) -> list[dict]:
     """One dict per (app, compressor): the table's columns."""
     groups = defaultdict(list)
+    on_net = defaultdict(list)
     for rec in records:
         if rec.get("status", "ok") != "ok" or "test_accuracy" not in rec.get("metrics", {}) \
                 or not current(rec):
             continue
-        groups[(rec["app"], _name(rec))].append(rec)
+        if emulated(rec):
+            on_net[(rec["app"], _name(rec))].append(rec)
+        else:
+            groups[(rec["app"], _name(rec))].append(rec)
     dense = {(app, r["config"]["seed"]): r["metrics"]["test_accuracy"]
              for (app, name), recs in groups.items() if name == DENSE for r in recs}
     rows = []
     for (app, name), recs in sorted(groups.items(), key=lambda kv: (kv[0][0], kv[0][1] != DENSE,
                                                                   kv[0][1])):
         accs = [r["metrics"]["test_accuracy"] for r in recs]
+        net = on_net.get((app, name), [])
         rows.append({
             "app": app, "compressor": name, "seeds": sorted(r["config"]["seed"] for r in recs),
             "P": sorted({r["P"] for r in recs}), "epochs": sorted({r["config"]["epochs"]
                                                                     for r in recs}),
             "accuracy": float(np.mean(accs)),
+            "spread": float(np.std(accs, ddof=1)) if len(accs) > 1 else None,
             "vs_dense": _vs_dense(recs, dense),
             "bytes": float(np.mean([r["bytes"]["sent_per_step"] for r in recs])),
             "step_ms": float(np.median([r["timings"]["step"]["median"] for r in recs])) * 1e3,
+            "net": sorted({f"{emulated(r)} P={r['P']}" for r in net}),
+            "net_step_ms": float(np.median([r["timings"]["step"]["median"] for r in net])) * 1e3
+            if net else None,
             "sim64_ms": _predicted(recs[0], 64) * 1e3,
             "sim256_ms": _predicted(recs[0], 256) * 1e3,
         })
@@ -143,15 +174,21 @@ def rows_of(records) -> list[dict]:
 
 
 def markdown(rows) -> str:
-    out = ["| app | compressor | seeds | P | epochs | test acc. % | vs dense (points) "
-           "| bytes/step/rank | step ms (shm, measured) | comm ms P=64 | comm ms P=256 |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    nets = sorted({n for r in rows for n in r.get("net", [])})
+    net = f" ({'; '.join(nets)})" if nets else ""
+    out = ["| app | compressor | seeds | P | epochs | test acc. % (mean ± s.d.) "
+           "| vs dense (points) | bytes/step/rank | step ms (shm, measured) "
+           f"| step ms (emulated net{net}, measured) | comm ms P=64 | comm ms P=256 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         vs = "" if r["vs_dense"] is None else f"{100 * r['vs_dense']:+.2f}"
+        spread = "" if r.get("spread") is None else f" ± {100 * r['spread']:.2f}"
+        on_net = "" if r.get("net_step_ms") is None else f"{r['net_step_ms']:.0f}"
         out.append(f"| {r['app']} | {r['compressor']} | {' '.join(map(str, r['seeds']))} "
                    f"| {' '.join(map(str, r['P']))} | {' '.join(map(str, r['epochs']))} "
-                   f"| {100 * r['accuracy']:.2f} | {vs} | {r['bytes']:,.0f} "
-                   f"| {r['step_ms']:.0f} | {r['sim64_ms']:.3f} | {r['sim256_ms']:.3f} |")
+                   f"| {100 * r['accuracy']:.2f}{spread} | {vs} | {r['bytes']:,.0f} "
+                   f"| {r['step_ms']:.0f} | {on_net} | {r['sim64_ms']:.3f} "
+                   f"| {r['sim256_ms']:.3f} |")
     return "\n".join(out)
 
 
@@ -165,18 +202,23 @@ def figure(rows, path) -> None:
     fig, axes = plt.subplots(1, len(apps), figsize=(6.5 * len(apps), 4.8), squeeze=False)
     for ax, app in zip(axes[0], apps):
         for r in (r for r in rows if r["app"] == app):
-            ax.scatter(r["bytes"], 100 * r["accuracy"], s=25)
+            spread = r.get("spread")
+            ax.errorbar(r["bytes"], 100 * r["accuracy"], fmt="o", ms=4, capsize=3,
+                        yerr=None if spread is None else 100 * spread)
             label = r["compressor"] if r["compressor"].startswith(DENSE) \
                 else r["compressor"].split(" (")[0]
             ax.annotate(label, (r["bytes"], 100 * r["accuracy"]),
                         fontsize=7, xytext=(3, 2), textcoords="offset points")
         ax.set_xscale("log")
         ax.set_xlabel("bytes sent per step and rank")
-        ax.set_ylabel("final test accuracy (%)")
+        ax.set_ylabel("final test accuracy (%, mean ± s.d. over seeds)")
         ax.set_title(f"{app}: compressors vs dense")
         ax.grid(True, alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    if str(path).endswith(".png"):  # and a vector copy beside it
+        fig.savefig(str(path)[:-4] + ".svg")
+    plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -185,7 +227,8 @@ def main(argv=None) -> int:
 
     p = make_parser("sparc-compressor-table", __doc__)
     p.add_argument("records", nargs="+", help="JSONL records of sparc-cnn / sparc-lstm runs")
-    p.add_argument("--figure", default=None, help="also draw accuracy vs bytes into this PNG")
+    p.add_argument("--figure", default=None,
+                   help="also draw accuracy vs bytes into this PNG (and an SVG beside it)")
     args = p.parse_args(argv)
     records = read_records(args.records)[0]
     rows = rows_of(records)

@@ -128,6 +128,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is drawn only on a terminal; elsewhere one line "
                         "per epoch)")
+    g.add_argument("--run-id", default=None, metavar="ID",
+                   help="a label kept in the record's config (sparc-deep-accuracy gives each "
+                        "run its own, to find that run's record in a shared file)")
     return p
 
 
@@ -458,8 +461,10 @@ def _record_run(run: _Run) -> int:
     if run.history:
         timings["epoch"] = summarize([h["epoch_seconds"] for h in run.history])
     final = run.history[-1] if run.history else {}
+    shape_of = {name: list(p.shape) for name, p in run.model.named_parameters()}
     metrics = {"epochs": run.history, "params": run.n_params, "params_sha256": digest,
                "compression": opt.compression.describe(),
+               "bucket_shapes": [[shape_of[n] for n in b["names"]] for b in opt.buckets],
                "params_identical_across_ranks": same, "model": type(run.model).__name__,
                **{k: final[k] for k in ("test_accuracy", "test_perplexity", "test_loss")
                   if k in final}}

@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import sparcml
 import sparcml.torch as st
+from sparcml.compression import build
 from sparcml.compression._objects import Compression, ResidualMemory, TopKCompressor
 from sparcml.torch._hooks import SparcmlHookState, init_process_group, sparcml_hook
 
@@ -256,7 +257,13 @@ for name, compression, warmup in (
         ("full", Compression(), 0), ("dense", Compression.none(), 0),
         ("topk", Compression(TopKCompressor(density=0.2), None, ResidualMemory()), 0),
         ("topk+qsgd", Compression(TopKCompressor(density=0.3),
-                                  sparcml.QSGD(4, bucket_size=16)), 1)):
+                                  sparcml.QSGD(4, bucket_size=16)), 1),
+        # the rebuild moves DGC's velocities, PowerSGD's Q per matrix, signum's momentum and
+        # the step counts with their parameters (they were lost before: the hook then left
+        # the optimizer's path at step 1)
+        ("dgc", build("dgc", density=0.3, density_warmup_steps=3), 0),
+        ("powersgd", build("powersgd", rank=2), 0),
+        ("signum", build("signum", momentum=0.8), 0)):
     ref = make_model()
     ref_opt = wrap(ref, compression=compression, seed=4, warmup_steps=warmup)
     ddp = DDP(make_model())

@@ -37,8 +37,8 @@ COMPRESSORS = {
     "efsignsgd": "scaled signs |g|_1/n sign(g), 1 bit per value + one scale, error feedback",
     "fp16": "values as IEEE half floats, 16-bit allreduce",
     "bf16": "values as bfloat16, 16-bit allreduce",
-    "powersgd": "rank --powersgd-rank PowerSGD, warm start, error feedback (2 small dense "
-                "allreduces per bucket)",
+    "powersgd": "rank --powersgd-rank PowerSGD of each parameter matrix (biases whole), warm "
+                "start, error feedback (2 small dense allreduces per bucket)",
 }
 
 

@@ -13,7 +13,9 @@ Per compressor, the wire format it uses (``n`` values per bucket, ``k`` of them 
 - signSGD / signum: an ``Allgather`` of ``ceil(n / 8)`` bytes per rank; EF-signSGD: plus a
   scale;
 - FP16 / BF16: a dense allreduce of 2 n bytes;
-- PowerSGD: two dense allreduces of ``rows r`` and ``cols r`` values;
+- PowerSGD: two dense allreduces, of ``rows r`` values per matrix plus the tensors that travel
+  whole, and of ``cols r`` per matrix (per parameter with ``shapes``, else the bucket as one
+  matrix);
 - none: the dense ``MPI_Allreduce`` of n values.
 
 ``k`` for the threshold compressor is not known in advance: pass the measured ``sent``.
@@ -25,7 +27,7 @@ import math
 
 from .._topk.local import TopK
 from ._objects import Compression, GlobalTopKCompressor, NoneCompressor
-from ._powersgd import PowerSGDCompressor, matrix_shape
+from ._powersgd import PowerSGDCompressor
 from ._quantizers import CastCompressor, EFSignCompressor, SignCompressor
 from ._sparsifiers import DGCCompressor, RandomKCompressor, ThresholdCompressor
 
@@ -33,20 +35,20 @@ __all__ = ["predicted_seconds"]
 
 
 def predicted_seconds(compression: Compression, model, *, P: int, n: int,
-                      sent: float | None = None, itemsize: int = 4) -> float:
+                      sent: float | None = None, itemsize: int = 4, shapes=None) -> float:
     """Seconds of one reduction of a bucket of ``n`` values (``itemsize`` bytes each) by
     ``compression`` at ``P`` ranks under ``model``; ``sent``: values a rank sends (measured;
-    default: what the compressor's options give)."""
+    default: what the compressor's options give); ``shapes``: the bucket's parameter shapes
+    (PowerSGD compresses each matrix; None: the bucket as one matrix)."""
     c, q = compression.compressor, compression.quantizer
     s_val = itemsize if q is None else max(q.bits / 8, 0.125)
     if P <= 1:
         return 0.0
     if isinstance(c, PowerSGDCompressor):
-        if not c.compresses(n):
+        first, second = c.allreduce_values(n, shapes)
+        if not second:
             return model.allreduce(n * itemsize)
-        rows, cols = matrix_shape(n)
-        r = min(c.rank, rows, cols)
-        return model.allreduce(rows * r * itemsize) + model.allreduce(cols * r * itemsize)
+        return model.allreduce(first * itemsize) + model.allreduce(second * itemsize)
     if isinstance(c, SignCompressor):
         return model.allgather(P * math.ceil(n / 8))
     if isinstance(c, EFSignCompressor):

@@ -121,6 +121,26 @@ class Compressor(ABC):
         with state across calls (a step count, a momentum, a warm start) return a new one."""
         return self
 
+    # State across calls (a step count, a momentum, a warm start; none by default), per key:
+    # saved and restored with checkpoints, and cut per parameter and joined again when a DDP
+    # bucket is rebuilt with other parameters (:meth:`Compression.split_state`).
+
+    def state_dict(self) -> dict:
+        """A copy of the state kept across calls (``{}`` for none)."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`."""
+
+    def split_state(self, key, sizes) -> list[dict]:
+        """The key's state cut into pieces of ``sizes`` consecutive values (one per
+        parameter): a dict per piece (empty where nothing can be cut)."""
+        return [{} for _ in sizes]
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        """Make the key's state the concatenation of ``pieces`` (from :meth:`split_state` of
+        other keys); the key forgets its state when some piece has none."""
+
     # Optional hooks (looked up with getattr, so the compressors above need neither):
     # ``compress_in(ctx, g, key) -> SparseVector``: used instead of :meth:`compress` by
     # :meth:`Compression.allreduce_in` when the choice depends on the rank, the key or a step;
@@ -235,6 +255,15 @@ class Memory(ABC):
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def split_state(self, key, sizes) -> list[dict]:
+        """The key's state cut into pieces of ``sizes`` consecutive values (see
+        :meth:`Compressor.split_state`)."""
+        return [{} for _ in sizes]
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        """Make the key's state the concatenation of ``pieces``, or forget it when a piece
+        has none."""
+
     def fresh(self) -> "Memory":
         return type(self)()
 
@@ -300,6 +329,17 @@ class ResidualMemory(_NoOptions, Memory):
         self._residuals.clear()
         self._scratch.clear()
 
+    def split_state(self, key, sizes) -> list[dict]:
+        return _split(self._residuals.get(key), sizes, "residual")
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        self._scratch.pop(key, None)
+        joined = _join(pieces, "residual")
+        if joined is None:
+            self._residuals.pop(key, None)
+        else:
+            self._residuals[key] = joined
+
     def state_dict(self) -> dict:
         """A copy of every residual, ``{"residuals": {key: array}}`` (for checkpoints)."""
         return {"residuals": {k: r.copy() for k, r in self._residuals.items()}}
@@ -318,7 +358,38 @@ class ResidualMemory(_NoOptions, Memory):
         self._scratch.clear()
 
 
+def _split(arr, sizes, name: str) -> list[dict]:
+    """``arr`` cut into copies of ``sizes`` consecutive values, as ``{name: piece}`` dicts
+    (empty dicts when ``arr`` is None or does not have ``sum(sizes)`` values)."""
+    sizes = [int(n) for n in sizes]
+    if arr is None or arr.shape[0] != sum(sizes):
+        return [{} for _ in sizes]
+    offsets = np.cumsum([0] + sizes)
+    return [{name: arr[a:b].copy()} for a, b in zip(offsets, offsets[1:])]
+
+
+def _join(pieces, name: str):
+    """The concatenation of the pieces' ``name`` arrays, or None when a piece has none."""
+    if not pieces or any(name not in p for p in pieces):
+        return None
+    return np.concatenate([np.asarray(p[name]) for p in pieces])
+
+
 # -- what a rank sent -------------------------------------------------------------------------
+
+def check_shapes(shapes, n: int) -> tuple:
+    """``shapes`` as a tuple of int tuples whose sizes add up to ``n``; else
+    :class:`~sparcml.CompressionError`."""
+    try:
+        shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+    except (TypeError, ValueError):
+        raise CompressionError(f"shapes must be a sequence of tensor shapes, got "
+                               f"{shapes!r}") from None
+    total = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+    if total != n or any(d < 0 for s in shapes for d in s):
+        raise CompressionError(f"shapes {shapes} hold {total} values, the array {n}")
+    return shapes
+
 
 def assemble_parts(parts, dim: int, dtype) -> SparseVector:
     """One vector of ``dim`` from the :class:`~sparcml._wire.codec.Part` objects an allreduce reported
@@ -461,12 +532,17 @@ class Compression:
     # -- reductions ---------------------------------------------------------------------------
 
     def allreduce_in(self, ctx, x: np.ndarray, *, key=0, stats: TrafficStats | None = None,
-                     check: bool = True, full: bool = False) -> Reduced:
+                     check: bool = True, full: bool = False, shapes=None) -> Reduced:
         """Compensate, compress, allreduce and update the memory (see the module docstring) on
         a :class:`~sparcml._runtime.context.CommContext` (the blocking path's or a communication
         thread's). Collective: every rank, same keys in the same order, arrays of the same
         length and dtype. ``full=True`` (warm-up steps) sends ``x`` as it is through the dense
-        baseline: no compressor, quantizer or memory."""
+        baseline: no compressor, quantizer or memory. ``shapes``: the shapes of the tensors
+        ``x`` concatenates (a bucket's parameters, in order; their sizes must add up to
+        ``len(x)``), for the compressors that work per tensor (PowerSGD: each matrix at
+        rank r); None: ``x`` is one flat array."""
+        if shapes is not None:
+            shapes = check_shapes(shapes, x.shape[0])
         if full:
             vec = SparseVector.dense(x)
             result = allreduce_in(ctx, vec, algorithm=DENSE_BASELINE, stats=stats, check=check,
@@ -476,7 +552,9 @@ class Compression:
         g = self.memory.compensate(x, key)
         reduce = getattr(self.compressor, "reduce_in", None)
         if reduce is not None:
-            red = reduce(ctx, g, key, stats=stats, check=check)
+            per_tensor = {"shapes": shapes} if getattr(self.compressor, "takes_shapes",
+                                                       False) else {}
+            red = reduce(ctx, g, key, stats=stats, check=check, **per_tensor)
             t1 = time.perf_counter()
             self.memory.update(g, key, red.sent)
             return red._replace(compress_seconds=red.compress_seconds
@@ -512,8 +590,40 @@ class Compression:
         return Reduced(result, sent, vec.nnz, seconds + time.perf_counter() - t0)
 
     def allreduce(self, x: np.ndarray, key=0, comm: MPI.Comm | None = None, *,
-                  stats: TrafficStats | None = None) -> SparseVector:
+                  stats: TrafficStats | None = None, shapes=None) -> SparseVector:
         """Blocking: the sum over the ranks of ``comm`` (default ``COMM_WORLD``) of every
-        rank's compressed ``x``; this object's memory keeps the key's residual. Collective."""
+        rank's compressed ``x``; this object's memory keeps the key's residual. Collective.
+        ``shapes``: as in :meth:`allreduce_in`."""
         ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-        return self.allreduce_in(ctx, x, key=key, stats=stats).result
+        return self.allreduce_in(ctx, x, key=key, stats=stats, shapes=shapes).result
+
+    # -- state: checkpoints and rebuilt buckets -----------------------------------------------
+
+    def state_dict(self) -> dict:
+        """A copy of the state kept across calls: ``{"memory": ..., "compressor": ...,
+        "quantizer": ...}`` (residuals, DGC velocities, PowerSGD's Q, step counts, the
+        quantizer's RNG); per rank (they differ between ranks)."""
+        q = self.quantizer
+        return {"memory": self.memory.state_dict(), "compressor": self.compressor.state_dict(),
+                "quantizer": None if q is None else q.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (a missing ``"compressor"`` entry, from a checkpoint of
+        an earlier release, leaves the compressor's state as it is)."""
+        self.memory.load_state_dict(state.get("memory") or {})
+        if state.get("compressor") is not None:
+            self.compressor.load_state_dict(state["compressor"])
+        if self.quantizer is not None and state.get("quantizer") is not None:
+            self.quantizer.load_state_dict(state["quantizer"])
+
+    def split_state(self, key, sizes) -> list[dict]:
+        """The state of ``key`` (memory and compressor) cut per tensor of ``sizes`` values,
+        one dict per tensor: what moves with a parameter when buckets are rebuilt."""
+        sizes = [int(n) for n in sizes]
+        return [{"memory": m, "compressor": c} for m, c in zip(
+            self.memory.split_state(key, sizes), self.compressor.split_state(key, sizes))]
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        """Give ``key`` the state of ``pieces`` (from :meth:`split_state`), in order."""
+        self.memory.join_state(key, [p.get("memory", {}) for p in pieces])
+        self.compressor.join_state(key, [p.get("compressor", {}) for p in pieces])

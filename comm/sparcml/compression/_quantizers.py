@@ -37,7 +37,7 @@ from .._collectives.algorithms import ALLGATHER_BASELINE
 from .._errors import CompressionError
 from .._quant.qsgd import QSGD
 from .._vector import SparseVector
-from ._objects import Compressor, NoneMemory, Reduced
+from ._objects import Compressor, NoneMemory, Reduced, _join, _split
 
 __all__ = ["SignCompressor", "EFSignCompressor", "CastCompressor", "terngrad",
            "pack_signs", "unpack_signs", "to_bf16", "from_bf16"]
@@ -151,6 +151,25 @@ class SignCompressor(_Stateless, Compressor):
 
     def fresh(self) -> "SignCompressor":
         return SignCompressor(self.momentum)
+
+    def state_dict(self) -> dict:
+        """``{"momentum": {key: m}}``: signum's local momentum per key (none for signSGD)."""
+        return {"momentum": {k: m.copy() for k, m in self._m.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._m = {k: np.array(m) for k, m in dict(state.get("momentum") or {}).items()}
+
+    def split_state(self, key, sizes) -> list[dict]:
+        if not self.momentum:
+            return [{"momentum": None} for _ in sizes]  # nothing to move
+        return _split(self._m.get(key), sizes, "momentum")
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        joined = None if not self.momentum else _join(pieces, "momentum")
+        if joined is None:
+            self._m.pop(key, None)
+        else:
+            self._m[key] = joined
 
 
 class EFSignCompressor(_Stateless, Compressor):

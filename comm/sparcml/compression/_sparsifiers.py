@@ -13,8 +13,9 @@
   exponentially to ``density`` over ``warmup_steps`` steps. The exact top-k is used (DGC
   samples to estimate the threshold). Use it with plain SGD: the memory applies the momentum.
 
-Stateful compressors count steps per key; :meth:`fresh` gives a copy whose counts start at 0
-(a resumed run draws its random-k positions anew; the warm-up restarts).
+Stateful compressors count steps per key; :meth:`fresh` gives a copy whose counts start at 0;
+the counts are in their ``state_dict()`` (checkpoints: a resumed run draws the random-k
+positions and follows the warm-up of the uninterrupted one).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from .._collectives.entry import allreduce_in
 from .._errors import CompressionError, UnsupportedDtypeError
 from .._topk.local import TopK
 from .._vector import VALUE_DTYPES, SparseVector
-from ._objects import Compressor, Reduced, ResidualMemory
+from ._objects import Compressor, Reduced, ResidualMemory, _join, _split
 
 __all__ = ["RandomKCompressor", "ThresholdCompressor", "DGCCompressor", "DGCMemory",
            "key_seed"]
@@ -52,13 +53,32 @@ def _check_density(density, name="density") -> float:
 
 
 class _Steps:
-    """A per-key step count (the mixin of the stateful compressors)."""
+    """A per-key step count (the mixin of the stateful compressors), in their state."""
 
     def _next_step(self, key) -> int:
         steps = self.__dict__.setdefault("_steps", {})
         step = steps.get(key, 0)
         steps[key] = step + 1
         return step
+
+    def state_dict(self) -> dict:
+        """``{"steps": {key: calls so far}}``."""
+        return {"steps": dict(self.__dict__.get("_steps", {}))}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._steps = {k: int(v) for k, v in dict(state.get("steps") or {}).items()}
+
+    def split_state(self, key, sizes) -> list[dict]:
+        step = self.__dict__.get("_steps", {}).get(key)
+        return [{} if step is None else {"step": step} for _ in sizes]
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        # every bucket is reduced once per step: the pieces' counts agree (the latest wins)
+        steps = self.__dict__.setdefault("_steps", {})
+        if pieces and all("step" in p for p in pieces):
+            steps[key] = max(int(p["step"]) for p in pieces)
+        else:
+            steps.pop(key, None)
 
 
 class RandomKCompressor(_Steps, Compressor):
@@ -263,6 +283,18 @@ class DGCMemory(ResidualMemory):
         state = super().state_dict()
         state["velocities"] = {k: u.copy() for k, u in self._velocity.items()}
         return state
+
+    def split_state(self, key, sizes) -> list[dict]:
+        return [{**r, **u} for r, u in zip(super().split_state(key, sizes),
+                                           _split(self._velocity.get(key), sizes, "velocity"))]
+
+    def join_state(self, key, pieces: list[dict]) -> None:
+        super().join_state(key, pieces)
+        joined = _join(pieces, "velocity")
+        if joined is None:
+            self._velocity.pop(key, None)
+        else:
+            self._velocity[key] = joined
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -4,8 +4,10 @@ PyTorch's own layout, plus this rank's sparcml state.
 ``state_dict()`` returns the wrapped optimizer's dict (``state``, ``param_groups``: what
 ``torch.optim.Optimizer.load_state_dict`` of a plain optimizer takes) with one more entry,
 ``"sparcml"``: the configuration, rank and size, the step count, the error-feedback memory (a
-residual per bucket: they differ between ranks, so save one state per rank) and the quantizer's
-RNG state. ``load_state_dict()`` takes that, the layout of earlier releases (``{"optimizer":
+residual per bucket, DGC's velocities: they differ between ranks, so save one state per rank),
+the compressor's state (PowerSGD's warm-start Q, signum's momentum, the step counts of random-k
+and of DGC's warm-up) and the quantizer's RNG state: a run resumed from it continues bitwise as
+the uninterrupted one. ``load_state_dict()`` takes that, the layout of earlier releases (``{"optimizer":
 ..., "sparcml": ...}``), or a plain optimizer's state (no ``"sparcml"`` entry: loaded into the
 wrapped optimizer; the memory and the step count stay as they are).
 """
@@ -31,6 +33,7 @@ def state_dict(opt) -> dict:
     out["sparcml"] = {
         "config": config(opt), "rank": opt.rank, "size": opt.size, "step": opt._step,
         "memory": opt.compression.memory.state_dict(),
+        "compressor": opt.compression.compressor.state_dict(),
         "quantizer": None if q is None else q.state_dict(),
     }
     return out
@@ -90,6 +93,8 @@ def _load_local(opt, state) -> int:
         k: v for k, v in state.items() if k != "sparcml"}
     opt.optimizer.load_state_dict(inner)
     opt.compression.memory.load_state_dict(mine["memory"])
+    if mine.get("compressor") is not None:  # absent in the states of earlier releases
+        opt.compression.compressor.load_state_dict(mine["compressor"])
     if opt.compression.quantizer is not None:
         opt.compression.quantizer.load_state_dict(mine["quantizer"])
     opt._step = int(mine["step"])
@@ -102,6 +107,7 @@ def _snapshot(opt) -> dict:
     q = opt.compression.quantizer
     return {"optimizer": copy.deepcopy(opt.optimizer.state_dict()),
             "memory": copy.deepcopy(opt.compression.memory.state_dict()),
+            "compressor": copy.deepcopy(opt.compression.compressor.state_dict()),
             "quantizer": None if q is None else copy.deepcopy(q.state_dict()),
             "step": opt._step}
 
@@ -109,6 +115,7 @@ def _snapshot(opt) -> dict:
 def _restore(opt, snapshot: dict) -> None:
     opt.optimizer.load_state_dict(snapshot["optimizer"])
     opt.compression.memory.load_state_dict(snapshot["memory"])
+    opt.compression.compressor.load_state_dict(snapshot["compressor"])
     if opt.compression.quantizer is not None:
         opt.compression.quantizer.load_state_dict(snapshot["quantizer"])
     opt._step = snapshot["step"]

@@ -31,8 +31,11 @@ gradients, in DDP's bucket order, which is the same on every rank):
 With the same compression and seed this is the same computation as
 :class:`~sparcml.torch.DistributedOptimizer` whenever the buckets hold the same parameters in
 the same order (tested). DDP rebuilds its buckets after the first iteration (in the order the
-gradients came): the error-feedback residuals then move with their parameters into the new
-buckets (a :class:`~sparcml.compression.ResidualMemory`; another memory starts empty).
+gradients came): the compression's state then moves with the parameters into the new buckets
+(:meth:`~sparcml.compression.Compression.split_state` per parameter, joined again per new
+bucket): error-feedback residuals, DGC velocities, signum momenta, PowerSGD's warm-start
+``Q`` per matrix and the step counts (random-k, DGC's warm-up). Each bucket's parameter shapes
+go to the compressor (PowerSGD compresses each matrix on its own).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ import torch
 from mpi4py import MPI
 
 from .._runtime.agreement import agree_on_lines, capture
-from ..compression._objects import Compression, ResidualMemory
+from ..compression._objects import Compression
 from .._options import Options
 from .._runtime.context import TrafficStats
 from .._errors import IncompatibleOptionsError, UnsupportedDtypeError
@@ -97,7 +100,7 @@ class SparcmlHookState:
         self.traffic = TrafficStats()
         self._pending: list[_Bucket] = []
         self._layout: dict = {}  # bucket index -> (parameter ids, their sizes)
-        self._pieces = None      # per-parameter residuals while DDP's buckets are rebuilt
+        self._pieces = None      # per-parameter state while DDP's buckets are rebuilt
 
     def __repr__(self) -> str:
         return (f"SparcmlHookState({self.compression.describe()}, step={self.step}, "
@@ -128,6 +131,7 @@ def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
     index = bucket.index()
     params = bucket.parameters()
     layout = (tuple(id(p) for p in params), tuple(p.numel() for p in params))
+    shapes = [tuple(p.shape) for p in params]
     old = None
     if state._layout.get(index, layout) != layout:
         old = dict(state._layout)  # the layouts the residuals were kept in
@@ -145,46 +149,37 @@ def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
         pending, state._pending = state._pending, []
     full = state.step < state.warmup_steps and state.compression.lossy
     submit(state.comm, f"sparcml_hook bucket {index}", _reduce, state, item, full,
-           state.step == 0, (old, layout) if old is not None else None, pending)
+           state.step == 0, (old, layout) if old is not None else None, pending, shapes)
     if pending is not None:
         state.step += 1
     return item.future
 
 
-def _move_residuals(state: SparcmlHookState, key, old_layouts: dict, layout) -> None:
-    """DDP rebuilt bucket ``key`` as ``layout``: give it the residuals of its parameters as
-    they were kept under ``old_layouts`` (the per-parameter pieces are cut once per rebuild,
-    before any bucket of the new layout updates its residual)."""
-    memory = state.compression.memory
-    if not isinstance(memory, ResidualMemory):
-        memory.reset()
-        return
-    residuals = memory.state_dict()["residuals"]
+def _move_state(state: SparcmlHookState, key, old_layouts: dict, layout) -> None:
+    """DDP rebuilt bucket ``key`` as ``layout``: give it the compression state of its
+    parameters as it was kept under ``old_layouts`` (residuals, DGC velocities, signum
+    momenta, PowerSGD's Q, step counts). The per-parameter pieces are cut once per rebuild,
+    before any bucket of the new layout updates its state; a parameter without a piece (it
+    was in no old bucket) leaves the bucket's state empty."""
+    compression = state.compression
     if state._pieces is None:
         state._pieces = {}
         for k, (ids, sizes) in old_layouts.items():
-            r = residuals.get(k)
-            if r is not None and r.shape[0] == sum(sizes):
-                offsets = np.cumsum((0,) + sizes)
-                state._pieces.update({pid: r[a:b] for pid, a, b in zip(ids, offsets, offsets[1:])})
+            state._pieces.update(zip(ids, compression.split_state(k, sizes)))
     ids, _ = layout
-    if all(pid in state._pieces for pid in ids):
-        residuals[key] = np.concatenate([state._pieces[pid] for pid in ids])
-    else:
-        residuals.pop(key, None)
-    memory.load_state_dict({"residuals": residuals})
+    compression.join_state(key, [state._pieces.get(pid, {}) for pid in ids])
 
 
 def _reduce(ctx, state: SparcmlHookState, item: _Bucket, full: bool, check: bool, moved,
-            pending) -> None:
+            pending, shapes=None) -> None:
     """On the communication thread: reduce one bucket; after the step's last, agree on
     non-finite buckets and complete every future of the step."""
     try:
         if moved is not None:
-            _move_residuals(state, item.index, *moved)
+            _move_state(state, item.index, *moved)
         flat = item.host.numpy()
         r, item.finite = reduce_flat(ctx, state.compression, flat, item.index, full=full,
-                                     check=check, stats=state.traffic)
+                                     check=check, stats=state.traffic, shapes=shapes)
         r.result.to_dense(out=flat)
         if state.size > 1:
             np.divide(flat, state.size, out=flat)

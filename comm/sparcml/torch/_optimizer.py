@@ -48,7 +48,7 @@ def _reduce_bucket(ctx, b: Bucket, compression: Compression, full: bool, check: 
     order; top-k and QSGD (Numba kernels, GIL released) overlap the rest of ``backward()``.
     """
     r, b.finite = reduce_flat(ctx, compression, b.flat, b.index, full=full, check=check,
-                              stats=b.traffic)
+                              stats=b.traffic, shapes=[tuple(p.shape) for p in b.params])
     # a full gradient sent as it is lives in b.flat, which the result overwrites
     b.sent = r.sent if compression.lossy and not full else None
     b.values_sent, b.compress_seconds = r.values_sent, r.compress_seconds

@@ -30,15 +30,16 @@ MODIFIED = 2
 
 
 def reduce_flat(ctx, compression: Compression, flat: np.ndarray, key, *, full: bool,
-                check: bool, stats=None) -> tuple[Reduced, bool]:
+                check: bool, stats=None, shapes=None) -> tuple[Reduced, bool]:
     """Compress and allreduce ``flat`` (1-d float32/float64) under ``key``: the
     :class:`~sparcml.compression.Reduced` of the call and whether ``flat`` was finite (when it
-    was not, zeros were reduced in its place). Collective in submission order on the
-    communication thread's context ``ctx``; ``flat`` is not modified."""
+    was not, zeros were reduced in its place). ``shapes``: the shapes of the parameters the
+    bucket concatenates (PowerSGD compresses each matrix on its own). Collective in submission
+    order on the communication thread's context ``ctx``; ``flat`` is not modified."""
     finite = bool(np.isfinite(flat).all())
     x = flat if finite else np.zeros_like(flat)
     return compression.allreduce_in(ctx, x, key=key, stats=stats, check=check,
-                                     full=full), finite
+                                     full=full, shapes=shapes), finite
 
 
 def agree_flags(ctx, flags: np.ndarray) -> np.ndarray:
