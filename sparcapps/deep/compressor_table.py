@@ -140,7 +140,10 @@ def rows_of(records) -> list[dict]:
     """One dict per (app, compressor): the table's columns."""
     groups = defaultdict(list)
     on_net = defaultdict(list)
+    by_run = {}  # a run recorded twice (a resumed script) counts once: its last record
     for rec in records:
+        by_run[rec.get("config", {}).get("run_id") or id(rec)] = rec
+    for rec in by_run.values():
         if rec.get("status", "ok") != "ok" or "test_accuracy" not in rec.get("metrics", {}) \
                 or not current(rec):
             continue
