@@ -352,13 +352,20 @@ class SimComm:
         recv = _array(recvbuf)
         send = _array(sendbuf)
         mine = (recv if send is None else send).copy()
-        ufunc, _ = _OPS[_op_name(op)]
+        if not op.is_predefined:  # a user-defined operation (MPI.Op.Create): applied as MPI would
+            def combine(parts):
+                acc = parts[0].copy()
+                for p in parts[1:]:
+                    op.Reduce_local(p, acc)
+                return acc
+        else:
+            ufunc, _ = _OPS[_op_name(op)]
 
-        def combine(parts):
-            acc = parts[0].copy()
-            for p in parts[1:]:
-                ufunc(acc, p, out=acc)
-            return acc
+            def combine(parts):
+                acc = parts[0].copy()
+                for p in parts[1:]:
+                    ufunc(acc, p, out=acc)
+                return acc
 
         gamma = self._world.gamma_add
         result = self._collective(mine, combine, lambda r, a, b: cc.allreduce_time(
