@@ -74,21 +74,24 @@ def _gradient(rec, rank: int, bucket: int, n: int) -> np.ndarray:
 def simulate_step(rec, P: int, *, network: str | None = None, timeout: float | None = None):
     """One step's reductions of ``rec`` on P simulated ranks: ``(seconds, result)``, seconds
     the slowest rank's virtual time (communication alone, see the module docstring) and
-    ``result`` the :class:`sparcml.sim.SimResult` (its ``results``: per rank, the values
-    each bucket's compressed vector carried, summed over the buckets)."""
-    from sparcml import sim
+    ``result`` the :class:`sparcml.sim.SimResult` (its ``results``: per rank, ``(values,
+    stats)``: the values its compressed vectors carried, summed over the buckets, and the
+    :class:`~sparcml.TrafficStats` of its calls)."""
+    from sparcml import TrafficStats, sim
 
     layout = _layout(rec)
 
     def body(comm):
         compression = _fresh_compression(rec)
+        stats = TrafficStats()
         sent = 0
         for b, shapes in enumerate(layout):
             n = sum(math.prod(s) for s in shapes)
             x = _gradient(rec, comm.Get_rank(), b, n)
-            out = compression.allreduce_in(_ctx(comm), x, key=b, shapes=shapes)
+            out = compression.allreduce_in(_ctx(comm), x, key=b, shapes=shapes,
+                                           stats=stats)
             sent += int(out.values_sent)
-        return sent
+        return sent, stats
 
     result = sim.run(P, body, network=network or f"{P}x10gbit", compute_scale=COMPUTE_SCALE,
                      timeout=timeout)
