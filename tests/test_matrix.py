@@ -33,6 +33,14 @@ def test_cases_on_simulated_ranks(module, profile, P):
     run_in_sim(P, module, profile, timeout=600)
 
 
+@pytest.mark.parametrize("P", [1, 2, 3, 5, 16, pytest.param(17, marks=pytest.mark.slow)])
+def test_native_and_point_to_point_paths_on_simulated_ranks(P):
+    """Issue 21, item 2: the phases that exchange with every rank, through MPI's vector
+    collectives and through point-to-point messages, forced either way by
+    ``Options.native_min_ranks``: the same bits and bytes (but the size exchange's)."""
+    run_in_sim(P, "allreduce", "native", timeout=600)
+
+
 def test_node_aware_cases_on_simulated_nodes_of_several_ranks():
     """The network's nodes as the communicator's own grouping: 2 nodes of 3 ranks (P = 6) and
     an uneven last node (P = 5)."""
@@ -73,6 +81,15 @@ def test_allreduce_under_mpiexec(P):
 def test_allreduce_on_16_real_ranks():
     """Above 8 ranks for real: 16 processes on this machine's cores (oversubscribed)."""
     run_in_mpiexec(16, "allreduce", "small", timeout=850)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [1, 2, pytest.param(3, marks=pytest.mark.slow),
+                               pytest.param(5, marks=pytest.mark.slow)])
+def test_native_and_point_to_point_paths_under_mpiexec(P):
+    """MPI's own Alltoall/Alltoallv, Allgatherv, Gather/Gatherv against the point-to-point
+    path, on real ranks with the threshold lowered (``Options.native_min_ranks=1``)."""
+    run_in_mpiexec(P, "allreduce", "native", timeout=600)
 
 
 @pytest.mark.mpi

@@ -34,7 +34,9 @@ def test_options_is_public_frozen_and_validated():
            ("index_coding", "RAW", "auto, coded, raw"), ("node_shm", 1, "True or False"),
            ("auto_tuning", "0", "True or False"), ("wait", "busy", "auto, spin, yield"),
            ("ranks_per_node", 0, "from 1 to"), ("ranks_per_node", 2**70, "from 1 to"),
-           ("ranks_per_node", 2.0, "from 1 to"), ("ranks_per_node", True, "from 1 to")]
+           ("ranks_per_node", 2.0, "from 1 to"), ("ranks_per_node", True, "from 1 to"),
+           ("native_min_ranks", 0, "from 1 to"), ("native_min_ranks", 1.5, "from 1 to"),
+           ("native_min_ranks", False, "from 1 to")]
     for field, value, accepted in bad:
         with pytest.raises(InvalidOptionError, match=rf"Options\.{field} .*{accepted}"):
             Options(**{field: value})
@@ -45,13 +47,15 @@ def test_environment_gives_the_defaults():
     assert default_options({}) == Options()
     env = {"SPARCML_PARTITIONS": " Equal ", "SPARCML_INDEX_CODING": "raw",
            "SPARCML_NODE_SHM": "0", "SPARCML_RANKS_PER_NODE": "3",
-           "SPARCML_AUTO_TUNING": "off", "SPARCML_WAIT": "spin"}
-    assert default_options(env) == Options("equal", "raw", False, 3, False, "spin")
+           "SPARCML_AUTO_TUNING": "off", "SPARCML_WAIT": "spin",
+           "SPARCML_NATIVE_MIN_RANKS": " 4 "}
+    assert default_options(env) == Options("equal", "raw", False, 3, False, "spin", 4)
     assert set(env) == set(ENVIRONMENT.values())
     for var, value in [("SPARCML_PARTITIONS", "skewed"), ("SPARCML_INDEX_CODING", "yes"),
                        ("SPARCML_NODE_SHM", "2"), ("SPARCML_RANKS_PER_NODE", "0"),
                        ("SPARCML_RANKS_PER_NODE", "99999999999999999999999"),
-                       ("SPARCML_AUTO_TUNING", "maybe"), ("SPARCML_WAIT", "busy")]:
+                       ("SPARCML_AUTO_TUNING", "maybe"), ("SPARCML_WAIT", "busy"),
+                       ("SPARCML_NATIVE_MIN_RANKS", "0"), ("SPARCML_NATIVE_MIN_RANKS", "x")]:
         with pytest.raises(InvalidOptionError, match=re.escape(f"{var}={value!r}")):
             default_options({var: value})
 
