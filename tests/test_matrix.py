@@ -16,11 +16,13 @@ from matrix.harness import run_in_mpiexec, run_in_sim
 
 SMALL_P = (1, 2, 3, 4, 5, 8)
 # the fast subset's sample (seconds each): the rest of the small-P runs are marked slow
-QUICK = {("allreduce", "small", 3), ("bad_input", "full", 3), ("compression", "full", 2)}
+QUICK = {("allreduce", "small", 3), ("bad_input", "full", 3), ("compression", "full", 2),
+         ("plans", "full", 3)}
 SIMULATED = [(module, "full", P) for P in SMALL_P
              for module in ("allreduce", "collectives", "topk", "compression")]
 SIMULATED += [("bad_input", "full", P) for P in SMALL_P if P > 1]  # one rank differs
 SIMULATED += [("allreduce", "small", 3)]
+SIMULATED += [("plans", "full", P) for P in SMALL_P]  # issue 21: persistent plans
 
 
 # ---- simulated ranks ---------------------------------------------------------------------------
@@ -90,3 +92,11 @@ def test_compression_under_mpiexec(P):
 def test_topk_under_mpiexec(P, shm):
     """On one node through the shared-memory window, and (SPARCML_NODE_SHM=0) messages."""
     run_in_mpiexec(P, "topk", "full", timeout=600, env={"SPARCML_NODE_SHM": shm})
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [1, 3])  # 2, 4, 5, 8: simulated
+def test_plans_under_mpiexec(P):
+    """Persistent plans on real ranks: the fast path's own receives, MPI's matching."""
+    run_in_mpiexec(P, "plans", "full", timeout=600)
