@@ -192,7 +192,7 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
         fast = _fast_path(ctx, vec)
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
         if fast is not None:  # recursive doubling on cached buffers: bitwise the same sum
-            result = fast.result(fast.run(vec, stats, False), out)
+            result = fast.result(fast.run(vec, stats, False, codec), out)
         elif node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
             result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,

@@ -313,7 +313,7 @@ class AllreducePlan:
             return _single(v, self._codec, out, sent, self._record.writes_out)
         if st.fast is not None:
             try:
-                cur = st.fast.run(v, stats, error is not None)
+                cur = st.fast.run(v, stats, error is not None, self._codec)
             except BaseException as exc:  # noqa: BLE001 - as fail_stop, without its frame
                 _abort_job(ctx.comm, f"plan.allreduce({self.algorithm})", exc)
                 raise

@@ -28,8 +28,8 @@ from mpi4py import MPI
 
 from .. import _kernels as kernels
 from .._vector import SparseVector, index_dtype_for
-from .._wire.codec import decode
-from .._wire.header import ERROR_FLAG, SHORT_HEADER_SIZE, SHORT_MAGIC
+from .._wire.codec import Part, decode
+from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
 
 __all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
 
@@ -58,7 +58,7 @@ class FastRecursiveDoubling:
     __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
                  "pof2", "rem", "newrank", "send", "recv", "send_w", "recv_w", "send_i",
                  "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
-                 "waiter", "copy_sends")
+                 "waiter", "copy_sends", "codec", "raw_counts")
 
     def __init__(self, ctx, dim: int, dtype):
         self.dim = dim
@@ -92,6 +92,8 @@ class FastRecursiveDoubling:
         self.bufs: dict = {}
         self.raised = self.seen = False
         self.copy_sends = getattr(ctx.comm, "sparcml_ops", None) is not None  # simulated
+        self.codec = None  # the running call's lossless Codec (its index coding): see run()
+        self.raw_counts: dict = {}
 
     # ---- buffers -------------------------------------------------------------------------------
     def _buf(self, name: str, n: int, dtype) -> np.ndarray:
@@ -108,18 +110,27 @@ class FastRecursiveDoubling:
     def _encode(self, idx, val, n: int) -> int:
         """Write the stream (``idx`` None: dense) into the send buffer; its size in bytes."""
         flags = self.vflag | (ERROR_FLAG if (self.raised or self.seen) else 0)
+        send = self.send
         if idx is None:
             self.send_w[0] = SHORT_MAGIC | (flags | _DENSE) << 16
             self.send_w[1] = self.dim
             self.send_v[:self.dim] = val
-            return SHORT_HEADER_SIZE + self.dim * self.s_val
-        self.send_w[0] = SHORT_MAGIC | flags << 16
-        self.send_w[1] = n
-        self.send_i[:n] = idx[:n]
-        at = _pad8(n * self.s_idx)
-        o = at // self.s_val
-        self.send_v[o:o + n] = val[:n]
-        return SHORT_HEADER_SIZE + at + n * self.s_val
+            end = SHORT_HEADER_SIZE + self.dim * self.s_val
+        else:
+            self.send_w[0] = SHORT_MAGIC | flags << 16
+            self.send_w[1] = n
+            self.send_i[:n] = idx[:n]
+            used = n * self.s_idx
+            at = _pad8(used)
+            if at != used:  # the codec's zero padding: the same bytes on every run
+                send[SHORT_HEADER_SIZE + used:SHORT_HEADER_SIZE + at] = 0
+            o = at // self.s_val
+            self.send_v[o:o + n] = val[:n]
+            end = SHORT_HEADER_SIZE + at + n * self.s_val
+        total = _pad8(end)  # as the codec pads a message (and counts it)
+        if total != end:
+            send[end:total] = 0
+        return total
 
     def _decoded(self):
         """The received stream: ``(indices or None, values, n)``, views of the receive buffer."""
@@ -140,21 +151,39 @@ class FastRecursiveDoubling:
         o = _pad8(n * self.s_idx) // self.s_val
         return self.recv_i[:n], self.recv_v[o:o + n], n
 
+    def _raw(self, n: int) -> bool:
+        """Whether the codec sends the indices of a sparse message of ``n`` items raw (then
+        this path writes it; else the codec encodes it: the same bytes as the plain call)."""
+        codec = self.codec
+        key = (n, codec.code_indices, codec.link_costs)
+        raw = self.raw_counts.get(key)
+        if raw is None:
+            raw = codec._layout(n, self.dim)[0] == RAW
+            if len(self.raw_counts) < 4096:
+                self.raw_counts[key] = raw
+        return raw
+
     def _exchange(self, stream, peer: int, tag: int, stats, send: bool, receive: bool):
         rreq = self.comm.Irecv([self.recv, MPI.BYTE], peer, tag) if receive else None
         if send:
             idx, val, n = stream
-            nbytes = self._encode(idx, val, n)
-            # a simulated send is delivered without a copy: the next round would overwrite it
-            buf = self.send if self.copy_sends is False else self.send[:nbytes].copy()
+            if idx is None or self.codec is None or self._raw(n):
+                nbytes = self._encode(idx, val, n)
+                # a simulated send is delivered without a copy: the next round would overwrite
+                buf = self.send if self.copy_sends is False else self.send[:nbytes].copy()
+            else:  # coded indices: the codec's message (flagged as the others)
+                buf, _ = self.codec.encode(Part(0, self.dim, idx[:n], val[:n]))
+                if self.raised or self.seen:
+                    set_error_flag(buf)
+                nbytes = buf.nbytes
             self.waiter.wait(self.comm.Isend([buf, nbytes, MPI.BYTE], peer, tag))
             stats.add_message(nbytes, idx is None)
         if receive:
             self.waiter.wait(rreq)
             got = self._decoded()
             idx, val, n = got
-            stats.bytes_received += SHORT_HEADER_SIZE + (
-                n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val)
+            stats.bytes_received += _pad8(SHORT_HEADER_SIZE + (
+                n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val))
             return got
         return None
 
@@ -208,11 +237,13 @@ class FastRecursiveDoubling:
         return vec.indices, vec.values, n
 
     # ---- the schedule --------------------------------------------------------------------------
-    def run(self, vec: SparseVector, stats, raised: bool):
+    def run(self, vec: SparseVector, stats, raised: bool, codec=None):
         """The sum of every rank's ``vec`` as a stream in this object's buffers (or ``vec``'s
         own arrays at P = 1); ``raised``: this rank's input was bad (``vec`` is a stand-in).
-        Afterwards :attr:`seen` says whether any rank's was."""
-        self.raised, self.seen = raised, False
+        ``codec``: the call's lossless :class:`~sparcml._wire.codec.Codec`, whose choice of
+        index code the messages follow (None: raw indices always). Afterwards :attr:`seen`
+        says whether any rank's was."""
+        self.raised, self.seen, self.codec = raised, False, codec
         cur = self._normalized(vec)
         rank, rem, pof2 = self.rank, self.rem, self.pof2
         if rank < 2 * rem:
