@@ -294,6 +294,9 @@ def _signature(names: tuple) -> int:
     return sig
 
 
+_DEFAULTS = Options()  # frozen: one instance serves every call
+
+
 class AgreedCall:
     """What :func:`agreed_call` gives the entry point's validation block: ``options`` (the
     call's :class:`~sparcml.Options`; the defaults where this rank's were invalid: the
@@ -303,7 +306,7 @@ class AgreedCall:
     __slots__ = ("options", "fields", "maxima", "agreed")
 
     def __init__(self, fields, maxima):
-        self.options = Options()
+        self.options = _DEFAULTS
         self.fields = fields
         self.maxima = maxima
         self.agreed: dict[str, int] = {}
