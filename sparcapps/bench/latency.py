@@ -48,7 +48,7 @@ def measure(comm, n: int, nnz: int, dtype, reps: int, warmup: int, seed: int = 0
     dense_in = vec.to_dense()
     dense_out = np.empty_like(dense_in)
     k = max(1, min(nnz, n))
-    plan = sparcml.plan(n, dtype, comm, algorithm="ssar_recursive_double")
+    plan = sparcml.plan(n, dtype, comm, algorithm=sparcml.DEFAULT_ALGORITHM)  # recursive doubling
     tplan = sparcml.topk_plan(n, dtype, k, comm)
     calls = {
         "MPI_Allreduce": lambda: comm.Allreduce(dense_in, dense_out, MPI.SUM),

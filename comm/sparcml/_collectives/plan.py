@@ -2,7 +2,7 @@
 
 The shape of MPI-4's ``MPI_Allreduce_init`` and FFTW's plans::
 
-    plan = sparcml.plan(dim, np.float32, comm, algorithm="ssar_recursive_double")
+    plan = sparcml.plan(dim, np.float32, comm)           # recursive doubling, the default
     for step in range(steps):
         total = plan.allreduce(gradient(step))         # no agreement round, same sum
         plan.allreduce(gradient(step), out=buffer)     # nothing allocated on the steady path
