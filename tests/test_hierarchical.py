@@ -1,22 +1,12 @@
-"""The node-aware allreduce: multi-rank cases under forced groupings, and its cost model."""
+"""The node-aware allreduce's cost model and bench rows (its multi-rank correctness cases:
+tests/matrix/hierarchical.py)."""
 
 import sys
 
 import pytest
 
-from mpirun import REPO, run_mpi
-
+from mpirun import run_mpi
 from sparcml import ALGORITHMS, CostModel
-
-CASES = REPO / "tests" / "mpi_cases"
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 2, 3, 4, 5, 6])
-def test_node_aware_allreduce_equals_the_flat_sum(nprocs):
-    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py", str(CASES / "hierarchical.py")],
-                   timeout=240)
-    assert "HIERARCHICAL" in proc.stdout and " OK" in proc.stdout, proc.stdout + proc.stderr
 
 
 def test_the_model_prefers_node_aware_where_the_node_link_is_shared():

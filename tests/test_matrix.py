@@ -17,11 +17,13 @@ from matrix.harness import run_in_mpiexec, run_in_sim
 SMALL_P = (1, 2, 3, 4, 5, 8)
 # the fast subset's sample (seconds each): the rest of the small-P runs are marked slow
 QUICK = {("allreduce", "small", 3), ("bad_input", "full", 3), ("compression", "full", 2),
-         ("plans", "full", 3)}
+         ("partitions", "full", 3), ("hierarchical", "full", 3), ("plans", "full", 3)}
 SIMULATED = [(module, "full", P) for P in SMALL_P
              for module in ("allreduce", "collectives", "topk", "compression")]
 SIMULATED += [("bad_input", "full", P) for P in SMALL_P if P > 1]  # one rank differs
 SIMULATED += [("allreduce", "small", 3)]
+SIMULATED += [("partitions", "full", P) for P in (1, 2, 3, 5, 8, 16)]
+SIMULATED += [("hierarchical", "full", P) for P in (1, 2, 3, 5, 6)]
 SIMULATED += [("plans", "full", P) for P in SMALL_P]  # issue 21: persistent plans
 
 
@@ -30,6 +32,13 @@ SIMULATED += [("plans", "full", P) for P in SMALL_P]  # issue 21: persistent pla
     pytest.param(*run, marks=() if run in QUICK else pytest.mark.slow) for run in SIMULATED])
 def test_cases_on_simulated_ranks(module, profile, P):
     run_in_sim(P, module, profile, timeout=600)
+
+
+def test_node_aware_cases_on_simulated_nodes_of_several_ranks():
+    """The network's nodes as the communicator's own grouping: 2 nodes of 3 ranks (P = 6) and
+    an uneven last node (P = 5)."""
+    for P in (6, 5):
+        run_in_sim(P, "hierarchical", "full", network="2x10gbit,ppn=3", timeout=600)
 
 
 @pytest.mark.parametrize("P", [16, pytest.param(64, marks=pytest.mark.slow),
@@ -92,6 +101,15 @@ def test_compression_under_mpiexec(P):
 def test_topk_under_mpiexec(P, shm):
     """On one node through the shared-memory window, and (SPARCML_NODE_SHM=0) messages."""
     run_in_mpiexec(P, "topk", "full", timeout=600, env={"SPARCML_NODE_SHM": shm})
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [1, 3, 5, 6])  # 2, 8, 16: simulated
+def test_node_aware_and_partitions_under_mpiexec(P):
+    """One node through the shared-memory window under forced groupings, the environment
+    defaults and the release of the node communicators (real ranks only); the balanced cut."""
+    run_in_mpiexec(P, "hierarchical", "full", timeout=400)
+    run_in_mpiexec(P, "partitions", "full", timeout=400)
 
 
 @pytest.mark.mpi

@@ -1,18 +1,14 @@
 """Balanced partitions of the split algorithms (sparcml._collectives.partition): the boundary arithmetic on
-one process, and the collective behaviour under mpiexec (tests/mpi_cases/partitions.py)."""
-
-import sys
+one process (the collective behaviour: tests/matrix/partitions.py)."""
 
 import numpy as np
 import pytest
 
-from mpirun import REPO, run_mpi
 from sparcml import SparseVector
 from sparcml._collectives import partition
 from sparcml._collectives.exchange import block_bounds
 from sparcml._wire.codec import Codec
 
-CASES = REPO / "tests" / "mpi_cases"
 CODEC = Codec(np.int32, np.float32)
 
 
@@ -74,11 +70,3 @@ def test_policy_default_comes_from_the_environment(monkeypatch):
     monkeypatch.setenv("SPARCML_PARTITIONS", "skewed")
     with pytest.raises(InvalidOptionError, match="expected one of balanced, equal"):
         default_options()
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("nprocs", [1, 3, 5])
-def test_balanced_partitions_on_several_ranks(nprocs):
-    proc = run_mpi(nprocs, args=[sys.executable, "-m", "mpi4py",
-                                 str(CASES / "partitions.py")], timeout=180)
-    assert "partitions ok" in proc.stdout, proc.stdout + proc.stderr

@@ -17,13 +17,12 @@ for many ranks), on simulated ranks or real ones.
 failures by name. The pytest side (``tests/matrix/harness.py``) compares the names with the
 list it derives from the same module and asserts no failure.
 
-Still scripts in ``tests/mpi_cases`` (run under mpiexec only): ``hierarchical``, ``partitions``
-and ``one_bad_rank`` set ``SPARCML_*`` environment variables per call or per rank (one
-environment for every simulated rank; they can move once the options are keywords);
-``one_bad_rank`` also runs without ``-m mpi4py`` on purpose, and ``uncaught`` and
-``fail_in_exchange`` test that a failing process ends the job; ``torch_*`` and ``deep_apps``
-need torch; ``linear_*`` and ``toy_algorithm_run`` run the applications and CLIs;
-``sim_validation`` compares real and simulated bytes (tests/test_sim.py).
+Still scripts in ``tests/mpi_cases`` (run under mpiexec only): ``one_bad_rank`` sets
+``SPARCML_*`` environment variables per rank (one environment for every simulated rank) and
+runs without ``-m mpi4py`` on purpose; ``uncaught`` and ``fail_in_exchange`` test that a
+failing process ends the job; ``torch_*`` and ``deep_apps`` need torch; ``linear_*`` and
+``toy_algorithm_run`` run the applications and CLIs; ``sim_validation`` compares real and
+simulated bytes (tests/test_sim.py).
 """
 
 from __future__ import annotations
@@ -36,7 +35,8 @@ from sparcml.sim import SimComm
 
 __all__ = ["Case", "Checks", "CaseError", "MODULES", "case_list", "run_cases"]
 
-MODULES = ("allreduce", "collectives", "topk", "bad_input", "compression", "plans")
+MODULES = ("allreduce", "collectives", "topk", "bad_input", "compression", "partitions",
+           "hierarchical", "plans")
 _MAX_REPORTED = 5  # failed checks reported per rank and case
 
 
