@@ -17,13 +17,14 @@ from matrix.harness import run_in_mpiexec, run_in_sim
 SMALL_P = (1, 2, 3, 4, 5, 8)
 # the fast subset's sample (seconds each): the rest of the small-P runs are marked slow
 QUICK = {("allreduce", "small", 3), ("bad_input", "full", 3), ("compression", "full", 2),
-         ("partitions", "full", 3), ("hierarchical", "full", 3)}
+         ("partitions", "full", 3), ("hierarchical", "full", 3), ("plans", "full", 3)}
 SIMULATED = [(module, "full", P) for P in SMALL_P
              for module in ("allreduce", "collectives", "topk", "compression")]
 SIMULATED += [("bad_input", "full", P) for P in SMALL_P if P > 1]  # one rank differs
 SIMULATED += [("allreduce", "small", 3)]
 SIMULATED += [("partitions", "full", P) for P in (1, 2, 3, 5, 8, 16)]
 SIMULATED += [("hierarchical", "full", P) for P in (1, 2, 3, 5, 6)]
+SIMULATED += [("plans", "full", P) for P in SMALL_P]  # issue 21: persistent plans
 
 
 # ---- simulated ranks ---------------------------------------------------------------------------
@@ -126,3 +127,11 @@ def test_node_aware_and_partitions_under_mpiexec(P):
     defaults and the release of the node communicators (real ranks only); the balanced cut."""
     run_in_mpiexec(P, "hierarchical", "full", timeout=400)
     run_in_mpiexec(P, "partitions", "full", timeout=400)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [1, 3])  # 2, 4, 5, 8: simulated
+def test_plans_under_mpiexec(P):
+    """Persistent plans on real ranks: the fast path's own receives, MPI's matching."""
+    run_in_mpiexec(P, "plans", "full", timeout=600)

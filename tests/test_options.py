@@ -171,5 +171,9 @@ def test_compression_carries_its_options_into_every_reduction(monkeypatch):
     seen = []
     monkeypatch.setattr("sparcml.compression._objects.allreduce_in",
                         lambda ctx, vec, **kw: seen.append(kw["options"]) or vec)
-    comp.allreduce(np.arange(5, dtype=np.float32))
+    comp.allreduce(np.arange(5, dtype=np.float32))  # a named algorithm: through its plan
+    plans = [plan for _, plan in comp._plans.values()]
+    assert seen == [] and [p.options for p in plans] == [raw]
+    auto = Compression(TopKCompressor(k=2), algorithm="auto", options=raw)
+    auto.allreduce(np.arange(5, dtype=np.float32))  # auto chooses per call: the plain call
     assert seen == [raw]
