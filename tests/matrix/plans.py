@@ -38,14 +38,17 @@ def random_vec(comm, dim, density, dtype, seed):
     return SparseVector(dim, idx, vals)
 
 
-def same_as_plain(comm, check, algorithm, dtype):
+NATIVE = sparcml.Options(native_min_ranks=1)  # MPI's vector collectives at any P
+
+
+def same_as_plain(comm, check, algorithm, dtype, options=None):
     """A plan of ``algorithm`` gives the plain call's bits, call after call."""
-    plan = sparcml.plan(DIM, dtype, comm, algorithm=algorithm)
+    plan = sparcml.plan(DIM, dtype, comm, algorithm=algorithm, options=options)
     check(plan.algorithm == algorithm, f"plan.algorithm {plan.algorithm}")
     for call, density in enumerate(DENSITIES * 2):
         vec = random_vec(comm, DIM, density, dtype, call)
         tag = f"[{algorithm} {np.dtype(dtype).name} d={density} call {call}]"
-        want = sparcml.allreduce(vec, comm, algorithm=algorithm)
+        want = sparcml.allreduce(vec, comm, algorithm=algorithm, options=options)
         got = plan.allreduce(vec)
         check(bits(got) == bits(want), f"{tag} plan.allreduce differs from allreduce")
         out = np.full(DIM, 7, dtype)
@@ -56,7 +59,8 @@ def same_as_plain(comm, check, algorithm, dtype):
         check(bits(req.wait()) == bits(want), f"{tag} plan.iallreduce differs")
         dense_in = vec.to_dense()
         check(bits(plan.allreduce(dense_in)) == bits(sparcml.allreduce(
-            dense_in, comm, algorithm=algorithm)), f"{tag} ndarray input differs")
+            dense_in, comm, algorithm=algorithm, options=options)),
+              f"{tag} ndarray input differs")
         check.same(bits(got), f"{tag} result")
 
 
@@ -106,12 +110,13 @@ def unreadable():
     return object.__new__(_Unreadable)
 
 
-def bad_rank(comm, check, what, algorithm):
+def bad_rank(comm, check, what, algorithm, options=None):
     """The last rank misbehaves in a plan call; every rank raises the same class."""
     rank, P = comm.Get_rank(), comm.Get_size()
     bad = rank == P - 1
     quantizer = sparcml.QSGD(4, seed=3) if what == "NaN under QSGD" else None
-    plan = sparcml.plan(100, np.float32, comm, algorithm=algorithm, quantizer=quantizer)
+    plan = sparcml.plan(100, np.float32, comm, algorithm=algorithm, quantizer=quantizer,
+                        options=options)
     good = SparseVector(100, np.array([1, 5]), np.ones(2, np.float32))
     vec = good
     expected = sparcml.InvalidVectorError
@@ -184,6 +189,10 @@ def cases(profile: str, P: int, simulated: bool = False) -> list[Case]:
     out = [Case(f"same as plain {a} {np.dtype(t).name}", same_as_plain,
                 {"algorithm": a, "dtype": t})
            for a in sparcml.ALGORITHMS for t in (np.float32, np.float64)]
+    # the O(P) phases on MPI's Alltoallv instead of point-to-point messages (issue 21, item 2)
+    out += [Case(f"same as plain {a} native", same_as_plain,
+                 {"algorithm": a, "dtype": np.float32, "options": NATIVE})
+            for a in sparcml.ALGORITHMS]
     out.append(Case("auto plan", auto_plan))
     out.append(Case("quantized plan", quantized_plan))
     out += [Case(f"topk same as plain {np.dtype(t).name}", topk_same_as_plain, {"dtype": t})
@@ -197,5 +206,8 @@ def cases(profile: str, P: int, simulated: bool = False) -> list[Case]:
         out += [Case(f"bad rank NaN under QSGD {a}", bad_rank,
                      {"what": "NaN under QSGD", "algorithm": a})
                 for a in sparcml.ALGORITHMS if sparcml.get_algorithm(a).accepts_quantizer]
+        out += [Case(f"bad rank {what} {a} native", bad_rank,
+                     {"what": what, "algorithm": a, "options": NATIVE})
+                for what in ("dim", "foreign exception") for a in sparcml.ALGORITHMS]
         out += [Case(f"topk bad rank {w}", topk_bad_rank, {"what": w}) for w in ("NaN", "dim")]
     return out

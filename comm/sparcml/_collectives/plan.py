@@ -151,6 +151,13 @@ class FlagOps(Ops):
     def allgather_values(self, ctx, block, bounds, out):
         return self.inner.allgather_values(ctx, block, bounds, out)
 
+    # the native collectives carry encoded buffers (flagged by encode, noted by decode)
+    def alltoallv_bytes(self, ctx, bufs, stats):
+        return self.inner.alltoallv_bytes(ctx, bufs, stats)
+
+    def gather_bytes(self, ctx, buf, stats, root=0):
+        return self.inner.gather_bytes(ctx, buf, stats, root)
+
     def bcast_bytes(self, ctx, data, nbytes, root=0, out=None):
         return self.inner.bcast_bytes(ctx, data, nbytes, root, out)
 
