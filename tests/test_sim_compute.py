@@ -1,6 +1,6 @@
 """``sparcml.sim.run(compute=...)``: compute charged from calibrated kernel rates (the default,
 deterministic under machine load) or measured; the rate cache; ``sparc-bench --simulate``'s
-``--compute``, ``--progress`` and its marks for a dense row that is modeled only."""
+``--sim-compute``, ``--progress`` and its marks for a dense row that is modeled only."""
 
 from __future__ import annotations
 
@@ -41,7 +41,6 @@ def _stop(procs):
         p.wait()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["ssar_split_allgather", "dense"])
 def test_modeled_compute_agrees_under_load(algorithm):
     """P = 16, N = 2^18, 1%: two runs, one with two busy loops beside it, within 5%."""
@@ -105,7 +104,9 @@ def test_rate_cache_ignores_corrupt_and_foreign_files(tmp_path, monkeypatch):
                                               "rates": _fake_rates()}),
                     json.dumps({"key": _rates.rates_key(), "rates": {"add": -1.0}}),
                     None):
-        if content is not None:
+        if content is None:  # no file
+            path.unlink()
+        else:
             path.parent.mkdir(exist_ok=True)
             path.write_text(content)
         _rates._reset_for_tests()
@@ -160,7 +161,7 @@ def _table(out):
 @pytest.mark.parametrize("compute", ["model", "measured"])
 def test_cli_compute_and_progress(tmp_path, capsys, compute):
     out = tmp_path / "r.jsonl"
-    assert cli.main(["--simulate", "3", "--network", "3x10gbit", *ARGS, "--compute", compute,
+    assert cli.main(["--simulate", "3", "--network", "3x10gbit", *ARGS, "--sim-compute", compute,
                      "--progress", "--output", str(out)]) == 0
     captured = capsys.readouterr()
     progress = [line for line in captured.err.splitlines() if "cell 1/1" in line]
@@ -168,7 +169,7 @@ def test_cli_compute_and_progress(tmp_path, capsys, compute):
         and "estimate" in progress[0]
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert {r["compute"] for r in recs} == {compute}
-    assert {r["config"]["compute"] for r in recs} == {compute}
+    assert {r["config"]["sim_compute"] for r in recs} == {compute}
     assert ("calibrated kernel rates" in captured.out) == (compute == "model")
 
 
@@ -179,7 +180,7 @@ def test_cli_progress_off(tmp_path, capsys):
 
 def test_cli_bad_compute_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--simulate", "2", *ARGS, "--compute", "fast"])
+        cli.main(["--simulate", "2", *ARGS, "--sim-compute", "fast"])
     assert exc.value.code == 2
 
 

@@ -3,7 +3,7 @@
 Runs in one process (no mpiexec): for each P, ``sparcml.sim.run`` executes the same cells as
 a real sweep -- the same inputs (:func:`make_input`), every algorithm interleaved, ``dense``
 first -- on P virtual ranks of the network SPEC. Times are the simulator's virtual clocks
-(measured compute + modeled communication; the slowest rank per repetition); bytes, results
+(compute + modeled communication; the slowest rank per repetition); bytes, results
 and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC``.
 
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
@@ -17,7 +17,7 @@ Python): their time is the cost model's prediction for the network
 (:func:`sparcml.sim.network_cost_model`) at the cell's exact input and result sizes (taken
 from an algorithm that was simulated), their bytes the model's volumes (:func:`_model_bytes`).
 
-Compute is charged by ``--compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
+Compute is charged by ``--sim-compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
 (default) calibrated kernel rates times exact work, so two runs agree whatever the machine's
 load; ``measured`` the thread CPU time. Records carry ``"compute"``. ``--progress`` (default:
 when stderr is a terminal) prints a line per cell: cell, P, elapsed wall time, estimate
@@ -67,9 +67,9 @@ def add_arguments(p) -> None:
                    help="with --simulate: run the dense baseline only while P x N values fit "
                         "in this many GiB (three copies counted); beyond, it is modeled")
     p.add_argument("--compute-scale", type=positive_float, default=1.0, metavar="FACTOR",
-                   help="with --simulate: multiply the compute measured here by FACTOR (the "
+                   help="with --simulate: multiply the compute charged here by FACTOR (the "
                         "target's cores are FACTOR times slower; or ranks share cores)")
-    p.add_argument("--compute", choices=("model", "measured"), default="model",
+    p.add_argument("--sim-compute", choices=("model", "measured"), default="model",
                    help="with --simulate: how a simulated rank's compute is charged: 'model' "
                         "(default) calibrated kernel rates x exact work, the same on a quiet "
                         "or a loaded machine (rates cached in ~/.cache/sparcml/); 'measured' "
@@ -289,14 +289,14 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
     net = sim.parse_network(args.network)
     environment = capture_environment()
     budget = args.sim_memory * 2**30
-    what = ("compute modeled from calibrated kernel rates" if args.compute == "model"
+    what = ("compute modeled from calibrated kernel rates" if args.sim_compute == "model"
             else "compute measured here")
     print(f"sparc-bench --simulate: network {net.text}; time = median over reps of the "
-          f"slowest rank's virtual time ({what} + modeled communication; --compute); bytes "
+          f"slowest rank's virtual time ({what} + modeled communication; --sim-compute); bytes "
           f"and results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
           f"{'median ms':>10} {'sent/rank':>10} {'result density':>14} {'vs dense (x)':>12}")
-    _warm_up([a for a in algorithms if a != AUTO], args.dtype, args.compute)
+    _warm_up([a for a in algorithms if a != AUTO], args.dtype, args.sim_compute)
     show_progress = _progress_on(args)
     said_mixed = False
     for P in args.simulate:
@@ -334,7 +334,7 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                   f"{_clock(sum(estimates))}", file=sys.stderr, flush=True)
         all_results = sim.run(P, _cells, network=net, compute_scale=args.compute_scale,
                               args=(todo, reps, warmup, args.seed, model, progress),
-                              compute=args.compute).results if todo else []
+                              compute=args.sim_compute).results if todo else []
         position = 0
         for dim, density, pattern, label, dense_fits, cases, run_cases, replay in plan:
             cell_results = []
@@ -414,7 +414,7 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                  "speedup_mixed": mixed,
                                  "network_model": net.to_dict()})
                     rec["simulated"] = True
-                    rec["compute"] = args.compute
+                    rec["compute"] = args.sim_compute
                     rec["network"] = net.text
                     rec["nodes"] = -(-P // net.ppn)
                     rec["ranks_per_node"] = min(P, net.ppn)
