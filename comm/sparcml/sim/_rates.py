@@ -15,7 +15,7 @@ kernel          work                                                  via
 ``decode``      bytes of the message                                  ``Ops.decode``
 ``dense_add``   bytes of a dense float32 sum (a simulated Allreduce)  ``World.gamma_add``
 ``op``          one kernel call's fixed cost (Python, allocation)     each of the above
-``call``        Python between two communicator calls                 ``World.enter``
+``call``        Python between two communicator calls of sparcml      ``World.enter``
 ==============  ===================================================  =========================
 
 Each rate is measured once per process on first use, as the best of several timings of the
@@ -27,7 +27,8 @@ on another machine or version is ignored and rewritten (atomically: a temporary 
 P = 4, so its compute is the Python per communicator call).
 
 What is not a kernel here and so is not charged: top-k's selection kernels, input validation,
-the conversion of a caller's input. Those are O(k) or O(N / P) passes; the measured mode
+the conversion of a caller's input, and the user's own code and communicator calls between
+sparcml's calls (a ``Barrier``, a ``Send``: no ``call`` cost either). Those are O(k) or O(N / P) passes; the measured mode
 (``compute="measured"``) charges everything a rank does.
 """
 

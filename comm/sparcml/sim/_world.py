@@ -106,12 +106,12 @@ class World:
     def enter(self, st: RankState, call: bool = True) -> None:
         """A rank enters the communicator: its compute since the last exit goes on its clock.
         Measured: the thread CPU time since then, corrected by its credit. Modeled: the kernels
-        it ran since (their credit) and, for a ``call`` (not a look at the clock), the Python
-        of one communicator call."""
+        it ran since (their credit) and, for a ``call`` (not a look at the clock) made by
+        sparcml's code, the Python of one communicator call."""
         self.progress += 1
         if self.rates is not None:
             spent = credit_of()
-            if call:
+            if call and _called_by_sparcml():
                 st.calls += 1
                 spent += self.rates["call"]
             spent *= self.compute_scale
@@ -237,6 +237,20 @@ class World:
         rstart = max(start, free[key])
         free[key] = rstart + nbytes * beta
         return rstart + nbytes * beta + alpha
+
+
+def _called_by_sparcml(depth: int = 12) -> bool:
+    """Whether the communicator's caller (the first frame outside :mod:`sparcml.sim`) is
+    sparcml's code: the calls a modeled rank is charged the Python of (a user's own ``Send``
+    or ``Barrier`` between sparcml calls is not sparcml's software)."""
+    frame = sys._getframe(2)
+    while frame is not None and depth > 0:
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("sparcml.sim"):
+            return module.startswith("sparcml.") or module == "sparcml"
+        frame = frame.f_back
+        depth -= 1
+    return False
 
 
 def _where(frame, depth: int = 5) -> str:
