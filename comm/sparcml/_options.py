@@ -39,7 +39,7 @@ from ._errors import InvalidOptionError
 
 __all__ = ["Options", "default_options", "resolve_options", "current_options", "in_call",
            "option_fields", "option_labels", "ENVIRONMENT", "PARTITIONS", "INDEX_CODINGS",
-           "WAITS", "MAX_RANKS_PER_NODE", "NATIVE_MIN_RANKS"]
+           "WAITS", "MAX_RANKS_PER_NODE", "NATIVE_MIN_RANKS", "sim_rates_cache_path"]
 
 PARTITIONS = ("balanced", "equal")
 INDEX_CODINGS = ("auto", "coded", "raw")
@@ -281,3 +281,22 @@ def option_labels() -> dict[str, dict[int, str]]:
             "options.native_min_ranks": {-1: "(invalid)"},
             "options.wait": {0: "spin", 1: "yield", -1: "(invalid)"}}
 
+
+
+# ---- the simulator's kernel-rate cache (sparcml.sim, compute="model") ---------------------------
+SIM_RATES_VARIABLE = "SPARCML_SIM_RATES"
+
+
+def sim_rates_cache_path(environ=None):
+    """Where :mod:`sparcml.sim` keeps its calibrated kernel rates, or None not to read or write
+    a cache (``SPARCML_SIM_RATES=off``: measure once per process). Default
+    ``$XDG_CACHE_HOME/sparcml/sim-kernel-rates.json`` (``~/.cache`` when unset); any other
+    value of ``SPARCML_SIM_RATES`` is taken as the file's path."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(SIM_RATES_VARIABLE, "").strip()
+    if text.lower() in _FALSE:
+        return None
+    if text and text.lower() not in _TRUE:
+        return os.path.expanduser(text)
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sparcml", "sim-kernel-rates.json")

@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --overlap: NumPy ufuncs or PyTorch matmuls, one thread per rank")
     # issue 21: per-call latency against MPI_Allreduce (sparcapps/bench/latency.py)
     p.add_argument("--latency", action="store_true",
-                   help="instead of the sweep: per-call medians of MPI_Allreduce of the dense "
+                   help="instead of the sweep: per-call median seconds (printed in us) of "
+                        "MPI_Allreduce of the dense "
                         "N floats, a persistent plan (sparcml.plan, recursive doubling), the "
                         "plain allreduce, sparcml.topk_plan and the plain topk_allreduce, "
                         "interleaved in one run, each with its ratio to MPI_Allreduce (N "

@@ -50,11 +50,11 @@ from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call, raise_agreed
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
-from .._wire.header import has_error_flag, set_error_flag
 from .algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .algorithms.recursive_doubling import ALGORITHM as RECURSIVE_DOUBLING
 from .entry import _abort_job, _calibration_run, fail_stop
-from .ops import Ops
+from .flag_ops import FlagOps
+from .ops import PLAIN
 from .partition import memory_of as partition_memory_of
 from .plan_fast import FastRecursiveDoubling, fits
 from .registry import algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
@@ -119,70 +119,6 @@ def agreed_error(ctx, error: BaseException | None) -> None:
     raise_agreed(ctx.comm, error)
 
 
-class FlagOps(Ops):
-    """The context's operations, with the error flag set on every message this rank sends
-    once it is raised or seen, and noted on every message it decodes (see the module
-    docstring). ``reset(raised)`` starts a call."""
-
-    __slots__ = ("inner", "raised", "seen")
-
-    def __init__(self, inner: Ops):
-        self.inner = inner
-        self.raised = self.seen = False
-
-    def reset(self, raised: bool) -> None:
-        self.raised, self.seen = raised, False
-
-    @property
-    def flagged(self) -> bool:
-        return self.raised or self.seen
-
-    def recv_bytes(self, ctx, source, tag, status=None):
-        return self.inner.recv_bytes(ctx, source, tag, status)
-
-    def allgather_in_place(self, ctx, sizes, write_mine, stats):
-        def write(slot):
-            write_mine(slot)
-            if self.flagged:
-                set_error_flag(slot)
-
-        return self.inner.allgather_in_place(ctx, sizes, write, stats)
-
-    def allgather_values(self, ctx, block, bounds, out):
-        return self.inner.allgather_values(ctx, block, bounds, out)
-
-    # the native collectives carry encoded buffers (flagged by encode, noted by decode)
-    def alltoallv_bytes(self, ctx, bufs, stats):
-        return self.inner.alltoallv_bytes(ctx, bufs, stats)
-
-    def gather_bytes(self, ctx, buf, stats, root=0):
-        return self.inner.gather_bytes(ctx, buf, stats, root)
-
-    def bcast_bytes(self, ctx, data, nbytes, root=0, out=None):
-        return self.inner.bcast_bytes(ctx, data, nbytes, root, out)
-
-    def encode(self, codec, part, *, known_dense=False, seed=None):
-        buf, dense = self.inner.encode(codec, part, known_dense=known_dense, seed=seed)
-        if self.flagged:
-            buf = buf.copy()  # the simulator may share the encoded buffer
-            set_error_flag(buf)
-        return buf, dense
-
-    def decode(self, buf, out=None, *, streaming=False, check=False):
-        if has_error_flag(buf):
-            self.seen = True
-        return self.inner.decode(buf, out, streaming=streaming, check=check)
-
-    def add(self, a, b, codec, **kwargs):
-        return self.inner.add(a, b, codec, **kwargs)
-
-    def fold_parts(self, parts, offset, length, codec, force_dense=False, **kwargs):
-        return self.inner.fold_parts(parts, offset, length, codec, force_dense, **kwargs)
-
-    def assemble(self, blocks, dim, codec):
-        return self.inner.assemble(blocks, dim, codec)
-
-
 class _OnContext:
     """A plan's state on one context (the blocking path's, or the communication thread's):
     a context of its own sharing the workspace, waiter and communicator, whose operations
@@ -197,7 +133,10 @@ class _OnContext:
                                workspace=base.workspace, ops=self.ops, model=base.model,
                                link_costs=base.link_costs,
                                partition_memory=partition_memory_of(base))
-        self.fast = FastRecursiveDoubling(base, dim, dtype) if fast and base.size > 1 else None
+        # the fast path moves bytes itself: real ranks only (a simulated run's operations
+        # share buffers and charge modeled compute, which the fast path would bypass)
+        self.fast = (FastRecursiveDoubling(base, dim, dtype)
+                     if fast and base.size > 1 and base.ops is PLAIN else None)
 
 
 class AllreducePlan:
