@@ -26,10 +26,14 @@ ALL = ("ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather", 
        "auto", "topk", "dense")
 
 
-def _body(comm, case, N, density):
+def _body(comm, case, N, density, model=None):
     import numpy as np
 
     import sparcml
+    import sparcml.sim as sim
+
+    if model is not None:  # auto chooses by the simulated network, as sparc-bench --simulate
+        sim.use_model(comm, model)
 
     rank = comm.Get_rank()
     k = max(1, int(N * density))
@@ -49,9 +53,13 @@ def _body(comm, case, N, density):
 def measure(P, case, N, density, compute):
     import sparcml.sim as sim
 
+    network = f"{P}x10gbit"
+    # auto: the network's cost model (sparcml.calibrate's measurements on P simulated ranks
+    # would time this machine and hold P copies of its 2^20-entry inputs)
+    model = sim.network_cost_model(network, P) if case == "auto" else None
     sim.run(4, _body, args=(case, 1 << 12, density), compute=compute)
     t0 = time.time()
-    res = sim.run(P, _body, args=(case, N, density), network=f"{P}x10gbit", compute=compute)
+    res = sim.run(P, _body, args=(case, N, density, model), network=network, compute=compute)
     wall = time.time() - t0
     return {"case": case, "P": P, "N": N, "density": density, "compute_mode": compute,
             "wall": wall, "modeled": max(res.results), "compute": max(res.compute),
@@ -86,7 +94,8 @@ def main():
                   flush=True)
             continue
         if proc.returncode:
-            print(f"{case:24s} failed: {proc.stderr.strip().splitlines()[-1:]}", flush=True)
+            why = proc.stderr.strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+            print(f"{case:24s} failed: {why[0]}", flush=True)
             continue
         r = json.loads(proc.stdout.strip().splitlines()[-1])
         print(f"{case:24s} simulation {r['wall']:7.1f} s (process {time.time() - t0:6.1f} s)  "
