@@ -89,7 +89,8 @@ def test_simulated_vector_collectives_move_the_data_as_one_event():
     cost = mpi.alltoallv_time(P, peak, peak, ALPHA, BETA)
     start = max(r[3][0] for r in res.results)
     for r in res.results:
-        assert cost <= r[3][1] - start < cost + 5e-3
+        # (under modeled compute nothing is charged around it: equal up to rounding)
+        assert cost * (1 - 1e-9) <= r[3][1] - start < cost + 5e-3
     assert res.results[0][4].tolist() == [j for j in range(P) for _ in range(j + 1)]
     assert res.messages == [0] * P  # no point-to-point message
     # wire bytes: the Alltoall's 4 per peer, the Alltoallv's blocks to others, the Gather and

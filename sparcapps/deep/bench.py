@@ -177,7 +177,7 @@ def _run(args) -> int:
         print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
         print(f"{'config':14} {'step s':>8} {'compute s':>9} {'comm s':>8} {'wait s':>8} "
               f"{'compress s':>10} {'hidden share':>12} {'unwaited share':>14} "
-              f"{'bytes/step/rank':>16} {'buckets':>7} {'comm ms/bucket':>14}")
+              f"{'bytes/step/rank':>16} {'buckets/step':>12} {'comm ms/bucket':>14}")
     summary = {}
     for name, r in runs.items():
         med = {k: float(np.median(v)) for k, v in r["t"].items()}
@@ -193,7 +193,7 @@ def _run(args) -> int:
         if rank == 0:
             print(f"{name:14} {med['step']:8.4f} {med['compute']:9.4f} {med['comm']:8.4f} "
                   f"{med['wait']:8.4f} {med['compress']:10.4f} {hidden:12.2f} "
-                  f"{unwaited:14.2f} {per_rank:16,.0f} {buckets:7d} {per_bucket * 1e3:14.3f}")
+                  f"{unwaited:14.2f} {per_rank:16,.0f} {buckets:12d} {per_bucket * 1e3:14.3f}")
         if rank == 0 and args.output:
             append_record(args.output, make_record(
                 "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,

@@ -249,13 +249,15 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     both[0] = 1 if local_error is not None else 0
     both[1] = _signature(names)
     vals = both[:width].copy()
-    np.negative(vals, out=both[width:2 * width])
+    # ~x (= -x - 1) reverses the order without overflow, unlike -x at -2**63: the MAX of
+    # the inverted values is the inverted MIN
+    np.invert(vals, out=both[width:2 * width])
     if waiter is None:
         comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
     else:
         waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
     reduced = both.tolist()
-    hi, lo = reduced[:width], [-x for x in reduced[width:2 * width]]
+    hi, lo = reduced[:width], [~x for x in reduced[width:2 * width]]
     if hi[0]:
         _reraise(comm, local_error, sparcml_only=True, prefix_own=False)
     if hi[1] != lo[1]:  # different calls: their fields mean different things
