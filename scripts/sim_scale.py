@@ -28,6 +28,7 @@ def main() -> None:
     ap.add_argument("--no-share", action="store_true")
     a = ap.parse_args()
     import sparcml.sim as sim
+    from sparcapps.bench.runner import BenchCase
     from sparcapps.bench.simulate import _cell
 
     peak = [_rss()]
@@ -40,8 +41,9 @@ def main() -> None:
     threading.Thread(target=sample, daemon=True).start()
     algs = a.algorithms.split(",")
     t = time.time()
+    cases = [BenchCase(a.N, a.density, "random", alg) for alg in algs]
     res = sim.run(a.P, _cell, network=f"{a.P}x10gbit", share=not a.no_share,
-                  args=(algs, a.N, a.density, "random", "float32", 1, 0, 0, None))
+                  args=(cases, 1, 0, 0, None))
     wall = time.time() - t
     done.set()
     for i, alg in enumerate(algs):

@@ -17,13 +17,14 @@ from matrix.harness import run_in_mpiexec, run_in_sim
 SMALL_P = (1, 2, 3, 4, 5, 8)
 # the fast subset's sample (seconds each): the rest of the small-P runs are marked slow
 QUICK = {("allreduce", "small", 3), ("bad_input", "full", 3), ("compression", "full", 2),
-         ("partitions", "full", 3), ("hierarchical", "full", 3)}
+         ("partitions", "full", 3), ("hierarchical", "full", 3), ("plans", "full", 3)}
 SIMULATED = [(module, "full", P) for P in SMALL_P
              for module in ("allreduce", "collectives", "topk", "compression")]
 SIMULATED += [("bad_input", "full", P) for P in SMALL_P if P > 1]  # one rank differs
 SIMULATED += [("allreduce", "small", 3)]
 SIMULATED += [("partitions", "full", P) for P in (1, 2, 3, 5, 8, 16)]
 SIMULATED += [("hierarchical", "full", P) for P in (1, 2, 3, 5, 6)]
+SIMULATED += [("plans", "full", P) for P in SMALL_P]  # issue 21: persistent plans
 
 
 # ---- simulated ranks ---------------------------------------------------------------------------
@@ -31,6 +32,14 @@ SIMULATED += [("hierarchical", "full", P) for P in (1, 2, 3, 5, 6)]
     pytest.param(*run, marks=() if run in QUICK else pytest.mark.slow) for run in SIMULATED])
 def test_cases_on_simulated_ranks(module, profile, P):
     run_in_sim(P, module, profile, timeout=600)
+
+
+@pytest.mark.parametrize("P", [1, 2, 3, 5, 16, pytest.param(17, marks=pytest.mark.slow)])
+def test_native_and_point_to_point_paths_on_simulated_ranks(P):
+    """Issue 21, item 2: the phases that exchange with every rank, through MPI's vector
+    collectives and through point-to-point messages, forced either way by
+    ``Options.native_min_ranks``: the same bits and bytes (but the size exchange's)."""
+    run_in_sim(P, "allreduce", "native", timeout=600)
 
 
 def test_node_aware_cases_on_simulated_nodes_of_several_ranks():
@@ -76,6 +85,15 @@ def test_allreduce_on_16_real_ranks():
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("P", [1, 2, pytest.param(3, marks=pytest.mark.slow),
+                               pytest.param(5, marks=pytest.mark.slow)])
+def test_native_and_point_to_point_paths_under_mpiexec(P):
+    """MPI's own Alltoall/Alltoallv, Allgatherv, Gather/Gatherv against the point-to-point
+    path, on real ranks with the threshold lowered (``Options.native_min_ranks=1``)."""
+    run_in_mpiexec(P, "allreduce", "native", timeout=600)
+
+
+@pytest.mark.mpi
 @pytest.mark.slow
 @pytest.mark.parametrize("P", [1, 3, 8])  # 2, 4, 5: simulated
 def test_collectives_under_mpiexec(P):
@@ -109,3 +127,11 @@ def test_node_aware_and_partitions_under_mpiexec(P):
     defaults and the release of the node communicators (real ranks only); the balanced cut."""
     run_in_mpiexec(P, "hierarchical", "full", timeout=400)
     run_in_mpiexec(P, "partitions", "full", timeout=400)
+
+
+@pytest.mark.mpi
+@pytest.mark.slow
+@pytest.mark.parametrize("P", [1, 3])  # 2, 4, 5, 8: simulated
+def test_plans_under_mpiexec(P):
+    """Persistent plans on real ranks: the fast path's own receives, MPI's matching."""
+    run_in_mpiexec(P, "plans", "full", timeout=600)

@@ -426,7 +426,8 @@ def _collect_garbage(comm, heap):
 
 def test_garbage_collection_is_not_charged_as_compute():
     heap = [[i] for i in range(1_000_000)]  # a large shared heap, as at P = 1,024
-    res = sim.run(2, _collect_garbage, args=(heap,), network="2x1tbit,latency=1ns").results
+    res = sim.run(2, _collect_garbage, args=(heap,), network="2x1tbit,latency=1ns",
+                  compute="measured").results
     charged, cpu = res[0]
     assert cpu > 0.01 and charged < 0.2 * cpu, (charged, cpu)
 
@@ -435,7 +436,8 @@ def test_compute_scale_multiplies_the_measured_compute():
     """Compute is the thread CPU time between two calls, times compute_scale."""
     fast = "2x1tbit,latency=1ns"
     for scale in (1.0, 4.0):
-        times = sim.run(2, _burn_cpu, args=(0.02,), network=fast, compute_scale=scale).results
+        times = sim.run(2, _burn_cpu, args=(0.02,), network=fast, compute_scale=scale,
+                        compute="measured").results
         assert all(0.02 * scale <= t < 0.02 * scale * 1.1 + 1e-3 for t in times), (scale, times)
 
 

@@ -5,6 +5,8 @@ where they lose). (The garbage-collection finding is tested in ``test_sim.py``.)
 import pytest
 
 import sparcml.sim as sim
+from sparcml import Options
+from sparcml._options import in_call
 from sparcml.sim import network_cost_model, parse_network
 from sparcml.sim._model import message_overhead
 
@@ -17,16 +19,22 @@ def test_simulated_cost_model_charges_software_per_message():
     assert 0 < o < 0.01
     assert network_cost_model(net, 16, factors=False).alpha == pytest.approx(5e-6 + o)
     # with it, the P - 1 small messages of the split algorithms cost what they cost: at
-    # 0.1% of 16M on 1,024 ranks, 1,023 messages of ~16 items each lose to 10 rounds of
-    # recursive doubling; with the link latency alone (5 us) they would not
+    # 0.1% of 16M on 1,024 ranks, 1,023 point-to-point messages of ~16 items each lose to 10
+    # rounds of recursive doubling; with the link latency alone (5 us) they would not
+    # (the point-to-point path forced: by default from 16 ranks the phase is one Alltoallv,
+    # whose P - 1 messages MPI posts, and o no longer multiplies them)
     shape = dict(P=1024, N=1 << 24, k=1 << 14)
     big = net.text.replace("64x", "1024x")
-    with_o = network_cost_model(big, 1024, overhead=1e-4, factors=False)
-    without = network_cost_model(big, 1024, overhead=0.0, factors=False)
-    for model, split_loses in ((with_o, True), (without, False)):
-        split = model.predict("ssar_split_allgather", **shape)
-        rd = model.predict("ssar_recursive_double", **shape)
-        assert (split > rd) == split_loses
+    with_o = network_cost_model(big, 1024, overhead=1e-4, part_overhead=5e-6, factors=False)
+    without = network_cost_model(big, 1024, overhead=0.0, part_overhead=5e-6, factors=False)
+    with in_call(Options(native_min_ranks=2**31 - 1)):
+        for model, split_loses in ((with_o, True), (without, False)):
+            split = model.predict("ssar_split_allgather", **shape)
+            rd = model.predict("ssar_recursive_double", **shape)
+            assert (split > rd) == split_loses
+        p2p = with_o.predict("ssar_split_allgather", **shape)
+    native = with_o.predict("ssar_split_allgather", **shape)
+    assert native < p2p - 1023 * 1e-4 + 1024 * 5e-6 + 1e-3
 
 
 def test_simulated_model_adds_each_algorithms_measured_residual_and_scale():

@@ -121,12 +121,32 @@ def _bypasses(path: Path) -> list[str]:
 
 
 def test_the_algorithms_reach_the_shared_operations_only_through_ctx_ops():
+    # ops.py and flag_ops.py are operations objects; plan_fast.py is the plan's real-ranks-only
+    # path (taken only when the context holds the plain operations: checked below)
     modules = [p for sub in ("_collectives", "_topk") for p in (PACKAGE / sub).rglob("*.py")
-               if p.name not in ("ops.py", "arith.py")]
+               if p.name not in ("ops.py", "flag_ops.py", "arith.py", "plan_fast.py")]
     assert any(p.name == "hierarchical.py" for p in modules)
     assert any(p.name == "topk_allreduce.py" for p in modules)
     found = [b for p in sorted(modules) for b in _bypasses(p)]
     assert found == []
+
+
+def test_plans_take_their_fast_path_on_real_ranks_only():
+    """Simulated plans run the algorithm through the shared (and modeled) operations."""
+    import numpy as np
+
+    import sparcml
+
+    def body(comm):
+        plan = sparcml.plan(64, np.float32, comm)
+        vec = sparcml.SparseVector(64, np.array([comm.Get_rank()]), np.ones(1, np.float32))
+        total = plan.allreduce(vec).to_dense()
+        from sparcml._runtime.context import context_for
+
+        return plan.fast, plan._state(context_for(comm)).fast is None, float(total.sum())
+
+    for P in (2, 3):
+        assert sim.run(P, body).results == [(True, True, float(P))] * P
 
 
 def test_the_bypass_detector_finds_direct_calls(tmp_path):
@@ -214,10 +234,16 @@ def test_contexts_on_simulated_communicators_hold_the_runs_operations():
     def body(comm):
         from sparcml._runtime.context import context_for
 
-        return type(context_for(comm).ops).__name__
+        ops = context_for(comm).ops
+        # compute="model": the run's operations wrapped by the kernels' charging
+        inner = getattr(ops, "_inner", None)
+        return type(ops).__name__, None if inner is None else type(inner).__name__
 
-    assert sim.run(2, body).results == ["SharingOps"] * 2
-    assert sim.run(2, body, share=False).results == ["Ops"] * 2
+    measured = {"compute": "measured"}
+    assert sim.run(2, body, **measured).results == [("SharingOps", None)] * 2
+    assert sim.run(2, body, share=False, **measured).results == [("Ops", None)] * 2
+    assert sim.run(2, body).results == [("ModelOps", "SharingOps")] * 2
+    assert sim.run(2, body, share=False).results == [("ModelOps", "Ops")] * 2
     assert type(PLAIN) is Ops
 
 

@@ -173,10 +173,14 @@ def test_a_short_header_with_unknown_flags_is_corrupt():
     buf, _ = Codec(np.int32, np.float32).encode(Part(0, 1000, np.array([5], np.int32),
                                                       np.ones(1, np.float32)))
     assert read_header(buf).size == SHORT_HEADER_SIZE
-    for flip in (1 << 3, 1 << 6, 1 << 7):
+    for flip in (1 << 6, 1 << 7):
         bad = buf.copy()
         bad[2] |= flip
         with pytest.raises(sparcml.SparcmlError, match="unknown header flags"):
             decode(bad)
+    flagged = buf.copy()  # bit 3: a persistent plan's error flag, read and otherwise ignored
+    flagged[2] |= 1 << 3
+    assert read_header(flagged).error and not read_header(buf).error
+    assert decode(flagged).indices.tolist() == [5]
     with pytest.raises(sparcml.SparcmlError, match="shorter than the header"):
         decode(buf[:10].copy())

@@ -40,6 +40,8 @@ from ._quant.qsgd import QSGD
 from ._collectives.registry import (ALGORITHMS, AUTO, Algorithm, check_algorithm_options,
                                     get_algorithm, load_plugins, register)
 from ._topk.local import TopK, select_topk
+from ._collectives.plan import AllreducePlan, PlanInputError, PlanShapeError, plan
+from ._topk.plan import TopKPlan, topk_plan
 from ._vector import SparseVector, index_dtype_for, should_be_dense
 
 __all__ = [
@@ -62,6 +64,12 @@ __all__ = [
     "CostModel",
     "AUTO_EXPLORING_CALLS",
     "iallreduce",
+    "plan",
+    "AllreducePlan",
+    "PlanInputError",
+    "PlanShapeError",
+    "topk_plan",
+    "TopKPlan",
     "topk_allreduce",
     "itopk_allreduce",
     "TopKReduced",

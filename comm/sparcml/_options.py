@@ -17,6 +17,7 @@ field               environment default         accepted values         agreed
 ``auto_tuning``     ``SPARCML_AUTO_TUNING``     True, False (``1/0``)   yes
 ``wait``            ``SPARCML_WAIT``            ``auto``, ``spin``,     yes (the policy
                                                 ``yield``               it gives)
+``native_min_ranks`` ``SPARCML_NATIVE_MIN_RANKS`` an int >= 1 (16)    yes
 ==================  ==========================  ======================  ==============
 
 The agreed fields are one group of the call's agreement (:func:`option_fields`): a rank whose
@@ -38,17 +39,22 @@ from ._errors import InvalidOptionError
 
 __all__ = ["Options", "default_options", "resolve_options", "current_options", "in_call",
            "option_fields", "option_labels", "ENVIRONMENT", "PARTITIONS", "INDEX_CODINGS",
-           "WAITS", "MAX_RANKS_PER_NODE"]
+           "WAITS", "MAX_RANKS_PER_NODE", "NATIVE_MIN_RANKS", "sim_rates_cache_path"]
 
 PARTITIONS = ("balanced", "equal")
 INDEX_CODINGS = ("auto", "coded", "raw")
 WAITS = ("auto", "spin", "yield")
 MAX_RANKS_PER_NODE = 2**31 - 1  # an MPI rank count is an int
+# from this many ranks the O(P) phases go through MPI's vector collectives (Alltoallv,
+# Allgatherv, Gatherv) instead of P - 1 Python messages: below it the point-to-point loop was
+# faster on the 2-core development machine (BENCHMARKS.md, "Native MPI collectives")
+NATIVE_MIN_RANKS = 16
 
 # field -> the environment variable giving its process default
 ENVIRONMENT = {"partitions": "SPARCML_PARTITIONS", "index_coding": "SPARCML_INDEX_CODING",
                "node_shm": "SPARCML_NODE_SHM", "ranks_per_node": "SPARCML_RANKS_PER_NODE",
-               "auto_tuning": "SPARCML_AUTO_TUNING", "wait": "SPARCML_WAIT"}
+               "auto_tuning": "SPARCML_AUTO_TUNING", "wait": "SPARCML_WAIT",
+               "native_min_ranks": "SPARCML_NATIVE_MIN_RANKS"}
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
@@ -78,7 +84,12 @@ class Options:
     near-ties instead of trusting the cost model alone. ``wait``: ``"spin"`` (MPI's busy
     polling), ``"yield"`` (test and sleep) or ``"auto"`` (yield when a node's ranks outnumber
     its cores); agreed as the policy it gives (a blocking collective on one rank does not
-    match a non-blocking one on another).
+    match a non-blocking one on another). ``native_min_ranks``: on a communicator (or node,
+    for the node-aware reduce) of at least this many ranks, the phases that exchange with
+    every rank (the split algorithms' and ``topk_allreduce``'s reduce-scatter, the top-k
+    allgather, the node reduce) run as one MPI vector collective (``Alltoall`` of the sizes +
+    ``Alltoallv``, ``Allgatherv``, ``Gather`` + ``Gatherv``) instead of P - 1 messages posted
+    from Python; 1 always, a number above P never (the same bits either way).
 
     Validated when made: :class:`~sparcml.InvalidOptionError` names the field and the values
     it accepts. Frozen and hashable; ``dataclasses.replace(opts, partitions="equal")`` makes
@@ -91,6 +102,7 @@ class Options:
     ranks_per_node: int | None = None
     auto_tuning: bool = True
     wait: str = "auto"
+    native_min_ranks: int = NATIVE_MIN_RANKS
 
     def __post_init__(self):
         _choice("partitions", self.partitions, PARTITIONS)
@@ -104,6 +116,13 @@ class Options:
                               or not 1 <= r <= MAX_RANKS_PER_NODE):
             raise InvalidOptionError(f"Options.ranks_per_node must be None (MPI's grouping) "
                                      f"or an integer from 1 to {MAX_RANKS_PER_NODE}, got {r!r}")
+        n = self.native_min_ranks
+        if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)) \
+                or not 1 <= n <= MAX_RANKS_PER_NODE:
+            raise InvalidOptionError(f"Options.native_min_ranks must be an integer from 1 to "
+                                     f"{MAX_RANKS_PER_NODE} (ranks from which MPI's vector "
+                                     f"collectives replace Python's messages), got {n!r}")
+        object.__setattr__(self, "native_min_ranks", int(n))
         # plain Python values: equal options compare and hash equal whatever they came from
         object.__setattr__(self, "node_shm", bool(self.node_shm))
         object.__setattr__(self, "auto_tuning", bool(self.auto_tuning))
@@ -114,6 +133,10 @@ class Options:
     def code_indices(self) -> bool:
         """Whether sparse indices may travel coded (every coding but ``"raw"``)."""
         return self.index_coding != "raw"
+
+    def native(self, ranks: int) -> bool:
+        """Whether a phase among ``ranks`` ranks runs as an MPI vector collective."""
+        return ranks >= self.native_min_ranks
 
 
 def _env_text(name: str, environ) -> str:
@@ -157,6 +180,21 @@ def _env_ranks_per_node(environ) -> int | None:
     return value
 
 
+def _env_native_min_ranks(environ) -> int:
+    var = ENVIRONMENT["native_min_ranks"]
+    text = environ.get(var, "").strip()
+    if not text:
+        return NATIVE_MIN_RANKS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_RANKS_PER_NODE:
+        raise InvalidOptionError(f"{var}={text!r} (the default of Options.native_min_ranks) "
+                                 f"must be an integer from 1 to {MAX_RANKS_PER_NODE}")
+    return value
+
+
 _cache: tuple | None = None  # (the variables' text, their Options)
 
 
@@ -176,7 +214,8 @@ def default_options(environ=None) -> Options:
                    node_shm=_env_flag("node_shm", environ),
                    ranks_per_node=_env_ranks_per_node(environ),
                    auto_tuning=_env_flag("auto_tuning", environ),
-                   wait=_env_choice("wait", environ, WAITS))
+                   wait=_env_choice("wait", environ, WAITS),
+                   native_min_ranks=_env_native_min_ranks(environ))
     _cache = (key, made)
     return made
 
@@ -214,7 +253,8 @@ def resolve_options(options) -> Options:
 
 
 # the agreed fields, as the agreement's integer fields (names as in its messages)
-_AGREED = ("partitions", "index_coding", "node_shm", "ranks_per_node", "auto_tuning")
+_AGREED = ("partitions", "index_coding", "node_shm", "ranks_per_node", "auto_tuning",
+           "native_min_ranks")
 
 
 def option_fields(options: Options | None) -> dict[str, int]:
@@ -226,7 +266,8 @@ def option_fields(options: Options | None) -> dict[str, int]:
             "options.index_coding": INDEX_CODINGS.index(options.index_coding),
             "options.node_shm": int(options.node_shm),
             "options.ranks_per_node": options.ranks_per_node or 0,
-            "options.auto_tuning": int(options.auto_tuning)}
+            "options.auto_tuning": int(options.auto_tuning),
+            "options.native_min_ranks": options.native_min_ranks}
 
 
 def option_labels() -> dict[str, dict[int, str]]:
@@ -237,5 +278,25 @@ def option_labels() -> dict[str, dict[int, str]]:
                                      -1: "(invalid)"},
             "options.node_shm": flag, "options.auto_tuning": flag,
             "options.ranks_per_node": {0: "None (MPI's grouping)", -1: "(invalid)"},
+            "options.native_min_ranks": {-1: "(invalid)"},
             "options.wait": {0: "spin", 1: "yield", -1: "(invalid)"}}
 
+
+
+# ---- the simulator's kernel-rate cache (sparcml.sim, compute="model") ---------------------------
+SIM_RATES_VARIABLE = "SPARCML_SIM_RATES"
+
+
+def sim_rates_cache_path(environ=None):
+    """Where :mod:`sparcml.sim` keeps its calibrated kernel rates, or None not to read or write
+    a cache (``SPARCML_SIM_RATES=off``: measure once per process). Default
+    ``$XDG_CACHE_HOME/sparcml/sim-kernel-rates.json`` (``~/.cache`` when unset); any other
+    value of ``SPARCML_SIM_RATES`` is taken as the file's path."""
+    environ = os.environ if environ is None else environ
+    text = environ.get(SIM_RATES_VARIABLE, "").strip()
+    if text.lower() in _FALSE:
+        return None
+    if text and text.lower() not in _TRUE:
+        return os.path.expanduser(text)
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "sparcml", "sim-kernel-rates.json")

@@ -108,6 +108,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "(milliseconds; several values allowed), against each alone")
     p.add_argument("--compute", choices=["numpy", "torch"], default="numpy",
                    help="with --overlap: NumPy ufuncs or PyTorch matmuls, one thread per rank")
+    # issue 21: per-call latency against MPI_Allreduce (sparcapps/bench/latency.py)
+    p.add_argument("--latency", action="store_true",
+                   help="instead of the sweep: per-call median seconds (printed in us) of "
+                        "MPI_Allreduce of the dense "
+                        "N floats, a persistent plan (sparcml.plan, recursive doubling), the "
+                        "plain allreduce, sparcml.topk_plan and the plain topk_allreduce, "
+                        "interleaved in one run, each with its ratio to MPI_Allreduce (N "
+                        "from --N, default 1000; reps default 2000, warmup 100)")
+    p.add_argument("--latency-nnz", type=positive_int, default=10, metavar="K",
+                   help="with --latency: nonzeros per rank, and the k of the top-k rows "
+                        "(default 10)")
     from .simulate import add_arguments as add_simulate_arguments
 
     add_simulate_arguments(p)
@@ -450,6 +461,10 @@ def main(argv=None) -> int:
     from sparcml import abort_on_error
 
     with abort_on_error():
+        if args.latency:
+            from .latency import run_latency
+
+            return run_latency(args)
         if args.overlap:
             return run_overlap(args)
         return run_sweep(args)

@@ -3,23 +3,35 @@
 Runs in one process (no mpiexec): for each P, ``sparcml.sim.run`` executes the same cells as
 a real sweep -- the same inputs (:func:`make_input`), every algorithm interleaved, ``dense``
 first -- on P virtual ranks of the network SPEC. Times are the simulator's virtual clocks
-(measured compute + modeled communication; the slowest rank per repetition); bytes, results
+(compute + modeled communication; the slowest rank per repetition); bytes, results
 and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC``.
 
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
 when that exceeds ``--sim-memory`` it is *modeled only* (Rabenseifner's bytes and time, no
-data; records say ``"modeled_only": true``), and the speedups refer to the modeled time.
+data; records say ``"modeled_only": true``), and the speedups refer to the modeled time: the
+output says so once, and a ratio of a simulated row to a modeled dense one is marked ``~``
+(records: ``"speedup_mixed": true``, ``"dense_modeled_only": true``).
 ``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
 simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of simulator
 Python): their time is the cost model's prediction for the network
 (:func:`sparcml.sim.network_cost_model`) at the cell's exact input and result sizes (taken
 from an algorithm that was simulated), their bytes the model's volumes (:func:`_model_bytes`).
 
+Compute is charged by ``--sim-compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
+(default) calibrated kernel rates times exact work, so two runs agree whatever the machine's
+load; ``measured`` the thread CPU time. Records carry ``"compute"``. ``--progress`` (default:
+when stderr is a terminal) prints a line per cell: cell, P, elapsed wall time, estimate
+(:mod:`.sim_estimate`).
+
 Before the first cell, every algorithm runs once on 2 ranks and a small input (not timed), so
 that no cell's first algorithm is charged for loading the compiled kernels.
 """
 
 from __future__ import annotations
+
+import argparse
+import sys
+import time
 
 import numpy as np
 
@@ -55,8 +67,16 @@ def add_arguments(p) -> None:
                    help="with --simulate: run the dense baseline only while P x N values fit "
                         "in this many GiB (three copies counted); beyond, it is modeled")
     p.add_argument("--compute-scale", type=positive_float, default=1.0, metavar="FACTOR",
-                   help="with --simulate: multiply the compute measured here by FACTOR (the "
+                   help="with --simulate: multiply the compute charged here by FACTOR (the "
                         "target's cores are FACTOR times slower; or ranks share cores)")
+    p.add_argument("--sim-compute", choices=("model", "measured"), default="model",
+                   help="with --simulate: how a simulated rank's compute is charged: 'model' "
+                        "(default) calibrated kernel rates x exact work, the same on a quiet "
+                        "or a loaded machine (rates cached in ~/.cache/sparcml/); 'measured' "
+                        "the thread CPU time it takes here (follows the machine's load)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --simulate: a line per cell on stderr (cell, P, elapsed, "
+                        "estimate); default: on when stderr is a terminal")
     p.add_argument("--probe-network", action="store_true",
                    help="instead of the sweep: measure this job's network (latency and rate "
                         "between two nodes, and within a node) and print it as a --network "
@@ -113,9 +133,45 @@ def _cell(comm, cases, reps, warmup, seed, model):
     return out
 
 
-def _cells(comm, cells, reps, warmup, seed, model):
-    """:func:`_cell` for each list of cases, in order."""
-    return [_cell(comm, cases, reps, warmup, seed, model) for cases in cells]
+def _cells(comm, cells, reps, warmup, seed, model, progress=None):
+    """:func:`_cell` for each list of cases, in order; ``progress(i)`` on rank 0 after cell i
+    (rank 0 is done with it: the others are at most in its last collective)."""
+    out = []
+    for i, cases in enumerate(cells):
+        out.append(_cell(comm, cases, reps, warmup, seed, model))
+        if progress is not None and comm.Get_rank() == 0:
+            progress(i)
+    return out
+
+
+def _progress_printer(P, labels, estimates, stream=None):
+    """``progress(i)``: one line on ``stream`` (stderr) per finished cell: which cell of how
+    many, P, the wall time since the simulation of P started and the estimate for it."""
+    stream = sys.stderr if stream is None else stream
+    start = time.monotonic()
+    total = sum(estimates)
+
+    def progress(i):
+        elapsed = time.monotonic() - start
+        print(f"sparc-bench --simulate: P = {P}: cell {i + 1}/{len(labels)} ({labels[i]}) done, "
+              f"{_clock(elapsed)} elapsed, estimate {_clock(sum(estimates[:i + 1]))} of "
+              f"{_clock(total)}", file=stream, flush=True)
+
+    return progress
+
+
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return f"{s // 60}:{s % 60:02d}" if s < 3600 else f"{s // 3600}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+def _progress_on(args) -> bool:
+    if args.progress is not None:
+        return bool(args.progress)
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def _dense_fits(P, dim, itemsize, budget) -> bool:
@@ -209,14 +265,14 @@ def _estimated_sizes(P, dim, density, pattern) -> dict:
                        "estimated": True}}
 
 
-def _warm_up(algorithms, dtype) -> None:
+def _warm_up(algorithms, dtype, compute="model") -> None:
     """Every algorithm once on 2 ranks and a small input (loads the compiled kernels)."""
     import sparcml.sim as sim
 
     from .runner import BenchCase
 
     cases = [BenchCase(1 << 16, 0.01, "random", a, dtype) for a in algorithms]
-    sim.run(2, _cell, network="2x10gbit", args=(cases, 1, 0, 0, None))
+    sim.run(2, _cell, network="2x10gbit", args=(cases, 1, 0, 0, None), compute=compute)
 
 
 def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int:
@@ -233,12 +289,16 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
     net = sim.parse_network(args.network)
     environment = capture_environment()
     budget = args.sim_memory * 2**30
+    what = ("compute modeled from calibrated kernel rates" if args.sim_compute == "model"
+            else "compute measured here")
     print(f"sparc-bench --simulate: network {net.text}; time = median over reps of the "
-          f"slowest rank's virtual time (measured compute + modeled communication); bytes and "
-          f"results exact; '~' = modeled only (no data){auto_note(algorithms)}")
+          f"slowest rank's virtual time ({what} + modeled communication; --sim-compute); bytes "
+          f"and results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
           f"{'median ms':>10} {'sent/rank':>10} {'result density':>14} {'vs dense (x)':>12}")
-    _warm_up([a for a in algorithms if a != AUTO], args.dtype)
+    _warm_up([a for a in algorithms if a != AUTO], args.dtype, args.sim_compute)
+    show_progress = _progress_on(args)
+    said_mixed = False
     for P in args.simulate:
         if P > net.nodes * net.ppn:
             raise SystemExit(f"sparc-bench: --network {net.text} has {net.nodes * net.ppn} "
@@ -258,9 +318,23 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
         # one simulation per P, the cells in the real sweep's order: sparcml keeps state on a
         # communicator from cell to cell (the balanced partitions' estimate), as a real job does
         todo = [run_cases for *_, run_cases, _ in plan if run_cases]
+        progress = None
+        if show_progress and todo:
+            from .sim_estimate import estimate
+
+            labels, estimates = [], []
+            for dim, density, pattern, label, _, _, run_cases, _ in plan:
+                if run_cases:
+                    labels.append(f"N = {dim}, density {density:g}, {label}")
+                    estimates.append((reps + warmup + 1) * estimate(
+                        P, [dim], [density], [c.algorithm for c in run_cases],
+                        itemsize=itemsize).seconds)
+            progress = _progress_printer(P, labels, estimates)
+            print(f"sparc-bench --simulate: P = {P}: {len(todo)} cell(s), estimate "
+                  f"{_clock(sum(estimates))}", file=sys.stderr, flush=True)
         all_results = sim.run(P, _cells, network=net, compute_scale=args.compute_scale,
-                              args=(todo, reps, warmup, args.seed, model)
-                              ).results if todo else []
+                              args=(todo, reps, warmup, args.seed, model, progress),
+                              compute=args.sim_compute).results if todo else []
         position = 0
         for dim, density, pattern, label, dense_fits, cases, run_cases, replay in plan:
             cell_results = []
@@ -295,6 +369,14 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                 if _plain(case):
                     plain[case.algorithm] = rows[case]
             dense_median = rows[cases[0]]["timings"]["allreduce"]["median"]
+            dense_modeled = bool(rows[cases[0]]["modeled_only"])
+            if dense_modeled and not said_mixed and any(
+                    not rows[c]["modeled_only"] for c in cases if c in rows):
+                said_mixed = True
+                print(f"note: dense at P = {P}, N = {dim} is modeled only ('~': P x N values "
+                      f"exceed --sim-memory {args.sim_memory:g} GiB), the sparse rows "
+                      f"simulated; their 'vs dense' compares a simulation with the model and "
+                      f"is marked '~'", flush=True)
             for case in cases:
                 row = rows.get(case)
                 if row is None:  # a node-aware or top-k row of an algorithm modeled only
@@ -303,11 +385,14 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                 speedup = dense_median / t["median"] if t["median"] > 0 else float("nan")
                 name = row_name(case, row["ran"], row.get("hierarchical", False))
                 mark = "~" if row["modeled_only"] else " "
+                # a ratio of a simulated row to a modeled one (or the reverse) is marked
+                mixed = case is not cases[0] and dense_modeled != bool(row["modeled_only"])
                 rd = row["result"]["density"]
                 print(f"{P:>5} {dim:>10} {density:>8.2g} {label:>8} {name:>22} "
                       f"{mark}{t['median'] * 1e3:>9.3f} "
                       f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
-                      f"{'-' if rd is None else f'{rd:.3f}':>14} {speedup:>11.2f}x",
+                      f"{'-' if rd is None else f'{rd:.3f}':>14} "
+                      f"{('~' if mixed else '') + f'{speedup:.2f}x':>12}",
                       flush=True)
                 if args.output:
                     rec = make_record(
@@ -325,8 +410,11 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                  "result_density": row["result"]["density"],
                                  "result_dense": row["result"]["dense"],
                                  "modeled_only": row["modeled_only"],
+                                 "dense_modeled_only": dense_modeled,
+                                 "speedup_mixed": mixed,
                                  "network_model": net.to_dict()})
                     rec["simulated"] = True
+                    rec["compute"] = args.sim_compute
                     rec["network"] = net.text
                     rec["nodes"] = -(-P // net.ppn)
                     rec["ranks_per_node"] = min(P, net.ppn)

@@ -177,18 +177,23 @@ def _run(args) -> int:
         print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
         print(f"{'config':14} {'step s':>8} {'compute s':>9} {'comm s':>8} {'wait s':>8} "
               f"{'compress s':>10} {'hidden share':>12} {'unwaited share':>14} "
-              f"{'bytes/step/rank':>16}")
+              f"{'bytes/step/rank':>16} {'buckets/step':>12} {'comm ms/bucket':>14}")
     summary = {}
     for name, r in runs.items():
         med = {k: float(np.median(v)) for k, v in r["t"].items()}
         hidden = min(1.0, max(0.0, (med["compute"] + med["comm"] - med["step"]) / med["comm"]))
         unwaited = min(1.0, max(0.0, 1.0 - med["wait"] / med["comm"]))
         per_rank = comm.allreduce(float(np.mean(r["bytes"]))) / size
-        summary[name] = {**med, "hidden": hidden, "bytes": per_rank}
+        # the per-call cost a bucket adds: communication alone (compression included) over
+        # the buckets it reduced (the same model and bucket size in every config)
+        buckets = len(r["comm_opt"].buckets)
+        per_bucket = med["comm"] / max(buckets, 1)
+        summary[name] = {**med, "hidden": hidden, "bytes": per_rank, "buckets": buckets,
+                         "comm_per_bucket": per_bucket}
         if rank == 0:
             print(f"{name:14} {med['step']:8.4f} {med['compute']:9.4f} {med['comm']:8.4f} "
                   f"{med['wait']:8.4f} {med['compress']:10.4f} {hidden:12.2f} "
-                  f"{unwaited:14.2f} {per_rank:16,.0f}")
+                  f"{unwaited:14.2f} {per_rank:16,.0f} {buckets:12d} {per_bucket * 1e3:14.3f}")
         if rank == 0 and args.output:
             append_record(args.output, make_record(
                 "sparc-deep-bench", config={**vars(args), "config": name}, environment=env,
@@ -196,7 +201,8 @@ def _run(args) -> int:
                 density=getattr(configs[name].compressor, "density", None),
                 timings={k: summarize(v) for k, v in r["t"].items()},
                 metrics={"hidden_share": hidden, "unwaited_share": unwaited,
-                         "load_average": load},
+                         "load_average": load, "buckets": buckets,
+                         "comm_seconds_per_bucket": per_bucket},
                 bytes={"sent_per_step": per_rank}))
     if rank == 0:
         d, t = summary["dense_baseline"], summary["topk"]

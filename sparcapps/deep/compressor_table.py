@@ -110,7 +110,8 @@ def _predicted(rec, P: int) -> float:
     cfg = argparse.Namespace(**rec["config"])
     compression = _compression(rec)
     # the local merge / dense rates at the CostModel's defaults: measured ones vary with load
-    model = dataclasses.replace(network_cost_model(NETWORK, P, overhead=0.0, factors=False),
+    model = dataclasses.replace(network_cost_model(NETWORK, P, overhead=0.0, part_overhead=0.0,
+                                                   factors=False),
                                 gamma_merge=CostModel.gamma_merge,
                                 gamma_dense=CostModel.gamma_dense)
     density = rec["metrics"]["epochs"][-1].get("sent_density", 1.0)

@@ -123,6 +123,7 @@ class DataParallelSGD:
             self._touched = np.empty(min(self.n_features, int(X.nnz)) + 1, dtype=np.int64)
         self._idx_dtype = index_dtype_for(self.dim)
         self._checked = False
+        self._plan = None  # the gradient's persistent plan (lossless, named algorithm)
         self.stats = TrafficStats()
 
     def attach(self, state: TrainState) -> None:
@@ -211,7 +212,21 @@ class DataParallelSGD:
 
     def allreduce(self, vec: SparseVector) -> SparseVector:
         """Collective: the sum of every rank's ``vec`` (the agreement check on the first call
-        only)."""
+        only). Lossless with a named algorithm: through a persistent plan of the gradient's
+        shape (:func:`sparcml.plan`, made at the first call: no agreement round per step)."""
+        if self.quantizer is None and self.algorithm != sparcml.AUTO:
+            for _ in range(2):
+                if self._plan is None:
+                    self._plan = sparcml.plan(vec.dim, vec.dtype, self.comm,
+                                              algorithm=self.algorithm, options=self.options)
+                try:
+                    out = self._plan.allreduce(vec, stats=self.stats,
+                                               check=not self._checked)
+                except sparcml.PlanShapeError:  # every rank's gradient changed shape
+                    self._plan = None
+                    continue
+                self._checked = True
+                return out
         out = sparcml.allreduce(vec, self.comm, algorithm=self.algorithm,
                                 quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
                                 stats=self.stats, check=not self._checked,

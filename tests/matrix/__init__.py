@@ -36,7 +36,7 @@ from sparcml.sim import SimComm
 __all__ = ["Case", "Checks", "CaseError", "MODULES", "case_list", "run_cases"]
 
 MODULES = ("allreduce", "collectives", "topk", "bad_input", "compression", "partitions",
-           "hierarchical")
+           "hierarchical", "plans")
 _MAX_REPORTED = 5  # failed checks reported per rank and case
 
 

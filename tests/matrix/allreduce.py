@@ -181,6 +181,82 @@ def above_2_31(comm, check):
         check(np.array_equal(result.values, counts), f"{algorithm}: values above 2**31")
 
 
+SPLIT_ALGORITHMS = ("ssar_split_allgather", "dsar_split_allgather")
+NEVER = 2**31 - 1  # Options.native_min_ranks that keeps the point-to-point path at any P
+
+
+def _paths(**extra):
+    """``(native, point-to-point)`` options: MPI's vector collectives forced, and never."""
+    return (sparcml.Options(native_min_ranks=1, **extra),
+            sparcml.Options(native_min_ranks=NEVER, **extra))
+
+
+def both_paths(comm, check, density, pattern, quantized):
+    """Every algorithm (and ``reduce_scatter``) through MPI's vector collectives and through
+    point-to-point messages (``Options.native_min_ranks`` forced either way, equal blocks so
+    that both calls cut the same): the same bits, equal to the dense sum, and the same bytes
+    but the collective path's size exchange, 4 bytes to each peer."""
+    P = comm.Get_size()
+    vec = make_input(comm, 20011 + P, density, pattern, np.float32, np.int64, True)
+    total = np.sum(comm.allgather(vec.to_dense()), axis=0)
+    native, p2p = _paths(partitions="equal")
+    label = f"[d={density} {pattern} quantized={quantized}"
+    for algorithm in sparcml.ALGORITHMS:
+        if quantized and algorithm == sparcml.DENSE_BASELINE:
+            continue
+        got = []
+        for opts in (native, p2p):
+            stats = sparcml.TrafficStats()
+            q = sparcml.QSGD(4, seed=7) if quantized else None
+            res = sparcml.allreduce(vec, comm, algorithm=algorithm, quantizer=q, stats=stats,
+                                    options=opts)
+            got.append((res.is_dense, res.to_dense().tobytes(), stats))
+        tag = f"{label} {algorithm}]"
+        check(got[0][:2] == got[1][:2], f"{tag} the two paths differ")
+        if not quantized:
+            check(got[0][1] == total.tobytes(), f"{tag} not the dense sum")
+        a, b = got[0][2], got[1][2]
+        extra = 4 * (P - 1) if algorithm in SPLIT_ALGORITHMS and P > 1 else 0
+        check(a.bytes_sent == b.bytes_sent + extra and a.messages == b.messages
+              and a.dense_messages == b.dense_messages,
+              f"{tag} bytes {a.bytes_sent} vs {b.bytes_sent} + {extra}, messages "
+              f"{a.messages}/{a.dense_messages} vs {b.messages}/{b.dense_messages}")
+        check(a.bytes_received == b.bytes_received + extra,
+              f"{tag} received {a.bytes_received} vs {b.bytes_received} + {extra}")
+    blocks = [sparcml.reduce_scatter(vec, comm, options=opts) for opts in (native, p2p)]
+    check(blocks[0].to_dense().tobytes() == blocks[1].to_dense().tobytes(),
+          f"{label} reduce_scatter] the two paths differ")
+    lo, hi = (int(x) for x in sparcml.block_bounds(vec.dim, P)[comm.Get_rank():][:2])
+    want = np.zeros_like(total)
+    want[lo:hi] = total[lo:hi]
+    check(blocks[0].to_dense().tobytes() == want.tobytes(), f"{label} reduce_scatter] block")
+
+
+def node_reduce_paths(comm, check, ranks_per_node):
+    """The node-aware reduce through ``Gather`` + ``Gatherv`` and through messages to the
+    leader (nodes of ``ranks_per_node`` ranks forced, no shared-memory window): the same
+    bits; a non-leader's node bytes differ by the size it gathers (4 bytes)."""
+    rank = comm.Get_rank()
+    P = comm.Get_size()
+    vec = make_input(comm, 20011 + P, 0.01, "random", np.float32, np.int64, True)
+    total = np.sum(comm.allgather(vec.to_dense()), axis=0)
+    native, p2p = _paths(ranks_per_node=ranks_per_node, node_shm=False, partitions="equal")
+    for algorithm in ("ssar_recursive_double", "ssar_split_allgather",
+                      "dsar_split_allgather"):
+        got = []
+        for opts in (native, p2p):
+            stats = sparcml.TrafficStats()
+            res = sparcml.allreduce(vec, comm, algorithm=algorithm, hierarchical=True,
+                                    stats=stats, options=opts)
+            got.append((res.to_dense().tobytes(), stats))
+        tag = f"[nodes of {ranks_per_node} {algorithm}]"
+        check(got[0][0] == got[1][0] == total.tobytes(), f"{tag} not the dense sum")
+        extra = 4 if rank % ranks_per_node else 0  # a non-leader: its node has 2 ranks or more
+        check(got[0][1].intra_node_bytes == got[1][1].intra_node_bytes + extra,
+              f"{tag} node bytes {got[0][1].intra_node_bytes} vs "
+              f"{got[1][1].intra_node_bytes} + {extra}")
+
+
 def _cells(densities, val_dts, idx_dts, patterns, algorithms, dim=-1, integers=(True, False)):
     out = []
     for density in densities:
@@ -199,11 +275,20 @@ def _cells(densities, val_dts, idx_dts, patterns, algorithms, dim=-1, integers=(
 
 
 def cases(profile: str, P: int, simulated: bool = False) -> list[Case]:
-    """The allreduce cases of ``profile`` at P ranks: ``full`` (P <= 8), ``small`` (P = 16),
+    """The allreduce cases of ``profile`` at P ranks: ``full`` (P <= 8), ``native`` (any P:
+    MPI's vector collectives against point-to-point messages), ``small`` (P = 16),
     ``large`` (P = 64: one cell per pattern; above: the random one), ``log-p`` (P ~ 1000:
     one cell through the algorithms of log P messages at even P, recursive doubling's fold on
     identical supports at odd P)."""
     every = tuple(sparcml.ALGORITHMS)
+    if profile == "native":  # MPI's vector collectives against point-to-point, at any P
+        out = [Case(f"both paths d={d} {pattern} quantized={q}", both_paths,
+                    dict(density=d, pattern=pattern, quantized=q))
+               for d, pattern, q in ((0.01, "random", False), (0.3, "identical", False),
+                                     (0.6, "disjoint", False), (0.3, "random", True))]
+        out += [Case(f"node reduce paths R={r}", node_reduce_paths, dict(ranks_per_node=r))
+                for r in (2, 3)]
+        return out
     if profile == "log-p":
         if P % 2 == 0:
             return _cells((0.002,), (np.float32,), (np.int64,), ("random",), LOG_P_ALGORITHMS,

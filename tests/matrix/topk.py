@@ -16,7 +16,6 @@ from sparcml import SparseVector
 from sparcml._collectives.hierarchical import layout_for
 from sparcml._model.costmodel import topk_sync_steps
 from sparcml._runtime.context import context_for
-from sparcml._topk import topk_allreduce as global_topk
 from sparcml._topk.rule import memory_of
 from sparcml.compression._objects import Compression, GlobalTopKCompressor
 
@@ -35,15 +34,16 @@ def topk_bits(vec):
     return vec.is_dense, None if vec.is_dense else vec.indices.tobytes(), vec.values.tobytes()
 
 
-def check_topk(comm, check, vec, k, label, *, nonblocking=False):
+def check_topk(comm, check, vec, k, label, *, nonblocking=False, options=None):
     """One call against the reference; returns its TrafficStats."""
     dense_all = comm.allgather(vec.to_dense() if isinstance(vec, SparseVector) else vec)
     total = np.sum(dense_all, axis=0)
     stats = sparcml.TrafficStats()
     if nonblocking:
-        result, dropped = sparcml.itopk_allreduce(vec, k, comm, stats=stats).wait()
+        result, dropped = sparcml.itopk_allreduce(vec, k, comm, stats=stats,
+                                                  options=options).wait()
     else:
-        result, dropped = sparcml.topk_allreduce(vec, k, comm, stats=stats)
+        result, dropped = sparcml.topk_allreduce(vec, k, comm, stats=stats, options=options)
     expect = reference(total, k)
     tag = f"[{label} k={k}]"
     check(not result.is_dense, f"{tag} dense result")
@@ -209,20 +209,18 @@ def memo(comm, check):
 
 
 def collective_path(comm, check):
-    """The MPI-collective path of the selection's allgather (taken beyond 16 ranks), forced
-    by lowering the limit: process-wide, so set by every rank between barriers."""
-    before = global_topk.DIRECT_MAX_RANKS
-    comm.Barrier()  # every rank has read it before any rank changes it
-    global_topk.DIRECT_MAX_RANKS = 0
-    comm.Barrier()
-    try:
-        for k in (0, 1, 40, 600):
-            check_topk(comm, check, random_input(comm, 997, 0.3, np.float32, 21), k,
-                       "collective path")
-        check_topk(comm, check, alternating_ones(), 77, "collective path, ties")
-    finally:
-        comm.Barrier()
-        global_topk.DIRECT_MAX_RANKS = before
+    """Both paths of the reduce-scatter and the selection's allgather at any P: MPI's vector
+    collectives (``Alltoallv``, ``Allgatherv``; taken from ``Options.native_min_ranks``
+    ranks) and the point-to-point messages, forced by the option (messages, not the one-node
+    window), each against the reference. (Bytes: the allreduce matrix compares them; here a
+    second call of a shape takes the remembered threshold's path, so two calls differ.)"""
+    native = sparcml.Options(native_min_ranks=1, node_shm=False)
+    p2p = sparcml.Options(native_min_ranks=2**31 - 1, node_shm=False)
+    for k in (0, 1, 40, 600):
+        vec = random_input(comm, 997, 0.3, np.float32, 21)
+        check_topk(comm, check, vec, k, "collective path", options=native)
+        check_topk(comm, check, vec, k, "point-to-point path", options=p2p)
+    check_topk(comm, check, alternating_ones(), 77, "collective path, ties", options=native)
 
 
 def nonblocking(comm, check):

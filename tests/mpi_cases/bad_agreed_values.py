@@ -108,7 +108,8 @@ cases += [
 # a valid option that differs on one rank: every agreed field is named; wait is per rank
 if P > 1:
     for field, value in [("partitions", "equal"), ("index_coding", "raw"),
-                         ("node_shm", False), ("ranks_per_node", 1), ("auto_tuning", False)]:
+                         ("node_shm", False), ("ranks_per_node", 1), ("auto_tuning", False),
+                         ("native_min_ranks", 1)]:
         for name, call in [("allreduce", lambda o: sparcml.allreduce(good, options=o)),
                            ("topk_allreduce", lambda o: sparcml.topk_allreduce(good, 1,
                                                                                options=o)),

@@ -36,6 +36,8 @@ from .._options import Options
 from .._model.link_costs import index_coding_costs
 from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
 from .algorithms import DEFAULT_ALGORITHM
+from .ops import PLAIN
+from .plan_fast import FastRecursiveDoubling, fits
 from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
 from .._vector import SparseVector
 from .._wire.codec import Codec
@@ -185,8 +187,13 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
     tuning.begin(ctx.tuning, clock_of(ctx.comm))
+    fast = None
+    if not node_phases and chosen == DEFAULT_ALGORITHM and quantizer is None and sent is None:
+        fast = _fast_path(ctx, vec)
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
-        if node_phases:
+        if fast is not None:  # recursive doubling on cached buffers: bitwise the same sum
+            result = fast.result(fast.run(vec, stats, False, codec), out)
+        elif node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
             result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,
                                     nnz_max=nnz_max, out=out, sent=sent,
@@ -202,6 +209,28 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
     if out is not None and result.values is not out:
         result = SparseVector.unchecked(vec.dim, None, arith.write_dense(result, out))
     return result
+
+
+_FAST_PATHS_KEPT = 8  # per context: the shapes of the latest plain calls
+
+
+def _fast_path(ctx, vec):
+    """The cached :class:`~sparcml._collectives.plan_fast.FastRecursiveDoubling` of ``vec``'s
+    shape on ``ctx`` (made at the first call of the shape; the oldest of more than
+    :data:`_FAST_PATHS_KEPT` shapes is dropped), or None where the fast path does not apply
+    (a vector above its size, a simulated communicator's shared operations)."""
+    if ctx.ops is not PLAIN or not fits(vec.dim, vec.dtype):
+        return None
+    cache = ctx.plans
+    if cache is None:
+        cache = ctx.plans = {}
+    key = ("fast", vec.dim, vec.dtype.str)
+    fast = cache.get(key)
+    if fast is None or fast.comm is not ctx.comm:
+        if len(cache) >= _FAST_PATHS_KEPT:
+            cache.pop(next(iter(cache)))
+        fast = cache[key] = FastRecursiveDoubling(ctx, vec.dim, vec.dtype)
+    return fast
 
 
 @contextmanager

@@ -20,14 +20,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _kernels as kernels
+from .._options import current_options
 from .._runtime.context import TrafficStats
 from .._errors import InvalidVectorError
 from .._vector import MAX_DIM, SparseVector
 from .._wire.codec import Codec, Part
+from .ops import MAX_COUNT
 
 __all__ = ["as_vector", "as_sent", "encode_vector", "send_vector", "recv_vector",
            "exchange_vector", "allgather_bytes", "allgather_dense_blocks", "block_bounds",
-           "split_parts", "split_reduce"]
+           "split_parts", "split_reduce", "native_split"]
 
 TAG_SPLIT = 21  # phase 1 of the split algorithms
 
@@ -152,14 +154,32 @@ def split_parts(vec: SparseVector, bounds: np.ndarray) -> list[Part]:
             for j in range(size)]
 
 
+def native_split(ctx, bounds: np.ndarray, codec: Codec) -> bool:
+    """Whether :func:`split_reduce` on ``ctx`` runs as one ``Alltoallv``: from the running
+    call's ``Options.native_min_ranks`` ranks (agreed), when MPI's int counts hold every
+    message (a bound from ``bounds``, the same on every rank)."""
+    if not current_options().native(ctx.size):
+        return False
+    longest = int(np.max(np.diff(bounds))) if bounds.shape[0] > 1 else 0
+    # a quantized message is no larger than the lossless bound plus its scales' slack
+    return ctx.size * (2 * codec.message_bound(longest, longest) + 64) <= MAX_COUNT
+
+
 def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray,
                  codec: Codec, *, sent=None) -> list[Part]:
     """Phase 1 of the split algorithms: block j of every input goes to rank j.
 
-    Returns the P parts of this rank's block, in source-rank order.
+    Returns the P parts of this rank's block, in source-rank order. From
+    ``Options.native_min_ranks`` ranks (:func:`native_split`) the P - 1 messages travel in one
+    ``Alltoall`` of their sizes and one ``Alltoallv`` (``ctx.ops.alltoallv_bytes``: the loop
+    over peers runs in MPI, and the size exchange adds 4 bytes per peer each way to the
+    counted traffic); below, as point-to-point messages (sizes learnt by ``Mprobe``). The
+    same messages, and so the same bits, either way.
     """
     rank, size, ops = ctx.rank, ctx.size, ctx.ops
     mine = split_parts(vec, bounds)
+    if size > 1 and native_split(ctx, bounds, codec):
+        return _split_reduce_native(ctx, mine, stats, codec, sent)
     requests = []
     buffers = []
     received: list[Part | None] = [None] * size
@@ -186,3 +206,26 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
     finally:
         ctx.waiter.waitall(requests)
     return received
+
+
+def _split_reduce_native(ctx, mine: list[Part], stats: TrafficStats, codec: Codec,
+                         sent) -> list[Part]:
+    """:func:`split_reduce` through ``ctx.ops.alltoallv_bytes``."""
+    rank, size, ops = ctx.rank, ctx.size, ctx.ops
+    bufs: list = [None] * size
+    for step in range(1, size):  # the order of the point-to-point path (``sent``'s order)
+        dest = (rank + step) % size
+        buf, dense = ops.encode(codec, mine[dest])
+        bufs[dest] = buf
+        stats.add_message(buf.nbytes, dense)
+        if sent is not None:
+            sent.append(ops.decode(buf) if codec.lossy else mine[dest])
+    own, _ = ops.encode(codec, mine[rank])  # as in the point-to-point path
+    bufs[rank] = own
+    received = ops.alltoallv_bytes(ctx, bufs, stats)
+    parts: list[Part] = []
+    for source, buf in enumerate(received):
+        parts.append(ops.decode(buf))
+        if source == rank and sent is not None:
+            sent.append(parts[-1])
+    return parts

@@ -13,7 +13,7 @@ from mpi4py import MPI
 
 from . import arith
 from .. import _kernels as kernels
-from .._options import Options
+from .._options import Options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .entry import fail_stop
@@ -90,7 +90,7 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     if ctx.size == 1:
         parts = [Part(0, vec.dim, vec.indices, vec.values)]
     else:
-        with fail_stop(ctx.comm, "reduce_scatter"):
+        with fail_stop(ctx.comm, "reduce_scatter"), in_call(opts):  # its native_min_ranks
             parts = split_reduce(ctx, vec, stats, bounds, codec)
     block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
     if block.is_dense:

@@ -19,8 +19,10 @@ window per node (``MPI.Win.Allocate_shared``, a slot per node rank, grown as nee
 writes its message into its slot, a node barrier, the leader reads the slots in place (and
 the same backwards for the result), which avoids MPI's chunked shared-memory copies and their
 polling. Elsewhere (``Options(node_shm=False)``, or a communicator that is not an
-``MPI.Intracomm``, such as :mod:`sparcml.sim`'s) they are point-to-point messages to the
-leader and a ``Bcast``. Both give the same bits.
+``MPI.Intracomm``, such as :mod:`sparcml.sim`'s) they are messages to the leader and a
+``Bcast``: on nodes of ``Options.native_min_ranks`` ranks or more one ``Gather`` of the sizes
+and one ``Gatherv`` of the bytes (``ctx.ops.gather_bytes``: MPI loops over the node's ranks),
+on smaller ones point-to-point messages. All give the same bits.
 
 Why an option and not a registry record: the scheme wraps *any* registered algorithm, so as
 records it would be one per inner algorithm (doubling the registry, the CLI choices and the
@@ -64,7 +66,9 @@ from mpi4py import MPI
 from . import arith
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._errors import InvalidArgumentError
+from .._options import current_options
 from .exchange import as_vector, encode_vector, send_vector
+from .ops import MAX_COUNT
 from .registry import AUTO
 from .._runtime.shm_window import SharedWindow
 from .._vector import SparseVector
@@ -199,6 +203,8 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
                 slots = None  # no room in the node's shared memory (agreed in the node)
         if slots is not None:
             total = _node_reduce_shared(node, slots, vec, codec, intra)
+        elif _native_gather(node, vec.dim, codec):
+            total = _node_reduce_native(node, vec, codec, intra)
         elif layout.is_leader:
             total = _node_reduce(node, vec, codec)
         else:
@@ -234,6 +240,28 @@ def _node_reduce(node: CommContext, vec: SparseVector, codec) -> SparseVector:
     for _ in range(node.size - 1):
         buf, source = node.ops.recv_bytes(node, MPI.ANY_SOURCE, _TAG_NODE_REDUCE, status)
         parts[source] = node.ops.decode(buf)
+    folded = node.ops.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
+    return as_vector(folded, vec.dim)
+
+
+def _native_gather(node: CommContext, dim: int, codec) -> bool:
+    """Whether the node reduce runs as ``Gather`` + ``Gatherv`` (from the running call's
+    ``Options.native_min_ranks`` node ranks, when MPI's int counts hold any input)."""
+    bound = 2 * codec.lossless().message_bound(dim, dim) + 64
+    return current_options().native(node.size) and node.size * bound <= MAX_COUNT
+
+
+def _node_reduce_native(node: CommContext, vec: SparseVector, codec,
+                        intra: TrafficStats) -> SparseVector:
+    """The node reduce through ``node.ops.gather_bytes``: on the leader, the node's sum (rank
+    order, as :func:`_node_reduce`); the other ranks' input unchanged."""
+    if node.rank != 0:
+        buf, dense = encode_vector(node, vec, codec.lossless())
+        intra.add_message(buf.nbytes, dense)
+        node.ops.gather_bytes(node, buf, intra, 0)
+        return vec
+    bufs = node.ops.gather_bytes(node, np.empty(0, np.uint8), intra, 0)
+    parts = [arith.as_part(vec)] + [node.ops.decode(b) for b in bufs[1:]]
     folded = node.ops.fold_parts(parts, 0, vec.dim, codec, workspace=node.workspace)
     return as_vector(folded, vec.dim)
 

@@ -19,10 +19,19 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
+from .._model.mpi_collectives import SIZE_BYTES
 from .._vector import SparseVector
 from .._wire.codec import Codec, Part, decode
 
-__all__ = ["Ops", "PLAIN", "ops_of"]
+__all__ = ["Ops", "PLAIN", "ops_of", "MAX_COUNT"]
+
+MAX_COUNT = 2**31 - 1  # MPI's int counts and displacements: the most bytes a vector call moves
+
+
+def _displs(counts: np.ndarray) -> np.ndarray:
+    displs = np.zeros_like(counts)
+    np.cumsum(counts[:-1], out=displs[1:])
+    return displs
 
 
 class Ops:
@@ -52,6 +61,55 @@ class Ops:
         stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])
         stats.messages += 1
         return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+    def alltoallv_bytes(self, ctx, bufs: list, stats) -> list[np.ndarray]:
+        """Byte buffer ``bufs[j]`` to rank j, for every j, in one MPI collective: an
+        ``Alltoall`` of the sizes (one int32 per peer), then one ``Alltoallv`` of the bytes.
+        This rank's own buffer is not sent; it comes back as it is. Returns the P buffers
+        received, in source-rank order (views of one receive buffer). Counts the size
+        exchange (:data:`~sparcml._model.mpi_collectives.SIZE_BYTES` per peer, each way) and
+        the bytes received; the caller counts the buffers it sent (one message each). The
+        caller makes sure every rank sends and receives fewer than :data:`MAX_COUNT` bytes."""
+        rank, size = ctx.rank, ctx.size
+        scounts = np.array([0 if j == rank else b.nbytes for j, b in enumerate(bufs)], np.intc)
+        rcounts = np.empty(size, np.intc)
+        ctx.waiter.collective(ctx.comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        sdispls, rdispls = _displs(scounts), _displs(rcounts)
+        send = np.empty(int(scounts.sum()), np.uint8)
+        for j, b in enumerate(bufs):
+            if j != rank:
+                send[int(sdispls[j]):int(sdispls[j] + scounts[j])] = b
+        recv = np.empty(int(rcounts.sum()), np.uint8)
+        ctx.waiter.collective(ctx.comm, "Alltoallv", [send, (scounts, sdispls), MPI.BYTE],
+                              [recv, (rcounts, rdispls), MPI.BYTE])
+        stats.bytes_sent += SIZE_BYTES * (size - 1)
+        stats.bytes_received += SIZE_BYTES * (size - 1) + recv.nbytes
+        out = [recv[int(d):int(d + n)] for d, n in zip(rdispls, rcounts)]
+        out[rank] = bufs[rank]
+        return out
+
+    def gather_bytes(self, ctx, buf: np.ndarray, stats, root: int = 0) -> list | None:
+        """Every rank's byte buffer on ``root``, in rank order (the root's own as it is, the
+        others views of one receive buffer): a ``Gather`` of the sizes (one int32 each), then
+        a ``Gatherv`` of the bytes; None on the other ranks. Counts the size exchange (on the
+        root, also the bytes received); the caller counts the buffer it sent."""
+        size = np.array([buf.nbytes], np.intc)
+        sizes = np.empty(ctx.size, np.intc) if ctx.rank == root else None
+        ctx.waiter.collective(ctx.comm, "Gather", [size, MPI.INT],
+                              None if sizes is None else [sizes, MPI.INT], root)
+        if ctx.rank != root:
+            ctx.waiter.collective(ctx.comm, "Gatherv", [buf, MPI.BYTE], None, root)
+            stats.bytes_sent += SIZE_BYTES
+            return None
+        sizes[root] = 0  # the root's own buffer does not travel
+        displs = _displs(sizes)
+        recv = np.empty(int(sizes.sum()), np.uint8)
+        ctx.waiter.collective(ctx.comm, "Gatherv", [np.empty(0, np.uint8), MPI.BYTE],
+                              [recv, (sizes, displs), MPI.BYTE], root)
+        stats.bytes_received += SIZE_BYTES * (ctx.size - 1) + recv.nbytes
+        out = [recv[int(d):int(d + n)] for d, n in zip(displs, sizes)]
+        out[root] = buf
+        return out
 
     def allgather_values(self, ctx, block: np.ndarray, bounds: np.ndarray,
                          out: np.ndarray | None) -> np.ndarray:

@@ -14,7 +14,13 @@ Each algorithm's time is predicted from its structure (messages, bytes, merged i
 - ``alpha_node``, ``beta_node``: the same inside a node (shared memory), for the node phases of
   the node-aware allreduce (:mod:`sparcml._collectives.hierarchical`, :meth:`CostModel.predict_hierarchical`);
 - ``overhead[name]``, ``scale[name]``: per algorithm, the measured time on a tiny input (every
-  fixed cost) and the measured / analytic growth on a medium input (empty: not calibrated).
+  fixed cost) and the measured / analytic growth on a medium input (empty: not calibrated);
+- ``collective_alpha``: seconds per round inside an MPI collective (link latency and MPI's
+  own per-message cost, no Python; 0: ``allgather_alpha / ceil(log2 P)``), and
+  ``part_overhead``: sparcml's Python per part of a phase that runs as one vector collective
+  (encoding and decoding it): the terms of the phases that exchange with every rank from
+  ``Options.native_min_ranks`` ranks (``Alltoallv``, ``Allgatherv``, ``Gatherv``, formulas of
+  :mod:`sparcml._model.mpi_collectives`); below, they are ``P - 1`` messages at ``alpha``.
 
 Bytes on the wire: a sparse item costs its index's expected coded size (:func:`index_bytes`,
 a function of the stream's density: Elias-Fano gaps or a bitmap, see :mod:`sparcml._wire.codec`)
@@ -34,6 +40,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 
 from .._collectives.registry import algorithm_names, get_algorithm
+from . import mpi_collectives as mpi
 from . import tuning
 from .._options import current_options
 from .._topk.select_kernels import digit_bits
@@ -96,10 +103,28 @@ def stream_bytes(items: float, N: int, s_idx: int, s_val: int,
 
 def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
                     s_val: int) -> float:
-    """Phase 1 of the split algorithms: a 1/P block of the input to every other rank."""
+    """Phase 1 of the split algorithms: a 1/P block of the input to every other rank (P - 1
+    messages, or from ``Options.native_min_ranks`` ranks one ``Alltoall`` of the sizes and
+    one ``Alltoallv``, with sparcml's Python once per part)."""
     c = s_idx + s_val
-    return ((P - 1) * model.alpha + model.beta * (P - 1) * stream_bytes(k, N, s_idx, s_val) / P
-            + model.gamma_dense * k * c / 4)
+    moved = (P - 1) * stream_bytes(k, N, s_idx, s_val) / P
+    if current_options().native(P):
+        step = model.collective_step(P)
+        return (P * model.part_overhead + mpi.alltoall_time(P, mpi.SIZE_BYTES, step, model.beta)
+                + mpi.alltoallv_time(P, moved, moved, step, model.beta)
+                + model.gamma_dense * k * c / 4)
+    return (P - 1) * model.alpha + model.beta * moved + model.gamma_dense * k * c / 4
+
+
+def gather_selection(model: "CostModel", *, P: int, nbytes: float) -> float:
+    """``topk_allreduce``'s allgather of ``nbytes`` selected bytes in all: P - 1 messages of
+    every rank's share, or from ``Options.native_min_ranks`` ranks an ``Allgather`` of the
+    sizes and an ``Allgatherv`` (Python once per part)."""
+    if current_options().native(P):
+        step = model.collective_step(P)
+        return (P * model.part_overhead + mpi.allgatherv_time(P, 8 * P, 8, step, model.beta)
+                + mpi.allgatherv_time(P, nbytes, nbytes / P, step, model.beta))
+    return (P - 1) * model.alpha + model.beta * (P - 1) / P * nbytes
 
 
 def topk_sync_steps(remembered: bool = True) -> int:
@@ -132,8 +157,7 @@ def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k
     if not remembered:
         bits = digit_bits(int(k), c)
         t += model.allreduce_beta * ((1 << bits) + 3) * 8 + model.gamma_dense * owned
-    t += (P - 1) * model.alpha + model.beta * (P - 1) / P * stream_bytes(gathered, N, s_idx,
-                                                                          s_val)
+    t += gather_selection(model, P=P, nbytes=stream_bytes(gathered, N, s_idx, s_val))
     return t + 3 * model.gamma_dense * gathered * c / 4 + model.gamma_merge * k_local
 
 
@@ -165,6 +189,8 @@ class CostModel:
     allgather_beta: float = 1e-10
     alpha_node: float = 1e-6
     beta_node: float = 1e-10
+    collective_alpha: float = 0.0  # per round inside an MPI collective; 0: from allgather_alpha
+    part_overhead: float = 5e-6  # sparcml's Python per part of a vector collective
     overhead: dict = field(default_factory=dict)  # name -> seconds on a tiny input
     scale: dict = field(default_factory=dict)     # name -> measured / analytic growth
 
@@ -189,6 +215,13 @@ class CostModel:
     def allreduce(self, nbytes: float) -> float:
         """An MPI allreduce of ``nbytes``."""
         return self.allreduce_alpha + self.allreduce_beta * nbytes
+
+    def collective_step(self, P: int) -> float:
+        """Seconds per round inside an MPI collective of P ranks: ``collective_alpha`` when
+        set, else the fitted ``allgather_alpha`` over its ``ceil(log2 P)`` rounds."""
+        if self.collective_alpha > 0:
+            return self.collective_alpha
+        return self.allgather_alpha / max(1, mpi.rounds_log2(P))
 
     def exchange(self, items: float, N: int, s_idx: int, s_val: int) -> float:
         """Send a stream of ``items``, receive one alike, add them (encode, transfer, merge)."""
@@ -253,8 +286,13 @@ class CostModel:
         k_node = union_size(k, R, N, q)
         node_dense = k_node >= N * s_val / c
         t = self.allreduce_alpha if check and P > 1 else 0.0
-        if R > 1:
+        if R > 1 and current_options().native(R):  # Gather of the sizes, Gatherv of the inputs
+            t += (R * self.part_overhead + mpi.gather_time(R, mpi.SIZE_BYTES, self.alpha_node, 0.0)
+                  + mpi.gatherv_time(R, (R - 1) * stream_bytes(k, N, s_idx, s_val),
+                                     self.alpha_node, self.beta_node))
+        elif R > 1:
             t += (R - 1) * (self.alpha_node + self.beta_node * stream_bytes(k, N, s_idx, s_val))
+        if R > 1:
             t += (self.gamma_dense * (N + R * k) if node_dense
                   else self.gamma_merge * R * k * max(1.0, math.log2(R)))
             hops = math.ceil(math.log2(R))

@@ -40,7 +40,8 @@ from .._errors import AgreementFieldError, InvalidArgumentError, RankMismatchErr
 from .._options import Options, option_fields, option_labels, resolve_options
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
-           "as_sparcml_error", "agreed_call", "AgreedCall", "pack_fields", "VALUE_DTYPE_NAMES"]
+           "as_sparcml_error", "agreed_call", "AgreedCall", "pack_fields", "VALUE_DTYPE_NAMES",
+           "raise_agreed"]
 
 MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
 MAX_MAXIMA = 4
@@ -145,6 +146,19 @@ def raise_everywhere(comm, local_error: BaseException | None, *, waiter=None,
         _reraise(comm, local_error, sparcml_only=not keep_class, prefix_own=True)
 
 
+def raise_agreed(comm, local_error: BaseException | None) -> None:
+    """Collective, for when every rank already knows that some rank failed (a persistent
+    plan's error flag, :mod:`sparcml._collectives.plan`): every rank raises the first failing
+    rank's error, as :func:`agree` does (a :class:`SparcmlError` keeps its class, another
+    becomes :class:`InvalidArgumentError`; the failing rank re-raises its own). One
+    ``allgather`` of the errors. At least one rank must pass an error."""
+    if comm.Get_size() == 1:
+        if local_error is not None:
+            raise as_sparcml_error(local_error)
+        return
+    _reraise(comm, local_error, sparcml_only=True, prefix_own=False)
+
+
 _INT64 = (-2**63, 2**63 - 1)
 
 
@@ -213,23 +227,37 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     ``topk_allreduce`` against the others' ``allreduce``) get :class:`RankMismatchError`
     everywhere, naming each rank's call, instead of a reduction of mismatched sizes.
     """
-    names = list(fields)
+    names = tuple(fields)
     maxima = maxima or {}
     if len(names) > MAX_FIELDS or len(maxima) > MAX_MAXIMA:
         raise ValueError(f"agree: at most {MAX_FIELDS} fields and {MAX_MAXIMA} maxima")
-    packed, extra, unpackable = pack_fields(fields, maxima)
-    if local_error is None:
-        local_error = unpackable
-    vals = np.zeros(2 + MAX_FIELDS, np.int64)
-    vals[0] = 1 if local_error is not None else 0
-    vals[1] = zlib.crc32("|".join(map(str, names)).encode())
-    vals[2:] = packed
-    both = np.concatenate([vals, -vals, extra])
+    width = 2 + MAX_FIELDS
+    both = np.zeros(2 * width + MAX_MAXIMA, np.int64)
+    values, extra_values = list(fields.values()), list(maxima.values())
+    try:  # plain ints (the usual case): assigned at once; anything else packed one by one
+        for v in values + extra_values:
+            if type(v) is not int:
+                raise TypeError
+        both[2:2 + len(values)] = values
+        both[2 * width:2 * width + len(extra_values)] = extra_values
+    except (TypeError, OverflowError):
+        packed, extra, unpackable = pack_fields(fields, maxima)
+        if local_error is None:
+            local_error = unpackable
+        both[2:width] = packed
+        both[2 * width:] = extra
+    both[0] = 1 if local_error is not None else 0
+    both[1] = _signature(names)
+    vals = both[:width].copy()
+    # ~x (= -x - 1) reverses the order without overflow, unlike -x at -2**63: the MAX of
+    # the inverted values is the inverted MIN
+    np.invert(vals, out=both[width:2 * width])
     if waiter is None:
         comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
     else:
         waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
-    hi, lo = both[:vals.size], -both[vals.size:2 * vals.size]
+    reduced = both.tolist()
+    hi, lo = reduced[:width], [~x for x in reduced[width:2 * width]]
     if hi[0]:
         _reraise(comm, local_error, sparcml_only=True, prefix_own=False)
     if hi[1] != lo[1]:  # different calls: their fields mean different things
@@ -239,9 +267,9 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
             f"ranks reached different sparcml calls at the same point (the arguments each "
             f"checks: {per_rank}); every rank must make the same collective calls in the same "
             f"order")
+    if hi == lo:
+        return dict(zip(maxima, reduced[2 * width:2 * width + len(maxima)]))
     differing = [i for i in range(2, 2 + len(names)) if hi[i] != lo[i]]
-    if not differing:
-        return dict(zip(maxima, both[2 * vals.size:2 * vals.size + len(maxima)].tolist()))
     every = np.array(comm.allgather(vals))
     describe = (describe() if callable(describe) else describe) or {}
     parts = []
@@ -255,6 +283,22 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
                             "; every rank must pass the same value")
 
 
+_SIGNATURES: dict[tuple, int] = {}  # the field names of each call -> their crc32
+
+
+def _signature(names: tuple) -> int:
+    """A 32-bit signature of a call's field names (computed once per set of names)."""
+    sig = _SIGNATURES.get(names)
+    if sig is None:
+        sig = zlib.crc32("|".join(map(str, names)).encode())
+        if len(_SIGNATURES) < 256:
+            _SIGNATURES[names] = sig
+    return sig
+
+
+_DEFAULTS = Options()  # frozen: one instance serves every call
+
+
 class AgreedCall:
     """What :func:`agreed_call` gives the entry point's validation block: ``options`` (the
     call's :class:`~sparcml.Options`; the defaults where this rank's were invalid: the
@@ -264,7 +308,7 @@ class AgreedCall:
     __slots__ = ("options", "fields", "maxima", "agreed")
 
     def __init__(self, fields, maxima):
-        self.options = Options()
+        self.options = _DEFAULTS
         self.fields = fields
         self.maxima = maxima
         self.agreed: dict[str, int] = {}

@@ -115,7 +115,9 @@ class CommContext:
     - ``topk``: the global top-k's remembered thresholds and the running call's synchronizing
       steps (:class:`sparcml._topk.rule.TopKMemory`);
     - ``link_costs``: ``(seconds per byte, seconds per coded index)`` assumed from where the
-      ranks are, without a model (:mod:`sparcml._model.link_costs`).
+      ranks are, without a model (:mod:`sparcml._model.link_costs`);
+    - ``plans``: the buffers of the plain allreduce's fast path, per shape
+      (:func:`sparcml._collectives.entry._fast_path`).
     """
 
     comm: MPI.Comm
@@ -133,6 +135,7 @@ class CommContext:
     partition_memory: PartitionMemory | None = None
     topk: TopKMemory | None = None
     link_costs: tuple[float, float] | None = None
+    plans: dict | None = None  # the plain calls' cached fast paths (sparcml._collectives.plan)
 
     def free_subcomms(self) -> None:
         """Free the cached sub-communicators (collective over ``comm``, like ``Comm.Free``)."""

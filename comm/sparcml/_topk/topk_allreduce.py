@@ -12,8 +12,9 @@ largest ``|sum|``, with bytes per rank bounded independently of P:
    last call of the same shape when there was one (no step: the ranks send the sums above a
    guess a margin below it), else exactly from histogram rounds of the owned sums' magnitude
    bits (an ``Allreduce`` of at most 16 KiB each; one round on most data);
-4. **allgather of only the selected entries** (point to point up to 16 ranks, see
-   :func:`_allgather`; MPI's ``Allgatherv`` beyond), plus a few candidates near the
+4. **allgather of only the selected entries** (point to point below
+   ``Options.native_min_ranks`` ranks, see :func:`_allgather`; MPI's ``Allgatherv`` from
+   there, as the reduce-scatter's ``Alltoallv``), plus a few candidates near the
    threshold; every rank keeps the same k of them (by ``|sum|``, ties to the lower index).
    When a guess brought fewer than k, steps 3-4 run again on the exact path.
 
@@ -54,7 +55,7 @@ from mpi4py import MPI
 from .._collectives import arith
 from .. import _kernels as kernels
 from . import select_kernels
-from .._options import Options, in_call
+from .._options import Options, current_options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .._collectives.entry import _calibration_run, fail_stop
@@ -78,7 +79,6 @@ __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_all
 NAME = TOPK_STEP  # "topk_allreduce": the label in TrafficStats.algorithm and the benchmarks
 
 TAG_DIRECT = 23  # the point-to-point allgather of the selection
-DIRECT_MAX_RANKS = 16  # up to this P, allgathers go point to point (see _allgather)
 _DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 
 
@@ -344,12 +344,13 @@ def _selection(ctx, vec, owned, lo, k, top, stats, codec, shared):
 
 
 def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
-    """Every rank's byte buffer, in rank order. Up to :data:`DIRECT_MAX_RANKS` ranks, point to
-    point (each rank sends its buffer to every other, sizes learnt by ``Mprobe``; bytes as a
-    ring allgather's, P - 1 messages): MPICH's
+    """Every rank's byte buffer, in rank order. Below ``Options.native_min_ranks`` ranks
+    (default 16), point to point (each rank sends its buffer to every other, sizes learnt by
+    ``Mprobe``; bytes as a ring allgather's, P - 1 messages): MPICH's
     ``Allgather(v)`` over TCP stalled for tens of ms per call on the emulated network
-    (BENCHMARKS.md), where the point-to-point path of the other algorithms does not; beyond,
-    :func:`sparcml._collectives.exchange.allgather_bytes` (the MPI collective's log P rounds).
+    (BENCHMARKS.md), where the point-to-point path of the other algorithms does not; from
+    there, :func:`sparcml._collectives.exchange.allgather_bytes` (one ``Allgatherv``: the loop
+    over ranks runs in MPI).
     On one node (``shared``), through the window's gather region."""
     rank, size = ctx.rank, ctx.size
     if shared is not None:
@@ -358,7 +359,7 @@ def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
         shared.gathers += 1
         return allgather_shared(ctx, shared.layout, buf, stats, shared.split_bytes,
                                 shared.gather_bytes)
-    if size > DIRECT_MAX_RANKS:
+    if current_options().native(size):
         return allgather_bytes(ctx, buf, stats)
     out: list[np.ndarray | None] = [None] * size
     out[rank] = buf

@@ -66,6 +66,8 @@ from .._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .._runtime.context import TrafficStats, context_for
 from .._model.costmodel import TOPK_STEP
 from .._collectives.entry import allreduce_in
+from .._collectives.plan import AllreducePlan, PlanShapeError
+from .._topk.plan import TopKPlan
 from .._topk.topk_allreduce import calibration_run, topk_allreduce_in
 from .._errors import (CompressionError, IncompatibleOptionsError, InvalidOptionError,
                        UnsupportedDtypeError)
@@ -455,7 +457,7 @@ class Compression:
     or hook works on :meth:`fresh` copies, so one ``Compression`` may configure several.
     """
 
-    __slots__ = ("compressor", "quantizer", "memory", "algorithm", "options")
+    __slots__ = ("compressor", "quantizer", "memory", "algorithm", "options", "_plans")
 
     def __init__(self, compressor: Compressor | None = None, quantizer: QSGD | None = None,
                  memory: Memory | None = None, algorithm: str = DEFAULT_ALGORITHM, *,
@@ -490,6 +492,7 @@ class Compression:
         self.compressor, self.quantizer, self.memory = compressor, quantizer, memory
         self.algorithm = algorithm
         self.options = options
+        self._plans: dict = {}  # (context, key) -> a persistent plan (see _plan)
 
     @classmethod
     def none(cls, algorithm: str = DENSE_BASELINE, *,
@@ -569,8 +572,11 @@ class Compression:
                 algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
             use_global = algorithm == TOPK_STEP
         if use_global:
-            reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check,
-                                        options=self.options)
+            if self.algorithm == AUTO:  # the choice is per call: no fixed plan
+                reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check,
+                                            options=self.options)
+            else:
+                reduced = self._planned(ctx, key, vec, k_global, stats, check)
             t0 = time.perf_counter()
             # sent: the local selection less what the global one dropped (kept in the memory)
             idx, val = select_kernels.drop_indices(vec.indices, vec.values,
@@ -581,13 +587,40 @@ class Compression:
                            seconds + time.perf_counter() - t0)
         q = self.quantizer
         parts = [] if q is not None else None
-        result = allreduce_in(ctx, vec, algorithm=algorithm, quantizer=q,
-                              quantize_sparse=q is not None, stats=stats, check=check,
-                              sent=parts, options=self.options)
+        if q is None and algorithm != AUTO:  # a fixed bucket shape: its persistent plan
+            result = self._planned(ctx, key, vec, None, stats, check)
+        else:
+            result = allreduce_in(ctx, vec, algorithm=algorithm, quantizer=q,
+                                  quantize_sparse=q is not None, stats=stats, check=check,
+                                  sent=parts, options=self.options)
         t0 = time.perf_counter()
         sent = vec if parts is None else assemble_parts(parts, vec.dim, vec.dtype)
         self.memory.update(g, key, sent)
         return Reduced(result, sent, vec.nnz, seconds + time.perf_counter() - t0)
+
+    def _planned(self, ctx, key, vec: SparseVector, k: int | None, stats, check):
+        """The reduction of ``vec`` under ``key`` through the key's persistent plan
+        (:func:`sparcml.plan`, or :func:`sparcml.topk_plan` with ``k``), made collectively at
+        the key's first call: every rank reduces the same keys in the same order, so every
+        rank makes it at the same point. When every rank's vector changed shape (a DDP
+        bucket rebuilt), the plans say so alike on every rank and a new one is made."""
+        entry = (id(ctx), key, k is not None)  # k follows the dim (global_k)
+        for _ in range(2):
+            comm, plan = self._plans.get(entry, (None, None))
+            if plan is None or comm is not ctx.comm:
+                if k is None:
+                    plan = AllreducePlan(vec.dim, vec.dtype, algorithm=self.algorithm,
+                                         options=self.options, _ctx=ctx)
+                else:
+                    plan = TopKPlan(vec.dim, vec.dtype, k, options=self.options, _ctx=ctx)
+                self._plans[entry] = (ctx.comm, plan)
+            try:
+                if k is None:
+                    return plan.allreduce_in(ctx, vec, stats=stats, check=check)
+                return plan.topk_allreduce_in(ctx, vec, stats=stats, check=check)
+            except PlanShapeError:
+                self._plans.pop(entry, None)  # every rank drops it: make the new shape's
+        raise PlanShapeError(f"the plan of key {key!r} could not follow the new shape")
 
     def allreduce(self, x: np.ndarray, key=0, comm: MPI.Comm | None = None, *,
                   stats: TrafficStats | None = None, shapes=None) -> SparseVector:

@@ -34,8 +34,16 @@ the ``dense`` baseline may differ from MPICH's in the last bits.
 
 Modeled time: each rank has a virtual clock.
 
-- Compute: the thread CPU time (``time.thread_time``) a rank spends between two calls into the
-  communicator, measured on this machine, times ``compute_scale``. Memoized computations (see
+- Compute, ``compute="model"`` (the default): each kernel a rank runs (``add``, ``fold_parts``,
+  ``assemble``, ``encode``, ``decode``, the local sums of a simulated ``Allreduce``) is charged
+  a calibrated rate times its exact work (entries, bytes), and each call into the communicator
+  a calibrated Python cost (:mod:`sparcml.sim._rates`: measured once per process, cached in
+  ``~/.cache/sparcml/sim-kernel-rates.json``), times ``compute_scale``. The same run gives the
+  same time on a quiet and on a loaded machine. Not charged: top-k's selection kernels and
+  input validation.
+- Compute, ``compute="measured"``: the thread CPU time (``time.thread_time``) a rank spends
+  between two calls into the communicator, measured on this machine, times ``compute_scale``
+  (everything a rank does, but it follows the machine's load). Memoized computations (see
   :mod:`sparcml.sim._sharing`) charge every rank the CPU time of the one real computation.
 - A point-to-point message of n bytes from rank s to rank d (LogGP-style, alpha + n beta): it
   starts when s posts it and s's link is free, occupies s's link for n beta, and arrives

@@ -2,14 +2,17 @@
 
 The simulator does not send a collective's internal messages one by one: it combines the
 ranks' buffers directly (exact data) and charges every rank the time of the algorithm MPICH
-would pick, from the moment the last rank entered (a collective synchronizes in this model):
+would pick, from the moment the last rank entered (a collective synchronizes in this model).
+The formulas of the vector collectives (``Alltoall``, ``Alltoallv``, ``Allgather(v)``,
+``Gather``, ``Gatherv``) are :mod:`sparcml._model.mpi_collectives`', shared with the cost
+model: a round costs the link's ``alpha`` plus MPI's own per-message cost
+(:data:`~sparcml._model.mpi_collectives.LIBRARY_MESSAGE_SECONDS`), not sparcml's Python.
+Besides:
 
 - ``Barrier``: ``ceil(log2 P) alpha`` (dissemination);
 - ``Allreduce`` of n bytes: recursive doubling ``ceil(log2 P) (alpha + n beta)`` up to 2 KiB,
   else Rabenseifner ``2 ceil(log2 P) alpha + 2 (P-1)/P n beta`` plus the local reductions
   ``(P-1)/P n gamma``;
-- ``Allgather(v)`` of T bytes in all, n_r of them rank r's: ``ceil(log2 P) alpha + (T - n_r)
-  beta`` (recursive doubling or ring: every rank receives what it does not hold);
 - ``Bcast`` of n bytes: the cheaper of a binomial tree ``ceil(log2 P) (alpha + n beta)`` and
   scatter + allgather ``(log2 P + P - 1) alpha + 2 (P-1)/P n beta``.
 
@@ -21,7 +24,11 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["barrier_time", "allreduce_time", "allgather_time", "bcast_time"]
+from .._model.mpi_collectives import (SIZE_BYTES, alltoall_time, alltoallv_time,
+                                      allgatherv_time, gather_time, gatherv_time)
+
+__all__ = ["barrier_time", "allreduce_time", "allgather_time", "bcast_time", "alltoall_time",
+           "alltoallv_time", "gather_time", "gatherv_time", "SIZE_BYTES"]
 
 _SMALL_ALLREDUCE = 2048
 
@@ -43,9 +50,9 @@ def allreduce_time(P: int, nbytes: int, alpha: float, beta: float, gamma: float 
 
 
 def allgather_time(P: int, total: int, own: int, alpha: float, beta: float) -> float:
-    if P <= 1:
-        return 0.0
-    return _log2(P) * alpha + (total - own) * beta
+    """``Allgather(v)`` of ``total`` bytes, ``own`` of them this rank's
+    (:func:`sparcml._model.mpi_collectives.allgatherv_time`)."""
+    return allgatherv_time(P, total, own, alpha, beta)
 
 
 def bcast_time(P: int, nbytes: int, alpha: float, beta: float) -> float:

@@ -11,8 +11,10 @@ own communicator object); the handles of one communicator share a group in the
   ``Mprobe``/``Improbe`` + ``Message.Irecv``/``Message.Recv``, with ``ANY_SOURCE``/``ANY_TAG``
   and MPI's non-overtaking order per source;
 - collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN; ``IN_PLACE``), ``Exscan``, ``Allgather``,
-  ``Allgatherv``, ``Bcast`` and their ``I``-forms, and the pickle-based ``allreduce``,
-  ``allgather``, ``bcast``, ``barrier``.
+  ``Allgatherv``, ``Alltoall``, ``Alltoallv``, ``Gather``, ``Gatherv``, ``Bcast`` and their
+  ``I``-forms, and the pickle-based ``allreduce``, ``allgather``, ``bcast``, ``barrier``. Each
+  is one event (its data combined directly, its time modeled: :mod:`sparcml.sim._collective_cost`),
+  not its internal messages.
 
 Deviations from MPI, harmless for sparcml's code (which uses requests only through
 :class:`sparcml._runtime.progress.Waiter`): ``Test``, ``Testall`` and ``Improbe`` wait until the
@@ -61,7 +63,7 @@ def _bytes(arr: np.ndarray) -> np.ndarray:
 
 
 def _vspec(spec):
-    """``(array, counts, displs)`` of an Allgatherv receive spec."""
+    """``(array, counts, displs)`` of a vector collective's buffer spec."""
     arr = np.asarray(spec[0])
     if len(spec) == 4:
         counts, displs = spec[1], spec[2]
@@ -173,7 +175,7 @@ class SimComm:
         """This rank's virtual time (seconds), its compute so far included."""
         w = self._world
         with w.lock:
-            w.enter(self._st)
+            w.enter(self._st, call=False)
             w.leave(self._st)
             return self._st.clock
 
@@ -443,6 +445,78 @@ class SimComm:
                 flat[d:d + int(counts[j])] = result[pos[j]:pos[j + 1]]
         self._st.wire_bytes += result.nbytes - own_bytes
 
+    def Alltoall(self, sendbuf, recvbuf) -> None:
+        """Fixed-size blocks (``IN_PLACE`` not simulated): block j of ``sendbuf`` to rank j."""
+        send = _array(sendbuf).reshape(-1)
+        recv = _array(recvbuf).reshape(-1)
+        n = send.size // self.size
+        mine = send.copy()
+        nbytes = n * send.itemsize
+
+        result = self._collective(mine, np.stack, lambda r, a, b: cc.alltoall_time(
+            self.size, nbytes, a, b))  # one table: row j is what rank j sends
+        recv[:] = result[:, self.rank * n:(self.rank + 1) * n].reshape(-1)
+        self._st.wire_bytes += (self.size - 1) * nbytes
+
+    def Alltoallv(self, sendbuf, recvbuf) -> None:
+        """Variable blocks: ``sendbuf``'s block j (counts, displacements) to rank j, received
+        into ``recvbuf``'s block of the source. Time: the largest bytes any rank sends or
+        receives (:func:`~sparcml._model.mpi_collectives.alltoallv_time`)."""
+        send, scounts, sdispls = _vspec(sendbuf)
+        recv, rcounts, rdispls = _vspec(recvbuf)
+        flat = send.reshape(-1).copy()  # the sender may reuse its buffer once it returns
+        blocks = [flat[int(d):int(d) + int(c)] for d, c in zip(sdispls, scounts)]
+        item = flat.itemsize
+        out_bytes = (int(scounts.sum()) - int(scounts[self.rank])) * item
+        in_bytes = (int(rcounts.sum()) - int(rcounts[self.rank])) * item
+
+        def combine(parts):
+            peak = max(max(o, i) for _, o, i in parts)
+            return [b for b, _, _ in parts], peak
+
+        result, peak = self._collective((blocks, out_bytes, in_bytes), combine,
+                                        lambda r, a, b: cc.alltoallv_time(
+                                            self.size, r[1], r[1], a, b))
+        dst = recv.reshape(-1)
+        for j, blocks_j in enumerate(result):
+            got = blocks_j[self.rank]
+            if got.size != int(rcounts[j]):
+                raise MPI.Exception(MPI.ERR_TRUNCATE)
+            dst[int(rdispls[j]):int(rdispls[j]) + got.size] = got
+        self._st.wire_bytes += out_bytes
+
+    def Gather(self, sendbuf, recvbuf, root: int = 0) -> None:
+        send = _array(sendbuf).reshape(-1).copy()
+        nbytes = send.nbytes
+        result = self._collective(send, np.concatenate, lambda r, a, b: cc.gather_time(
+            self.size, nbytes, a, b))
+        if self.rank == root:
+            _array(recvbuf).reshape(-1)[:] = result
+        else:
+            self._st.wire_bytes += nbytes
+
+    def Gatherv(self, sendbuf, recvbuf, root: int = 0) -> None:
+        """Rank j's ``sendbuf`` into the root's block j (linear: the root receives every
+        block, :func:`~sparcml._model.mpi_collectives.gatherv_time`)."""
+        send = _array(sendbuf).reshape(-1)
+        mine = send.copy()
+        nbytes = mine.nbytes
+
+        def combine(parts):
+            return parts, sum(p.nbytes for p in parts) - parts[root].nbytes
+
+        result, received = self._collective(mine, combine, lambda r, a, b: cc.gatherv_time(
+            self.size, r[1] if self.rank == root else nbytes, a, b))
+        if self.rank == root:
+            recv, counts, displs = _vspec(recvbuf)
+            dst = recv.reshape(-1)
+            for j, p in enumerate(result):
+                if p.size != int(counts[j]):
+                    raise MPI.Exception(MPI.ERR_TRUNCATE)
+                dst[int(displs[j]):int(displs[j]) + p.size] = p
+        else:
+            self._st.wire_bytes += nbytes
+
     def allgather(self, obj) -> list:
         import pickle
 
@@ -489,6 +563,22 @@ class SimComm:
 
     def Iallgatherv(self, sendbuf, recvbuf):
         self.Allgatherv(sendbuf, recvbuf)
+        return self._done()
+
+    def Ialltoall(self, sendbuf, recvbuf):
+        self.Alltoall(sendbuf, recvbuf)
+        return self._done()
+
+    def Ialltoallv(self, sendbuf, recvbuf):
+        self.Alltoallv(sendbuf, recvbuf)
+        return self._done()
+
+    def Igather(self, sendbuf, recvbuf, root: int = 0):
+        self.Gather(sendbuf, recvbuf, root)
+        return self._done()
+
+    def Igatherv(self, sendbuf, recvbuf, root: int = 0):
+        self.Gatherv(sendbuf, recvbuf, root)
         return self._done()
 
     def Ibcast(self, buf, root: int = 0):

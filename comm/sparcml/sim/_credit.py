@@ -1,6 +1,9 @@
 """Which threads are simulated ranks, and the compute their clocks are credited or spared.
 
-Package-internal. A rank's compute is the thread CPU time it spends between two calls into its
+Package-internal. Under ``compute="model"`` (the default) a rank's compute is the modeled cost
+of the kernels it ran (:func:`charge_work`, :mod:`sparcml.sim._model_ops`) plus a calibrated
+cost per communicator call; :func:`charge` and :func:`discount` then do nothing. Under
+``compute="measured"``, a rank's compute is the thread CPU time it spends between two calls into its
 communicator (:meth:`sparcml.sim._world.World.enter`), corrected by a per-thread *credit*:
 plus the CPU time of a computation another rank made for it (a memo hit of
 :mod:`sparcml.sim._sharing`), minus the simulator's own work done in the rank's thread (its
@@ -16,7 +19,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-__all__ = ["rank_scope", "sharing", "credit_of", "charge", "discount", "gc_pauses_discounted"]
+__all__ = ["rank_scope", "sharing", "credit_of", "charge", "discount", "gc_pauses_discounted",
+           "modeled", "charge_work"]
 
 _local = threading.local()
 
@@ -33,20 +37,39 @@ def credit_of() -> float:
     return c
 
 
+def modeled() -> bool:
+    """Whether this thread is a simulated rank whose compute is modeled (``compute="model"``:
+    kernel rates times work, :mod:`sparcml.sim._rates`), not measured."""
+    return getattr(_local, "model", False)
+
+
+def charge_work(seconds: float) -> None:
+    """Add the modeled ``seconds`` of a kernel to this thread's rank compute."""
+    _local.credit = getattr(_local, "credit", 0.0) + seconds
+
+
 def charge(seconds: float) -> None:
-    """Add ``seconds`` to this thread's rank compute (a computation made for it elsewhere)."""
+    """Add ``seconds`` to this thread's rank compute (a computation made for it elsewhere);
+    nothing under modeled compute (the kernel's modeled cost is charged instead)."""
+    if getattr(_local, "model", False):
+        return
     _local.credit = getattr(_local, "credit", 0.0) + seconds
 
 
 def discount(seconds: float) -> None:
-    """Take ``seconds`` of this thread's CPU time off its rank's compute (simulator work)."""
+    """Take ``seconds`` of this thread's CPU time off its rank's compute (simulator work);
+    nothing under modeled compute (thread time is not charged at all)."""
+    if getattr(_local, "model", False):
+        return
     _local.credit = getattr(_local, "credit", 0.0) - seconds
 
 
 @contextmanager
-def rank_scope(share: bool):
-    """Mark the current thread as a simulated rank (sharing on or off)."""
+def rank_scope(share: bool, model: bool = False):
+    """Mark the current thread as a simulated rank (sharing on or off, compute modeled or
+    measured)."""
     _local.share = bool(share)
+    _local.model = bool(model)
     _local.credit = 0.0
     _local.rank = True
     try:
@@ -54,6 +77,7 @@ def rank_scope(share: bool):
     finally:
         _local.share = False
         _local.rank = False
+        _local.model = False
 
 
 def _gc_phase(phase: str, info: dict) -> None:

@@ -16,9 +16,16 @@ them at P >= 8 wherever their bytes were a little smaller (BENCHMARKS.md, "Scali
 
 ``o`` is measured once per process (:func:`message_overhead`): ``ssar_split_allgather`` on a
 tiny input (dimension :data:`~sparcml._model.costmodel.TINY_N`, one nonzero per rank) on
-:data:`OVERHEAD_P` simulated ranks of the network, 1 warm-up and 5 timed calls (the slowest
+:data:`OVERHEAD_P` simulated ranks of the network, its phase 1 forced to point-to-point
+messages, 1 warm-up and 5 timed calls (the slowest
 rank's virtual time, the fastest call: noise on a shared machine only slows); ``o`` = (that
 time - the model's prediction with ``o = 0``) / (P - 1), at least 0. A few seconds of wall time.
+The phases that run as one MPI vector collective (from ``Options.native_min_ranks`` ranks)
+cost no ``o`` per message but sparcml's Python per part (encode and decode),
+``part_overhead``, measured the same way with the collective path forced
+(:func:`vector_part_overhead`; over P parts), and MPI's rounds at the link latency
+(``collective_alpha``) plus MPI's own per-message cost
+(:mod:`sparcml._model.mpi_collectives`).
 
 Per algorithm, as ``calibrate`` does on real ranks (:func:`sparcml._model.auto.calibrate_context`),
 but on the virtual clock and at :data:`CALIBRATION_P` simulated ranks (at most P) whatever P
@@ -38,8 +45,8 @@ import math
 from .._model.costmodel import TINY_N, CostModel
 from ._network import NetworkSpec, parse_network
 
-__all__ = ["network_cost_model", "use_model", "message_overhead", "algorithm_factors",
-           "OVERHEAD_P", "CALIBRATION_P"]
+__all__ = ["network_cost_model", "use_model", "message_overhead", "vector_part_overhead",
+           "algorithm_factors", "OVERHEAD_P", "CALIBRATION_P"]
 
 OVERHEAD_P = 64  # simulated ranks of the measurement of o
 CALIBRATION_P = 16  # simulated ranks of the per-algorithm calibration
@@ -54,7 +61,7 @@ def _local_rates() -> tuple[float, float]:
     return model.gamma_merge, model.gamma_dense
 
 
-def _tiny_calls(comm, name: str, reps: int) -> list[float]:
+def _tiny_calls(comm, name: str, reps: int, options=None) -> list[float]:
     import numpy as np
 
     from .._collectives.entry import allreduce
@@ -66,29 +73,50 @@ def _tiny_calls(comm, name: str, reps: int) -> list[float]:
     for _ in range(reps):
         comm.Barrier()
         t0 = comm.clock()
-        allreduce(vec, comm, algorithm=name)
+        allreduce(vec, comm, algorithm=name, options=options)
         times.append(comm.clock() - t0)
     return times
 
 
-@functools.lru_cache(maxsize=4)
-def message_overhead(network: str) -> float:
-    """Seconds of sparcml software per point-to-point message on ``network`` (a spec string),
-    measured in the simulator (see the module docstring); cached per network."""
+def _measured_overhead(network: str, native: bool) -> float:
+    """Seconds per message (``native`` False: P - 1 of them) or per part (True: P) of
+    ``ssar_split_allgather``'s phase 1 beyond the model's, on ``network`` (module
+    docstring)."""
+    import dataclasses
+
     import numpy as np
 
     from .._collectives.algorithms.split_sparse import ALGORITHM as SPLIT
+    from .._options import MAX_RANKS_PER_NODE, current_options, in_call
     from ._runner import run
 
     net = parse_network(network)
     P = min(OVERHEAD_P, net.nodes * net.ppn)
     if P < 2:
         return 0.0
-    res = run(P, _tiny_calls, network=net, args=(SPLIT.name, 6))
+    opts = dataclasses.replace(current_options(),
+                               native_min_ranks=1 if native else MAX_RANKS_PER_NODE)
+    res = run(P, _tiny_calls, network=net, args=(SPLIT.name, 6, opts))
     measured = float(np.min(np.max([r[1:] for r in res.results], axis=0)))
-    base = network_cost_model(net, P, overhead=0.0, factors=False).predict(
-        SPLIT.name, P=P, N=TINY_N, k=1, K=min(P, TINY_N))
-    return max(0.0, (measured - base) / (P - 1))
+    with in_call(opts):
+        base = network_cost_model(net, P, overhead=0.0, part_overhead=0.0,
+                                  factors=False).predict(SPLIT.name, P=P, N=TINY_N, k=1,
+                                                         K=min(P, TINY_N))
+    return max(0.0, (measured - base) / (P if native else P - 1))
+
+
+@functools.lru_cache(maxsize=4)
+def message_overhead(network: str) -> float:
+    """Seconds of sparcml software per point-to-point message on ``network`` (a spec string),
+    measured in the simulator (see the module docstring); cached per network."""
+    return _measured_overhead(network, False)
+
+
+@functools.lru_cache(maxsize=4)
+def vector_part_overhead(network: str) -> float:
+    """Seconds of sparcml software per part of a phase that runs as one MPI vector collective
+    on ``network`` (a spec string), measured in the simulator (module docstring); cached."""
+    return _measured_overhead(network, True)
 
 
 def _calibration_calls(comm, names) -> dict:
@@ -149,21 +177,27 @@ def algorithm_factors(network: str, P: int) -> dict:
 
 
 def network_cost_model(network: str | NetworkSpec, P: int, *, overhead: float | None = None,
+                       part_overhead: float | None = None,
                        factors: bool | dict = True) -> CostModel:
     """A :class:`~sparcml.CostModel` for P ranks on ``network`` (see the module docstring).
     ``overhead``: the software seconds per message added to ``alpha`` (None: measured by
-    :func:`message_overhead`). ``factors``: True: the per-algorithm residuals and scales of
+    :func:`message_overhead`); ``part_overhead``: the software seconds per part of a vector
+    collective (None: measured by :func:`vector_part_overhead`). ``factors``: True: the
+    per-algorithm residuals and scales of
     :func:`algorithm_factors`; a dict of them; False: none (the analytic model alone)."""
     net = parse_network(network)
     alpha, beta = net.collective_link(range(P))
     if overhead is None:
         overhead = message_overhead(net.text)
+    if part_overhead is None:
+        part_overhead = vector_part_overhead(net.text)
     logp = max(1, math.ceil(math.log2(max(P, 2))))
     gamma_merge, gamma_dense = _local_rates()
     model = CostModel(alpha=alpha + overhead, beta=beta, gamma_merge=gamma_merge,
                       gamma_dense=gamma_dense,
                       allreduce_alpha=2 * logp * alpha, allreduce_beta=2 * (P - 1) / P * beta,
-                      allgather_alpha=logp * alpha, allgather_beta=(P - 1) / P * beta)
+                      allgather_alpha=logp * alpha, allgather_beta=(P - 1) / P * beta,
+                      collective_alpha=alpha, part_overhead=part_overhead)
     if factors is True:
         factors = algorithm_factors(net.text, P)
     for name, (residual, scale) in (factors or {}).items():

@@ -13,9 +13,12 @@ from ._network import NetworkSpec, parse_network
 from ._sharing import SharingOps
 from ._world import SimAborted, SimDeadlock, World
 
-__all__ = ["run", "SimResult", "SimulationError", "DEFAULT_RATE"]
+__all__ = ["run", "SimResult", "SimulationError", "DEFAULT_RATE", "COMPUTE_MODES"]
 
 DEFAULT_RATE = "10gbit"
+# how a rank's compute is charged: "model" = calibrated kernel rates x exact work
+# (sparcml.sim._rates; deterministic), "measured" = its thread CPU time (follows the load)
+COMPUTE_MODES = ("model", "measured")
 
 
 class SimulationError(SparcmlError):
@@ -27,7 +30,9 @@ class SimResult:
     """What :func:`run` returns; lists are indexed by world rank.
 
     ``results``: each rank's return value. ``times``: each rank's virtual clock at its end
-    (seconds: measured compute + modeled communication). ``compute``: the measured compute part.
+    (seconds: compute + modeled communication). ``compute``: the compute part (modeled from
+    kernel rates, or measured: ``extra["compute"]`` says which; ``extra["calls"]``: each rank's
+    calls into the communicator; ``extra["rates"]``: the kernel rates of a modeled run).
     ``wire_bytes``: bytes each rank put on the wire (point-to-point exact; collectives the
     volume of the modeled algorithm). ``messages``: point-to-point messages sent.
     """
@@ -55,7 +60,8 @@ def _cores() -> int:
 
 def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (),
         tokens: int | None = None, compute_scale: float = 1.0,
-        timeout: float | None = None, share: bool = True) -> SimResult:
+        timeout: float | None = None, share: bool = True,
+        compute: str = "model") -> SimResult:
     """Run ``fn(comm, *args)`` on P simulated ranks; returns a :class:`SimResult`.
 
     ``comm`` is each rank's :class:`~sparcml.sim.SimComm` (the world communicator): pass it to
@@ -63,7 +69,14 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
     (:func:`parse_network`) or a :class:`NetworkSpec`; its ``nodes x ppn`` must cover P
     (default: P nodes of one rank, 10 Gbit/s links).
     ``tokens``: how many rank threads run at once (default: the usable cores).
-    ``compute_scale`` multiplies measured compute (e.g. the ratio of the target cluster's core
+    ``compute``: ``"model"`` (default) charges each rank the calibrated rate of every kernel
+    it runs times its exact work (items, bytes) plus a calibrated cost per communicator call
+    (:mod:`sparcml.sim._rates`: measured once per process, cached in
+    ``~/.cache/sparcml/sim-kernel-rates.json``, not read with ``SPARCML_SIM_RATES=off``), so
+    that the same run gives the same time on a quiet or a loaded machine; ``"measured"`` charges
+    the thread CPU time a rank spends between calls (everything it does, but it follows the
+    machine's load).
+    ``compute_scale`` multiplies compute (e.g. the ratio of the target cluster's core
     speed to this machine's, < 1 for faster cores). ``share``: ranks share identical buffers
     (:mod:`sparcml.sim._sharing`). Raises :class:`SimulationError` if any rank raised (after
     every thread has ended), or if ``timeout`` seconds of real time pass.
@@ -74,13 +87,25 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
             and compute_scale != float("inf")):
         raise InvalidArgumentError(f"compute_scale must be a positive number, got "
                                    f"{compute_scale!r}")
+    if compute not in COMPUTE_MODES:
+        raise InvalidArgumentError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got "
+                                   f"{compute!r}")
     net = parse_network(f"{P}x{DEFAULT_RATE}" if network is None else network)
     if P > net.nodes * net.ppn:
         raise InvalidArgumentError(
             f"network {net.text} has {net.nodes} nodes x {net.ppn} ranks = "
             f"{net.nodes * net.ppn} ranks, fewer than P = {P}; give more nodes")
     ops = SharingOps() if share else None
-    world = World(P, net, tokens=tokens or _cores(), compute_scale=compute_scale, ops=ops)
+    rates = None
+    if compute == "model":
+        from .._collectives.ops import PLAIN
+        from ._model_ops import ModelOps
+        from ._rates import kernel_rates
+
+        rates = kernel_rates(run)
+    world = World(P, net, tokens=tokens or _cores(), compute_scale=compute_scale,
+                  ops=ops if rates is None else ModelOps(PLAIN if ops is None else ops, rates),
+                  rates=rates)
     results = [None] * P
     errors: list = [None] * P
 
@@ -89,7 +114,7 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
         st = world.ranks[rank]
         world.tokens.acquire()
         try:
-            with rank_scope(share):
+            with rank_scope(share, model=rates is not None):
                 with world.lock:
                     world.leave(st)
                 out = fn(comm, *args)
@@ -132,4 +157,6 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
     return SimResult(results, [st.clock for st in world.ranks],
                      [st.compute for st in world.ranks],
                      [st.wire_bytes for st in world.ranks],
-                     [st.messages for st in world.ranks], net)
+                     [st.messages for st in world.ranks], net,
+                     extra={"compute": compute, "calls": [st.calls for st in world.ranks],
+                            **({} if rates is None else {"rates": dict(rates)})})

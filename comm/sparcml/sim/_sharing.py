@@ -14,8 +14,10 @@ threads (other threads, e.g. the communication thread of ``iallreduce``, get the
    (the bytes are the same; the sender counts them as before).
 2. ``allgather_in_place`` gathers into one buffer that every rank views, ``allgather_values``
    (a dense allgather into a fresh array) into one array every rank views, ``bcast_bytes``
-   (into a fresh buffer) gives the ranks one copy of the root's bytes (the same bytes and
-   modeled time as the collectives of :class:`~sparcml.sim.SimComm`).
+   (into a fresh buffer) gives the ranks one copy of the root's bytes, ``alltoallv_bytes`` and
+   ``gather_bytes`` hand each receiver the senders' buffers, read-only, as ``recv_bytes``
+   does (the same bytes and modeled time as the collectives of
+   :class:`~sparcml.sim.SimComm`: one event each, the size exchange included).
 3. ``encode``, ``add``, ``fold_parts`` and ``assemble`` are memoized by the *provenance* of
    their inputs: the identity of the arrays they read (a decoded view of a lossless message
    counts as the array it was encoded from). The first rank computes (without the context's
@@ -471,6 +473,59 @@ class SharingOps(Ops):
         stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
         stats.messages += 1
         return [recv[int(d):int(d) + int(n)] for d, n in zip(displs, sizes)]
+
+    def alltoallv_bytes(self, ctx, bufs, stats):
+        if not sharing():
+            return super().alltoallv_bytes(ctx, bufs, stats)
+        comm, rank, size = ctx.comm, ctx.rank, ctx.size
+        scounts = np.array([0 if j == rank else b.nbytes for j, b in enumerate(bufs)], np.intc)
+        rcounts = np.empty(size, np.intc)
+        ctx.waiter.collective(comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        sent, received = int(scounts.sum()), int(rcounts.sum())
+        for j, b in enumerate(bufs):  # the receivers get these very buffers, read-only
+            if j != rank:
+                b.flags.writeable = False
+
+        def combine(parts):
+            return [p[0] for p in parts], max(max(p[1], p[2]) for p in parts)
+
+        got, _ = comm.shared_collective((bufs, sent, received), combine,
+                                        lambda r, a, b: cc.alltoallv_time(size, r[1], r[1],
+                                                                          a, b), sent)
+        out = [bufs[rank] if j == rank else theirs[rank] for j, theirs in enumerate(got)]
+        stats.bytes_sent += cc.SIZE_BYTES * (size - 1)
+        stats.bytes_received += cc.SIZE_BYTES * (size - 1) + received
+        return out
+
+    def gather_bytes(self, ctx, buf, stats, root=0):
+        if not sharing():
+            return super().gather_bytes(ctx, buf, stats, root)
+        comm, size = ctx.comm, ctx.size
+        mine = np.array([buf.nbytes], np.intc)
+        sizes = np.empty(size, np.intc) if ctx.rank == root else None
+        ctx.waiter.collective(comm, "Gather", [mine, MPI.INT],
+                              None if sizes is None else [sizes, MPI.INT], root)
+        sending = 0 if ctx.rank == root else buf.nbytes
+
+        def combine(parts):
+            return parts, sum(p.nbytes for j, p in enumerate(parts) if j != root)
+
+        got, received = comm.shared_collective(
+            buf, combine, lambda r, a, b: cc.gatherv_time(
+                size, r[1] if ctx.rank == root else sending, a, b), sending)
+        if ctx.rank != root:
+            stats.bytes_sent += cc.SIZE_BYTES
+            return None
+        out = []
+        for j, p in enumerate(got):
+            if j == root:
+                out.append(buf)
+                continue
+            view = p.view()
+            view.flags.writeable = False
+            out.append(view)
+        stats.bytes_received += cc.SIZE_BYTES * (size - 1) + received
+        return out
 
     def allgather_values(self, ctx, block, bounds, out):
         if not sharing() or out is not None:  # a caller's buffer: filled as on real ranks

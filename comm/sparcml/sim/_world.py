@@ -55,7 +55,7 @@ class RankState:
     """One virtual rank: its clock, its link reservations and what it sent."""
 
     __slots__ = ("rank", "clock", "cpu_mark", "compute", "cond", "wire_bytes", "messages",
-                 "send_done", "node")
+                 "send_done", "node", "calls")
 
     def __init__(self, rank: int, node: int, lock: threading.Lock):
         self.rank = rank
@@ -67,13 +67,14 @@ class RankState:
         self.wire_bytes = 0       # point-to-point bytes sent + modeled collective volume
         self.messages = 0
         self.send_done = 0.0      # when this rank's last send has left it
+        self.calls = 0            # calls into the communicator (each charged rates["call"])
 
 
 class World:
     """The shared state of one run of P virtual ranks on ``network``."""
 
     def __init__(self, size: int, network: NetworkSpec, *, tokens: int = 2,
-                 compute_scale: float = 1.0, ops=None):
+                 compute_scale: float = 1.0, ops=None, rates: dict | None = None):
         self.size = size
         self.network = network
         self.ops = ops  # what sparcml's contexts on this world's communicators use (None: plain)
@@ -97,13 +98,29 @@ class World:
         self.progress = 0
         self.suspect: tuple[int, float] | None = None
         self.sequence = 0  # global posting order of messages
-        self.gamma_add = add_rate()
+        # rates: compute modeled from them (sparcml.sim._rates), None: measured thread time
+        self.rates = rates
+        self.gamma_add = add_rate() if rates is None else rates["dense_add"]
 
     # ---- compute accounting ------------------------------------------------------------------
-    def enter(self, st: RankState) -> None:
-        """A rank enters the communicator: its compute since the last exit goes on its clock."""
+    def enter(self, st: RankState, call: bool = True) -> None:
+        """A rank enters the communicator: its compute since the last exit goes on its clock.
+        Measured: the thread CPU time since then, corrected by its credit. Modeled: the kernels
+        it ran since (their credit) and, for a ``call`` (not a look at the clock) made by
+        sparcml's code, the Python of one communicator call."""
         self.progress += 1
+        if self.rates is not None:
+            spent = credit_of()
+            if call and _called_by_sparcml():
+                st.calls += 1
+                spent += self.rates["call"]
+            spent *= self.compute_scale
+            st.clock += spent
+            st.compute += spent
+            return
         now = time.thread_time()
+        if call:
+            st.calls += 1
         if st.cpu_mark is not None:
             spent = (now - st.cpu_mark + credit_of()) * self.compute_scale
             st.clock += spent
@@ -111,7 +128,8 @@ class World:
         st.cpu_mark = now
 
     def leave(self, st: RankState) -> None:
-        st.cpu_mark = time.thread_time()
+        if self.rates is None:
+            st.cpu_mark = time.thread_time()
 
     # ---- waiting -----------------------------------------------------------------------------
     def wait_until(self, st: RankState, ready) -> None:
@@ -219,6 +237,20 @@ class World:
         rstart = max(start, free[key])
         free[key] = rstart + nbytes * beta
         return rstart + nbytes * beta + alpha
+
+
+def _called_by_sparcml(depth: int = 12) -> bool:
+    """Whether the communicator's caller (the first frame outside :mod:`sparcml.sim`) is
+    sparcml's code: the calls a modeled rank is charged the Python of (a user's own ``Send``
+    or ``Barrier`` between sparcml calls is not sparcml's software)."""
+    frame = sys._getframe(2)
+    while frame is not None and depth > 0:
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("sparcml.sim"):
+            return module.startswith("sparcml.") or module == "sparcml"
+        frame = frame.f_back
+        depth -= 1
+    return False
 
 
 def _where(frame, depth: int = 5) -> str:

@@ -1,0 +1,289 @@
+"""A plan's steady fast path: lossless recursive doubling on preallocated buffers.
+
+Package-internal (:mod:`sparcml._collectives.plan` runs it; so does :func:`sparcml.allreduce`
+through a cached plan). It runs the schedule of ``ssar_recursive_double``
+(:mod:`sparcml._collectives.algorithms.recursive_doubling`: the non-power-of-two fold, the
+butterfly, the unfold) and adds with the same kernels in the same order (the lower rank of
+the butterfly first, the switch rule of a lossless :class:`~sparcml._wire.codec.Codec`), so
+its results are bitwise those of the algorithm. What it saves is Python and memory work:
+
+- messages are written into one preallocated send buffer and received into one preallocated
+  receive buffer (no ``Mprobe``: a message never exceeds the dense vector, so the receive is
+  posted with that size and the header says what arrived), in the wire format of
+  :mod:`sparcml._wire.codec` (the short header, raw indices);
+- sums alternate between two preallocated sets of buffers; nothing is allocated after the
+  first calls but the result (none with ``out=``);
+- the header's error flag (:data:`sparcml._wire.header.ERROR_FLAG`) carries "some rank's
+  input was bad" along the schedule: a rank sets it when its own input was bad or when a
+  message it received carried it, so after the unfold every rank knows.
+
+Used for dims whose dense vector is at most :data:`MAX_DENSE_BYTES` (the latency regime, where
+the savings matter) and below 2**31 (int32 indices, the short header).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .. import _kernels as kernels
+from .._vector import SparseVector, index_dtype_for
+from .._wire.codec import Part, decode
+from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
+
+__all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
+
+MAX_DENSE_BYTES = 8 << 20  # dense vectors up to 8 MiB take the fast path
+_TAG_FOLD = 11  # the tags of recursive_doubling: calls on one communicator stay in order
+_TAG_ROUND = 12
+_TAG_UNFOLD = 13
+_DENSE = 1
+_VALUES8 = 4
+_OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write
+
+
+def _pad8(n: int) -> int:
+    return (n + 7) & ~7
+
+
+def fits(dim: int, dtype) -> bool:
+    """Whether a lossless recursive doubling of ``dim`` values of ``dtype`` takes the fast
+    path."""
+    return 0 < dim < 2**31 and dim * np.dtype(dtype).itemsize <= MAX_DENSE_BYTES
+
+
+class FastRecursiveDoubling:
+    """The buffers and the schedule of one plan on one context (one thread at a time)."""
+
+    __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
+                 "pof2", "rem", "newrank", "send", "recv", "send_w", "recv_w", "send_i",
+                 "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
+                 "waiter", "copy_sends", "codec", "raw_counts")
+
+    def __init__(self, ctx, dim: int, dtype):
+        self.dim = dim
+        self.dtype = np.dtype(dtype)
+        self.idx_dtype = index_dtype_for(dim)
+        self.s_idx, self.s_val = self.idx_dtype.itemsize, self.dtype.itemsize
+        self.item, self.entry = self.s_idx + self.s_val, self.s_val  # a lossless codec's rule
+        self.vflag = _VALUES8 if self.s_val == 8 else 0
+        self.rank, self.size = ctx.rank, ctx.size
+        self.comm, self.waiter = ctx.comm, ctx.waiter
+        self.pof2 = 1 << (self.size.bit_length() - 1)
+        self.rem = self.size - self.pof2
+        r = self.rank
+        if r < 2 * self.rem:
+            self.newrank = -1 if r % 2 == 0 else r // 2
+        else:
+            self.newrank = r - self.rem
+        # a message is at most the dense vector (a sparse one is below the rule: fewer bytes)
+        cap = SHORT_HEADER_SIZE + _pad8(dim * self.s_val) + 16
+        self.send = np.zeros(cap, np.uint8)
+        self.recv = np.zeros(cap, np.uint8)
+        self.send_w = self.send[:SHORT_HEADER_SIZE].view(np.uint32)
+        self.recv_w = self.recv[:SHORT_HEADER_SIZE].view(np.uint32)
+        self.send_w[2] = dim  # length and offset never change
+        self.send_w[3] = 0
+        body = cap - SHORT_HEADER_SIZE
+        self.send_i = self.send[SHORT_HEADER_SIZE:].view(self.idx_dtype)
+        self.send_v = self.send[SHORT_HEADER_SIZE:SHORT_HEADER_SIZE + body].view(self.dtype)
+        self.recv_i = self.recv[SHORT_HEADER_SIZE:].view(self.idx_dtype)
+        self.recv_v = self.recv[SHORT_HEADER_SIZE:SHORT_HEADER_SIZE + body].view(self.dtype)
+        self.bufs: dict = {}
+        self.raised = self.seen = False
+        self.copy_sends = getattr(ctx.comm, "sparcml_ops", None) is not None  # simulated
+        self.codec = None  # the running call's lossless Codec (its index coding): see run()
+        self.raw_counts: dict = {}
+
+    # ---- buffers -------------------------------------------------------------------------------
+    def _buf(self, name: str, n: int, dtype) -> np.ndarray:
+        """A scratch array of at least ``n`` items, kept (grown only) for later calls."""
+        b = self.bufs.get(name)
+        if b is None or b.shape[0] < n:
+            b = self.bufs[name] = np.empty(max(n, 16), dtype)
+        return b
+
+    def dense_rule(self, nnz: int) -> bool:
+        return nnz * self.item >= self.dim * self.entry
+
+    # ---- messages ------------------------------------------------------------------------------
+    def _encode(self, idx, val, n: int) -> int:
+        """Write the stream (``idx`` None: dense) into the send buffer; its size in bytes."""
+        flags = self.vflag | (ERROR_FLAG if (self.raised or self.seen) else 0)
+        send = self.send
+        if idx is None:
+            self.send_w[0] = SHORT_MAGIC | (flags | _DENSE) << 16
+            self.send_w[1] = self.dim
+            self.send_v[:self.dim] = val
+            end = SHORT_HEADER_SIZE + self.dim * self.s_val
+        else:
+            self.send_w[0] = SHORT_MAGIC | flags << 16
+            self.send_w[1] = n
+            self.send_i[:n] = idx[:n]
+            used = n * self.s_idx
+            at = _pad8(used)
+            if at != used:  # the codec's zero padding: the same bytes on every run
+                send[SHORT_HEADER_SIZE + used:SHORT_HEADER_SIZE + at] = 0
+            o = at // self.s_val
+            self.send_v[o:o + n] = val[:n]
+            end = SHORT_HEADER_SIZE + at + n * self.s_val
+        total = _pad8(end)  # as the codec pads a message (and counts it)
+        if total != end:
+            send[end:total] = 0
+        return total
+
+    def _decoded(self):
+        """The received stream: ``(indices or None, values, n)``, views of the receive buffer."""
+        w0 = int(self.recv_w[0])
+        flags = (w0 >> 16) & 0xFF
+        if flags & ERROR_FLAG:
+            self.seen = True
+        if w0 & 0xFFFF != SHORT_MAGIC or flags & _OTHER_FORMS:
+            # a message of the registry's algorithm (a rank whose call took the slow path):
+            # coded indices, or a long header; the codec reads any form (and names a corrupt one)
+            part = decode(self.recv)
+            if part.indices is None:
+                return None, part.values, self.dim
+            return part.indices, part.values, part.indices.shape[0]
+        n = int(self.recv_w[1])
+        if flags & _DENSE:
+            return None, self.recv_v[:self.dim], self.dim
+        o = _pad8(n * self.s_idx) // self.s_val
+        return self.recv_i[:n], self.recv_v[o:o + n], n
+
+    def _raw(self, n: int) -> bool:
+        """Whether the codec sends the indices of a sparse message of ``n`` items raw (then
+        this path writes it; else the codec encodes it: the same bytes as the plain call)."""
+        codec = self.codec
+        key = (n, codec.code_indices, codec.link_costs)
+        raw = self.raw_counts.get(key)
+        if raw is None:
+            raw = codec._layout(n, self.dim)[0] == RAW
+            if len(self.raw_counts) < 4096:
+                self.raw_counts[key] = raw
+        return raw
+
+    def _exchange(self, stream, peer: int, tag: int, stats, send: bool, receive: bool):
+        rreq = self.comm.Irecv([self.recv, MPI.BYTE], peer, tag) if receive else None
+        if send:
+            idx, val, n = stream
+            if idx is None or self.codec is None or self._raw(n):
+                nbytes = self._encode(idx, val, n)
+                # a simulated send is delivered without a copy: the next round would overwrite
+                buf = self.send if self.copy_sends is False else self.send[:nbytes].copy()
+            else:  # coded indices: the codec's message (flagged as the others)
+                buf, _ = self.codec.encode(Part(0, self.dim, idx[:n], val[:n]))
+                if self.raised or self.seen:
+                    set_error_flag(buf)
+                nbytes = buf.nbytes
+            self.waiter.wait(self.comm.Isend([buf, nbytes, MPI.BYTE], peer, tag))
+            stats.add_message(nbytes, idx is None)
+        if receive:
+            self.waiter.wait(rreq)
+            got = self._decoded()
+            idx, val, n = got
+            stats.bytes_received += _pad8(SHORT_HEADER_SIZE + (
+                n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val))
+            return got
+        return None
+
+    # ---- sums ----------------------------------------------------------------------------------
+    def _add(self, a, b, role: int):
+        """``a + b`` as :func:`sparcml._collectives.arith.add` computes it, into the buffers
+        of ``role`` (0 or 1): ``(indices or None, values, n)``."""
+        a_idx, a_val, a_n = a
+        b_idx, b_val, b_n = b
+        dim = self.dim
+        if a_idx is None and b_idx is None:
+            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            np.add(a_val, b_val, out=out)
+            return None, out, dim
+        if a_idx is None or b_idx is None:
+            (d_val, s_idx, s_val) = (a_val, b_idx, b_val) if a_idx is None else \
+                (b_val, a_idx, a_val)
+            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            np.copyto(out, d_val)
+            kernels.scatter_add(out, s_idx, s_val, 0)
+            return None, out, dim
+        size = a_n + b_n
+        idx = self._buf(f"i{role}", size, self.idx_dtype)
+        val = self._buf(f"v{role}", size, self.dtype)
+        n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
+        if self.dense_rule(n):
+            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            out.fill(0)
+            kernels.scatter_add(out, idx[:n], val[:n], 0)
+            return None, out, dim
+        return idx[:n], val[:n], n
+
+    def _normalized(self, vec: SparseVector):
+        """:func:`sparcml._collectives.arith.normalize` of the input, as a stream (a view of
+        ``vec`` or of the input buffers)."""
+        dim = self.dim
+        if vec.indices is None:
+            nz = kernels.count_nonzero(vec.values)
+            if self.dense_rule(nz):
+                return None, vec.values, dim
+            idx = self._buf("in_i", nz, self.idx_dtype)
+            val = self._buf("in_v", nz, self.dtype)
+            n = kernels.dense_to_sparse_into(vec.values, 0, idx, val)
+            return idx[:n], val[:n], n
+        n = vec.indices.shape[0]
+        if self.dense_rule(n):  # SparseVector.to_dense: zeros, then the values assigned
+            out = self._buf("in_d", dim, self.dtype)[:dim]
+            out.fill(0)
+            out[vec.indices] = vec.values
+            return None, out, dim
+        return vec.indices, vec.values, n
+
+    # ---- the schedule --------------------------------------------------------------------------
+    def run(self, vec: SparseVector, stats, raised: bool, codec=None):
+        """The sum of every rank's ``vec`` as a stream in this object's buffers (or ``vec``'s
+        own arrays at P = 1); ``raised``: this rank's input was bad (``vec`` is a stand-in).
+        ``codec``: the call's lossless :class:`~sparcml._wire.codec.Codec`, whose choice of
+        index code the messages follow (None: raw indices always). Afterwards :attr:`seen`
+        says whether any rank's was."""
+        self.raised, self.seen, self.codec = raised, False, codec
+        cur = self._normalized(vec)
+        rank, rem, pof2 = self.rank, self.rem, self.pof2
+        if rank < 2 * rem:
+            if rank % 2 == 0:
+                self._exchange(cur, rank + 1, _TAG_FOLD, stats, True, False)
+            else:
+                got = self._exchange(None, rank - 1, _TAG_FOLD, stats, False, True)
+                cur = self._add(got, cur, 0)
+        newrank = self.newrank
+        if newrank >= 0:
+            mask, step = 1, 0
+            while mask < pof2:
+                newpeer = newrank ^ mask
+                peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
+                other = self._exchange(cur, peer, _TAG_ROUND, stats, True, True)
+                step += 1
+                role = step % 2
+                cur = self._add(cur, other, role) if newrank < newpeer \
+                    else self._add(other, cur, role)
+                mask <<= 1
+        if rank < 2 * rem:
+            if rank % 2 == 1:
+                self._exchange(cur, rank - 1, _TAG_UNFOLD, stats, True, False)
+            else:
+                cur = self._exchange(None, rank + 1, _TAG_UNFOLD, stats, False, True)
+        self.seen = self.seen or self.raised
+        return cur
+
+    def result(self, cur, out: np.ndarray | None, fresh_from: SparseVector | None = None):
+        """The user's result from the stream ``cur``: written densely into ``out``, else a
+        vector of fresh arrays (``fresh_from``: the input, for P = 1's no-alias rule)."""
+        idx, val, n = cur
+        if out is not None:
+            if idx is None:
+                if val is not out:
+                    np.copyto(out, val)
+            else:
+                out.fill(0)
+                out[idx] = val
+            return SparseVector.unchecked(self.dim, None, out)
+        if idx is None:
+            return SparseVector.unchecked(self.dim, None, val.copy())
+        return SparseVector.unchecked(self.dim, idx.copy(), val.copy())

@@ -1,0 +1,211 @@
+"""Persistent plans of :func:`sparcml.topk_allreduce`: dim, dtype, k and options fixed once.
+
+``plan = sparcml.topk_plan(dim, dtype, k, comm)`` is collective and agrees on its arguments
+once; each ``plan.topk_allreduce(vec)`` then runs without the agreement round of the plain
+call. That round carried two things besides the check: "did any rank fail" and the largest
+``|input|`` over ranks (the bound of the selection's histogram, :mod:`sparcml._topk.rule`).
+Both now ride on the reduce-scatter, whose schedule sends one message from every rank to every
+other anyway: each message ends in a 16-byte trailer (an error flag, this rank's largest
+magnitude key) after the wire message (:func:`sparcml._wire.codec.decode` reads the message
+and ignores what follows it). So after the reduce-scatter every rank knows the same bound,
+and whether any rank's input was bad (a NaN or Inf: :class:`~sparcml.CompressionError`;
+another dim or dtype; any exception in validation); then every rank raises the same error
+(:func:`sparcml._collectives.plan.agreed_error`), or the selection and the allgather run as in
+the plain call. Results are bitwise those of :func:`sparcml.topk_allreduce`.
+
+The plan's reduce-scatter always travels as messages (not through the one-node window of
+:mod:`sparcml._topk.node_exchange`); the selection and allgather are the plain call's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from .._collectives import arith
+from .._collectives.entry import _abort_job
+from .._collectives.exchange import split_parts
+from .._collectives.partition import SPARSE_KIND, note_received
+from .._collectives.partition import memory_of as partition_memory_of
+from .._collectives.plan import agreed_error, check_plan_input
+from .._collectives.validation import check_stats
+from .._errors import CompressionError
+from .._model.link_costs import index_coding_costs
+from .._options import Options, in_call
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
+from .._runtime.context import CommContext, TrafficStats, context_for
+from .._vector import SparseVector, _value_dtype
+from .._wire.codec import Codec
+from . import select_kernels
+from .rule import KEYS, memory_of, step
+from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _run,
+                             _selection, partition_bounds)
+
+__all__ = ["TopKPlan", "topk_plan"]
+
+TAG_PLAN_SPLIT = 24  # the plan's reduce-scatter (named sources, in rank order)
+_TRAILER = 16
+_DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
+
+
+class TopKPlan:
+    """A persistent :func:`sparcml.topk_allreduce` of vectors of one dim and dtype with one
+    k (see the module docstring; made by :func:`sparcml.topk_plan`). Attributes: ``dim``,
+    ``dtype``, ``k``, ``options``, ``comm``, ``calls``."""
+
+    def __init__(self, dim, dtype, k: int, comm: MPI.Comm | None = None, *,
+                 options: Options | None = None, _ctx: CommContext | None = None):
+        # _ctx: made on a context (a communication thread's), for topk_allreduce_in on it
+        if _ctx is None:
+            comm = MPI.COMM_WORLD if comm is None else comm
+            ctx = context_for(comm)
+        else:
+            ctx, comm = _ctx, _ctx.comm
+        with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1},
+                         _DESCRIBE) as call:
+            k = _check_k(k)
+            call.fields["k"] = k
+            zero = SparseVector.zeros(dim, _value_dtype(np.empty(0, dtype)))
+            call.fields["dim"] = zero.dim
+            call.fields["value dtype"] = zero.dtype.itemsize
+        self.comm, self.k, self.options, self.calls = comm, k, call.options, 0
+        self.dim, self.dtype = zero.dim, zero.dtype
+        self._zero = zero
+        self._codec = Codec(zero.index_dtype, zero.dtype,
+                            code_indices=self.options.code_indices,
+                            link_costs=index_coding_costs(ctx, self.options.index_coding))
+        self._contexts: dict[int, CommContext] = {}
+        self._trailer = np.zeros(2, np.int64)
+
+    def __repr__(self) -> str:
+        return (f"TopKPlan(dim={self.dim}, dtype={self.dtype.name}, k={self.k}, "
+                f"P={self.comm.Get_size()})")
+
+    def _context(self, ctx) -> CommContext:
+        """The plan's own context on ``ctx`` (its remembered thresholds and partitions)."""
+        own = self._contexts.get(id(ctx))
+        if own is None or own.comm is not ctx.comm:
+            own = self._contexts[id(ctx)] = CommContext(
+                ctx.comm, ctx.rank, ctx.size, ctx.waiter, workspace=ctx.workspace, ops=ctx.ops,
+                model=ctx.model, link_costs=ctx.link_costs,
+                partition_memory=partition_memory_of(ctx))  # the same blocks as plain calls
+        return own
+
+    def topk_allreduce(self, vec, *, stats: TrafficStats | None = None,
+                       check: bool = True) -> TopKReduced:
+        """``(result, dropped)`` of :func:`sparcml.topk_allreduce` with the plan's k
+        (collective over the plan's communicator)."""
+        return self.topk_allreduce_in(context_for(self.comm), vec, stats=stats, check=check)
+
+    def itopk_allreduce(self, vec, *, stats: TrafficStats | None = None, check: bool = True):
+        """Non-blocking :meth:`topk_allreduce`: a :class:`~sparcml.Request`."""
+        from .._runtime.nonblocking import submit
+
+        return submit(self.comm, f"plan.itopk_allreduce(k={self.k})", _submitted, self, vec,
+                      stats, check)
+
+    def topk_allreduce_in(self, ctx, vec, *, stats=None, check=True) -> TopKReduced:
+        """:meth:`topk_allreduce` on a context (the blocking path's or a communication
+        thread's)."""
+        own = self._context(ctx)
+        error, top = None, 0
+        try:
+            v = check_plan_input(vec, self.dim, self.dtype, check=check)
+            if stats is None or type(stats) is not TrafficStats:
+                stats = check_stats(stats)
+            top = _max_key(v)
+        except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
+            error, v, stats, top = exc, self._zero, TrafficStats(), 0
+        self.calls += 1
+        opts = self.options
+        if ctx.size == 1:
+            if error is not None:
+                agreed_error(ctx, error)
+            with in_call(opts):
+                return _run(own, v, self.k, stats, opts, top, v.nnz)
+        own.partitions = opts.partitions
+        stats.calls += 1
+        stats.algorithm = NAME
+        memory_of(own).steps = 0
+        codec, k = self._codec, self.k
+        with in_call(opts):
+            try:
+                vn = arith.normalize(v, codec)
+                bounds = partition_bounds(own, vn, codec)
+                lo, hi = int(bounds[own.rank]), int(bounds[own.rank + 1])
+                before = stats.bytes_received
+                parts, top, failed = self._reduce_scatter(own, vn, stats, bounds, top,
+                                                          error is not None)
+                note_received(own, v.dim, SPARSE_KIND, stats.bytes_received - before, stats)
+                step(own)
+                if failed:
+                    result = None
+                elif k == 0 or top == 0:
+                    result, nan = SparseVector.unchecked(v.dim, np.empty(0, v.index_dtype),
+                                                         np.empty(0, v.dtype)), 0
+                else:
+                    block = own.ops.fold_parts(parts, lo, hi - lo, codec,
+                                               workspace=own.workspace, intermediate=True)
+                    bits_dtype, absmask = KEYS[codec.value_dtype][:2]
+                    keys = own.workspace.get("topk.keys", block.values.size, np.uint64) \
+                        if own.workspace is not None else np.empty(block.values.size,
+                                                                   np.uint64)
+                    select_kernels.magnitude_keys_into(block.values.view(bits_dtype), absmask,
+                                                       keys)
+                    result, nan = _selection(own, v, (block, keys), lo, k, top, stats, codec,
+                                             None)
+            except BaseException as exc:  # noqa: BLE001 - as fail_stop
+                _abort_job(own.comm, f"plan.{NAME}", exc)
+                raise
+        if failed:
+            agreed_error(own, error)
+        if nan:
+            raise CompressionError(
+                f"the sum of the inputs overflowed to NaN in {nan} entries (Inf - Inf); "
+                f"scale the inputs down")
+        return TopKReduced(result, _dropped(v, result.indices))
+
+    def _reduce_scatter(self, ctx, vec, stats, bounds, top: int, failed: bool):
+        """Phase 1 of the split algorithms with each message's trailer: ``(the P parts of
+        this rank's block in source order, the largest key over ranks, any rank failed)``."""
+        rank, size, ops, codec = ctx.rank, ctx.size, ctx.ops, self._codec
+        mine = split_parts(vec, bounds)
+        trailer = self._trailer
+        trailer[0], trailer[1] = int(failed), top
+        requests = []
+        received = [None] * size
+        try:
+            for hop in range(1, size):  # staggered so that no rank is everybody's first target
+                dest = (rank + hop) % size
+                buf, dense = ops.encode(codec, mine[dest])
+                msg = np.empty(buf.nbytes + _TRAILER, np.uint8)
+                msg[:buf.nbytes] = buf
+                msg[buf.nbytes:] = trailer.view(np.uint8)
+                requests.append(ctx.comm.Isend([msg, MPI.BYTE], dest, TAG_PLAN_SPLIT))
+                stats.add_message(msg.nbytes, dense)
+            own, _ = ops.encode(codec, mine[rank])
+            received[rank] = ops.decode(own)
+            for hop in range(1, size):
+                source = (rank - hop) % size
+                buf, _ = ops.recv_bytes(ctx, source, TAG_PLAN_SPLIT)
+                stats.bytes_received += buf.nbytes
+                tail = np.frombuffer(buf[-_TRAILER:].tobytes(), np.int64)
+                failed = failed or bool(tail[0])
+                top = max(top, int(tail[1]))
+                received[source] = ops.decode(buf[:-_TRAILER])
+        finally:
+            ctx.waiter.waitall(requests)
+        return received, top, failed
+
+
+def _submitted(ctx, plan: TopKPlan, vec, stats, check):
+    return plan.topk_allreduce_in(ctx, vec, stats=stats, check=check)
+
+
+def topk_plan(dim, dtype, k: int, comm: MPI.Comm | None = None, *,
+              options: Options | None = None) -> TopKPlan:
+    """A persistent :func:`sparcml.topk_allreduce` of ``dim`` values of ``dtype`` keeping
+    ``k`` entries, on ``comm`` (default ``MPI.COMM_WORLD``; collective, the same arguments on
+    every rank: :class:`~sparcml.RankMismatchError` otherwise). Returns a :class:`TopKPlan`:
+    ``plan.topk_allreduce(vec)``, ``plan.itopk_allreduce(vec)``."""
+    return TopKPlan(dim, dtype, k, comm, options=options)

@@ -1,0 +1,235 @@
+"""Calibrated kernel rates: the compute a simulated rank is charged under ``compute="model"``.
+
+Package-internal. Under the default ``compute="model"`` of :func:`sparcml.sim.run` a rank's
+compute is not its measured thread time (which follows the machine's load: the same 8 MiB dense
+allreduce at P = 256 came out at 5.2-22.2 ms on a loaded machine) but the sum over the kernels
+it runs of *rate x exact work*:
+
+==============  ===================================================  =========================
+kernel          work                                                  via
+==============  ===================================================  =========================
+``add``         entries read (both operands) + entries written       ``Ops.add``
+``fold``        entries of the parts + entries written                ``Ops.fold_parts``
+``assemble``    entries of the blocks + entries written               ``Ops.assemble``
+``encode``      bytes of the message                                  ``Ops.encode``
+``decode``      bytes of the message                                  ``Ops.decode``
+``dense_add``   bytes of a dense float32 sum (a simulated Allreduce)  ``World.gamma_add``
+``op``          one kernel call's fixed cost (Python, allocation)     each of the above
+``call``        Python between two communicator calls of sparcml      ``World.enter``
+==============  ===================================================  =========================
+
+Each rate is measured once per process on first use, as the best of several timings of the
+plain kernel (thread CPU time, so a loaded machine lengthens the wall time of calibration but
+not the rates), and cached as JSON at :func:`sparcml._options.sim_rates_cache_path` with the
+machine and versions it was measured on; a file that does not parse, lacks a rate or was made
+on another machine or version is ignored and rewritten (atomically: a temporary file renamed).
+``call`` is calibrated from a small simulation under ``compute="measured"`` (tiny vectors at
+P = 4, so its compute is the Python per communicator call).
+
+What is not a kernel here and so is not charged: top-k's selection kernels, input validation,
+the conversion of a caller's input, and the user's own code and communicator calls between
+sparcml's calls (a ``Barrier``, a ``Send``: no ``call`` cost either). Those are O(k) or O(N / P) passes; the measured mode
+(``compute="measured"``) charges everything a rank does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+
+__all__ = ["KERNELS", "kernel_rates", "rates_key", "load_rates", "save_rates", "calibrate"]
+
+KERNELS = ("add", "fold", "assemble", "encode", "decode", "dense_add", "op", "call")
+FORMAT = 1
+
+_lock = threading.Lock()
+_rates: dict | None = None
+
+
+def rates_key() -> dict:
+    """What cached rates are valid for: this machine and the versions of what runs the kernels."""
+    import numba
+
+    import sparcml
+
+    return {"format": FORMAT, "machine": platform.node(), "arch": platform.machine(),
+            "processor": platform.processor(), "cores": os.cpu_count(),
+            "python": sys.version.split()[0], "numpy": np.__version__,
+            "numba": numba.__version__, "sparcml": sparcml.__version__}
+
+
+def load_rates(path) -> dict | None:
+    """The rates cached at ``path`` if the file parses, holds every kernel as a positive finite
+    number and was made under :func:`rates_key`; else None."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("key") != rates_key():
+        return None
+    rates = data.get("rates")
+    if not isinstance(rates, dict):
+        return None
+    out = {}
+    for name in KERNELS:
+        v = rates.get(name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            return None
+        out[name] = float(v)
+    return out
+
+
+def save_rates(path, rates: dict) -> None:
+    """Write ``rates`` to ``path`` atomically (a temporary file in its folder, renamed); an
+    unwritable place is not an error (the rates are measured again next process)."""
+    try:
+        folder = os.path.dirname(path) or "."
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".sim-kernel-rates.", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump({"key": rates_key(), "rates": rates,
+                           "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                          f, indent=1)
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+    except OSError:
+        pass
+
+
+def kernel_rates(run) -> dict:
+    """The rates of this process: the cache's when valid, else calibrated (and cached);
+    ``run``: :func:`sparcml.sim.run` (passed in: this module does not import the runner)."""
+    global _rates
+    with _lock:
+        if _rates is not None:
+            return _rates
+        from .._options import sim_rates_cache_path
+
+        path = sim_rates_cache_path()
+        rates = load_rates(path) if path is not None else None
+        if rates is None:
+            rates = calibrate(run)
+            if path is not None:
+                save_rates(path, rates)
+        _rates = rates
+        return rates
+
+
+def _best(fn, reps: int = 7) -> float:
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.thread_time_ns()
+        fn()
+        best = min(best, (time.thread_time_ns() - t0) * 1e-9)
+    return best
+
+
+def _slope(make, work, sizes=(64, 1 << 17)) -> tuple[float, float]:
+    """(seconds per unit of work, seconds at the small size) of ``make(n)()``'s kernel."""
+    small, large = (make(n) for n in sizes)
+    t_small, t_large = _best(small), _best(large)
+    w_small, w_large = work(sizes[0]), work(sizes[1])
+    rate = max(t_large - t_small, 1e-9) / max(w_large - w_small, 1)
+    return rate, t_small
+
+
+def calibrate(run) -> dict:
+    """Measure every rate of :data:`KERNELS` on this machine (about a second)."""
+    from .._collectives import arith
+    from .._vector import SparseVector
+    from .._wire.codec import Codec, Part, decode
+
+    rng = np.random.default_rng(0)
+    codec = Codec(np.int32, np.float32, code_indices=False)
+    dim = 1 << 24
+
+    def vec(n, seed):
+        idx = np.sort(np.random.default_rng(seed).choice(dim, n, replace=False)).astype(np.int32)
+        return SparseVector.unchecked(dim, idx, np.ones(n, np.float32))
+
+    def mk_add(n):
+        a, b = vec(n, 1), vec(n, 2)
+        return lambda: arith.add(a, b, codec)
+
+    def mk_fold(n):
+        parts = [Part(0, dim, v.indices, v.values) for v in (vec(n // 2, 3), vec(n // 2, 4))]
+        return lambda: arith.fold_parts(parts, 0, dim, codec)
+
+    def mk_assemble(n):
+        step = dim // 4
+        blocks = []
+        for j in range(4):
+            idx = np.sort(rng.choice(step, n // 4, replace=False)).astype(np.int32) + j * step
+            blocks.append(Part(j * step, step, idx, np.ones(len(idx), np.float32)))
+        return lambda: arith.assemble(blocks, dim, codec)
+
+    def mk_encode(n):
+        v = vec(n, 5)
+        part = Part(0, dim, v.indices, v.values)
+        return lambda: codec.encode(part)
+
+    def mk_decode(n):
+        v = vec(n, 6)
+        buf, _ = codec.encode(Part(0, dim, v.indices, v.values))
+        return lambda: decode(buf)
+
+    item = 8  # bytes of an int32 index and a float32 value
+    rates = {}
+    fixed = []
+    for name, make, work in (("add", mk_add, lambda n: 4 * n),
+                             ("fold", mk_fold, lambda n: 2 * n),
+                             ("assemble", mk_assemble, lambda n: 2 * n),
+                             ("encode", mk_encode, lambda n: item * n),
+                             ("decode", mk_decode, lambda n: item * n)):
+        make(64)()  # compile / warm up
+        rates[name], t0 = _slope(make, work)
+        fixed.append(t0)
+    rates["op"] = float(np.median(fixed))
+    a = np.ones(1 << 20, np.float32)
+    b = np.ones(1 << 20, np.float32)
+    rates["dense_add"] = _best(lambda: np.add(a, b, out=a)) / a.nbytes
+    rates["call"] = _calibrate_call(run)
+    return rates
+
+
+def _calibrate_call(run) -> float:
+    """Seconds of Python per communicator call: the measured compute per call of tiny
+    allreduces on 4 simulated ranks (best of 3 runs, median rank); ``run``: sim.run."""
+    import sparcml
+    from .._collectives.algorithms import DEFAULT_ALGORITHM
+    from .._collectives.algorithms.split_sparse import ALGORITHM as SPLIT
+
+    def body(comm):
+        v = sparcml.SparseVector.unchecked(
+            64, np.array([comm.Get_rank()], np.int32), np.ones(1, np.float32))
+        for algorithm in (DEFAULT_ALGORITHM, SPLIT.name):
+            for _ in range(5):
+                sparcml.allreduce(v, comm, algorithm=algorithm)
+
+    best = float("inf")
+    for _ in range(3):
+        r = run(4, body, compute="measured", network="4x10gbit")
+        calls = r.extra["calls"]
+        per = sorted(c / max(n, 1) for c, n in zip(r.compute, calls))
+        best = min(best, per[len(per) // 2])
+    return max(best, 1e-7)
+
+
+def _reset_for_tests() -> None:
+    global _rates
+    with _lock:
+        _rates = None

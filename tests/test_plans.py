@@ -1,0 +1,202 @@
+"""Persistent plans (issue 21, item 1): the API, no agreement per call, the fast path's bits,
+errors that reach every rank without an agreement round, and ``sparc-bench --latency``.
+
+The bitwise comparison of plans with the plain calls over every algorithm is in the test matrix
+(tests/matrix/plans.py, simulated and real ranks by tests/test_matrix.py)."""
+
+import sys
+
+import numpy as np
+import pytest
+
+import sparcml
+import sparcml.sim as sim
+from mpirun import REPO, case_report, run_mpi
+from sparcml import SparseVector
+from sparcml._runtime import agreement
+
+CASES = REPO / "tests" / "mpi_cases"
+
+
+def test_plans_are_public():
+    for name in ("plan", "AllreducePlan", "topk_plan", "TopKPlan", "PlanShapeError",
+                 "PlanInputError"):
+        assert name in sparcml.__all__ and hasattr(sparcml, name)
+    assert issubclass(sparcml.PlanShapeError, sparcml.PlanInputError)
+    assert issubclass(sparcml.PlanInputError, sparcml.InvalidVectorError)
+
+
+def test_steady_calls_run_no_agreement(monkeypatch):
+    """Creation agrees once; the calls after it never call agree()."""
+    counted = []
+    real = agreement.agree
+
+    def counting(*args, **kwargs):
+        counted.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(agreement, "agree", counting)
+
+    def ranks(comm):
+        plans = [sparcml.plan(500, np.float32, comm, algorithm=a) for a in sparcml.ALGORITHMS]
+        tplan = sparcml.topk_plan(500, np.float32, 4, comm)
+        comm.Barrier()
+        before = len(counted)
+        vec = SparseVector(500, np.arange(comm.Get_rank(), 500, 50), np.ones(10, np.float32))
+        for _ in range(3):
+            for p in plans:
+                p.allreduce(vec)
+            tplan.topk_allreduce(vec)
+        comm.Barrier()
+        return before, len(counted)
+
+    res = sim.run(3, ranks, timeout=300)
+    assert all(before > 0 and after == before for before, after in res.results), res.results
+
+
+def test_fast_path_keeps_its_buffers():
+    """After the first calls, a lossless recursive-doubling plan reuses the same arrays."""
+
+    def ranks(comm):
+        plan = sparcml.plan(300, np.float64, comm)
+        assert plan.fast and plan.algorithm == sparcml.DEFAULT_ALGORITHM
+        rng = np.random.default_rng(comm.Get_rank())
+        out = np.empty(300, np.float64)
+        seen = []
+        for call in range(6):
+            vec = SparseVector(300, np.sort(rng.choice(300, 40, replace=False)),
+                               rng.standard_normal(40))
+            plan.allreduce(vec, out=out)
+            fast = next(iter(plan._states.values())).fast
+            seen.append({name: id(buf) for name, buf in fast.bufs.items()})
+        return seen[2] == seen[-1] and seen[-1]
+
+    # the fast path is taken on the plain operations only (a simulated run's shared or modeled
+    # ones go through the algorithm): simulated ranks without either
+    assert all(sim.run(2, ranks, timeout=120, share=False, compute="measured").results)
+
+
+def test_quantized_plan_is_the_same_on_every_rank_whatever_the_seeds():
+    """Quantizers seeded differently on each rank: the plan's shared streams come from the
+    base seed agreed at creation, so every rank holds the same sum."""
+
+    def ranks(comm):
+        q = sparcml.QSGD(4, seed=comm.Get_rank())
+        out = []
+        for algorithm in ("ssar_recursive_double", "dsar_split_allgather"):
+            plan = sparcml.plan(400, np.float32, comm, algorithm=algorithm, quantizer=q,
+                                quantize_sparse=True)
+            rng = np.random.default_rng(comm.Get_rank())
+            for _ in range(2):
+                vec = SparseVector.dense(rng.standard_normal(400).astype(np.float32))
+                out.append(plan.allreduce(vec).values.tobytes())
+        return out
+
+    res = sim.run(3, ranks, timeout=120).results
+    assert all(r == res[0] for r in res)
+
+
+def test_plan_arguments_are_checked_on_every_rank():
+    def ranks(comm):
+        dim = 100 if comm.Get_rank() == 0 else 101
+        try:
+            sparcml.plan(dim, np.float32, comm)
+        except sparcml.RankMismatchError as exc:
+            return "dim" in str(exc)
+        return False
+
+    assert all(sim.run(3, ranks, timeout=120).results)
+
+
+def test_compression_reduces_through_plans():
+    """A Compression with a named algorithm keeps one plan per key; its sums are bitwise the
+    plain allreduce of the same compressed vectors (error feedback computed beside it)."""
+    from sparcml.compression import Compression, TopKCompressor
+
+    def ranks(comm):
+        comp = Compression(TopKCompressor(0.1), algorithm="ssar_recursive_double")
+        rng = np.random.default_rng(comm.Get_rank())
+        residual = np.zeros(200, np.float32)
+        same = []
+        for step in range(4):
+            x = rng.standard_normal(200).astype(np.float32)
+            got = comp.allreduce(x, key="w", comm=comm)
+            g = x + residual
+            vec = TopKCompressor(0.1).compress(g)
+            want = sparcml.allreduce(vec, comm)
+            residual = g - vec.to_dense()
+            same.append(got.values.tobytes() == want.values.tobytes()
+                        and got.is_dense == want.is_dense)
+        return all(same) and len(comp._plans) == 1
+
+    assert all(sim.run(2, ranks, timeout=120).results)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [1, 2, 3, 5])
+def test_one_bad_rank_raises_everywhere_through_a_plan(P):
+    """Plain ``python script.py`` (no ``-m mpi4py``): a hang here would be a hang for users."""
+    proc = run_mpi(P, args=[sys.executable, str(CASES / "plan_bad_rank.py")], timeout=400)
+    ran = case_report(proc.stdout, "PLAN-BAD-RANK")
+    for algorithm in sparcml.ALGORITHMS:
+        assert f"dim {algorithm} blocking" in ran and f"dim {algorithm} nonblocking" in ran
+
+
+FAST_PATH_BITS = r"""
+import numpy as np
+from mpi4py import MPI
+import sparcml
+from sparcml._collectives.entry import allreduce_in
+from sparcml._runtime.context import context_for
+
+comm = MPI.COMM_WORLD
+ctx = context_for(comm)
+checked = 0
+for dtype in (np.float32, np.float64):
+    for dim in (1, 7, 1000, 4099):
+        for density in (0.0, 0.003, 0.1, 0.4, 0.7, 1.0):
+            rng = np.random.default_rng([comm.rank, dim, int(density * 1000)])
+            idx = np.flatnonzero(rng.random(dim) < density)
+            vals = rng.standard_normal(idx.size).astype(dtype)
+            vals[::5] *= -0.0  # negative zeros travel as they are
+            vec = sparcml.SparseVector(dim, idx, vals)
+            if density >= 0.7:
+                vec = sparcml.SparseVector.dense(vec.to_dense())
+            fast = sparcml.allreduce(vec, comm)               # the cached fast path
+            slow = allreduce_in(ctx, vec, sent=[])            # the registry's algorithm
+            assert fast.is_dense == slow.is_dense, (dim, density)
+            assert fast.values.tobytes() == slow.values.tobytes(), (dim, density, dtype)
+            if not fast.is_dense:
+                assert fast.indices.tobytes() == slow.indices.tobytes()
+            out = np.empty(dim, dtype)
+            sparcml.allreduce(vec, comm, out=out)
+            assert out.tobytes() == slow.to_dense().tobytes()
+            checked += 1
+assert ctx.plans, "the plain call made no fast path"
+total = comm.allreduce(checked)
+if comm.rank == 0:
+    print("FAST-PATH-CHECKED", total)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [2, 3, 5])
+def test_plain_allreduce_fast_path_is_bitwise_the_algorithm(P):
+    proc = run_mpi(P, FAST_PATH_BITS, timeout=400)
+    assert f"FAST-PATH-CHECKED {P * 2 * 4 * 6}" in proc.stdout, proc.stdout
+
+
+@pytest.mark.mpi
+def test_bench_latency_prints_every_row():
+    proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--latency",
+                            "--N", "1000", "4000", "--reps", "5", "--warmup", "1"],
+                   timeout=300)
+    from sparcapps.bench.latency import VARIANTS
+
+    for n in ("1,000", "4,000"):
+        assert f"latency: P=2, N={n}, 10 nonzeros per rank" in proc.stdout, proc.stdout
+    for name in VARIANTS:
+        rows = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith(name + " ")]
+        assert len(rows) == 2 and all("x MPI_Allreduce" in r for r in rows), (name, rows)
+    ratio = [ln for ln in proc.stdout.splitlines() if ln.strip().startswith("MPI_Allreduce")]
+    assert all(" 1.0x MPI_Allreduce" in r for r in ratio), ratio

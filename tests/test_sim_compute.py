@@ -1,0 +1,213 @@
+"""``sparcml.sim.run(compute=...)``: compute charged from calibrated kernel rates (the default,
+deterministic under machine load) or measured; the rate cache; ``sparc-bench --simulate``'s
+``--sim-compute``, ``--progress`` and its marks for a dense row that is modeled only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import sparcml
+import sparcml.sim as sim
+from sparcapps.bench import cli
+from sparcml.sim import _rates
+
+
+def _cell(comm, N, density, algorithm):
+    """One allreduce of a random input (seeded by rank); the slowest rank's modeled time."""
+    rng = np.random.default_rng(comm.Get_rank())
+    k = max(1, int(N * density))
+    idx = np.sort(rng.choice(N, k, replace=False)).astype(np.int32)
+    vec = sparcml.SparseVector(N, idx, rng.standard_normal(k).astype(np.float32))
+    comm.Barrier()
+    t0 = comm.clock()
+    sparcml.allreduce(vec, comm, algorithm=algorithm)
+    return comm.clock() - t0
+
+
+def _busy(n):
+    """``n`` busy-loop processes (the background load of a test); stop them with _stop."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+def _stop(procs):
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.wait()
+
+
+@pytest.mark.parametrize("algorithm", ["ssar_split_allgather", "dense"])
+def test_modeled_compute_agrees_under_load(algorithm):
+    """P = 16, N = 2^18, 1%: two runs, one with two busy loops beside it, within 5%."""
+    args = (1 << 18, 0.01, algorithm)
+    quiet = sim.run(16, _cell, args=args, compute="model")
+    load = _busy(2)
+    try:
+        loaded = sim.run(16, _cell, args=args, compute="model")
+    finally:
+        _stop(load)
+    assert quiet.extra["compute"] == loaded.extra["compute"] == "model"
+    a, b = max(quiet.results), max(loaded.results)
+    assert a > 0 and b > 0
+    assert abs(a - b) <= 0.05 * max(a, b), (a, b)
+
+
+def test_measured_compute_runs():
+    r = sim.run(5, _cell, args=(1 << 12, 0.05, "ssar_split_allgather"), compute="measured")
+    assert r.extra["compute"] == "measured" and "rates" not in r.extra
+    assert max(r.results) > 0 and max(r.compute) > 0
+
+
+def test_bad_compute_mode_is_refused():
+    with pytest.raises(sparcml.InvalidArgumentError, match="compute must be one of"):
+        sim.run(2, _cell, args=(64, 0.1, "ssar_recursive_double"), compute="thread")
+
+
+def _fake_rates(**over):
+    rates = {name: 1e-12 for name in _rates.KERNELS}
+    rates.update(over)
+    return rates
+
+
+def test_modeled_compute_is_rates_times_work(monkeypatch):
+    """With every rate but the per-call one negligible, a rank's compute is its calls times
+    that rate; raising the add rate raises the compute by the work of the adds."""
+    monkeypatch.setattr(_rates, "_rates", _fake_rates(call=1e-3))
+    r = sim.run(4, _cell, args=(1 << 12, 0.05, "ssar_recursive_double"))
+    assert r.extra["rates"]["call"] == 1e-3
+    for compute, calls in zip(r.compute, r.extra["calls"]):
+        assert calls > 0
+        assert compute == pytest.approx(calls * 1e-3, rel=1e-3)
+    monkeypatch.setattr(_rates, "_rates", _fake_rates(call=1e-3, add=1e-6))
+    r2 = sim.run(4, _cell, args=(1 << 12, 0.05, "ssar_recursive_double"))
+    # two rounds of recursive doubling at P = 4, each an add of >= k + k entries (k = 204)
+    extra = [c2 - c for c, c2 in zip(r.compute, r2.compute)]
+    assert min(extra) >= 2 * 2 * 204 * 1e-6
+
+
+def test_rate_cache_ignores_corrupt_and_foreign_files(tmp_path, monkeypatch):
+    path = tmp_path / "sub" / "rates.json"
+    monkeypatch.setenv("SPARCML_SIM_RATES", str(path))
+    calls = []
+
+    def fake_calibrate(run):
+        calls.append(1)
+        return _fake_rates(call=2e-5)
+
+    monkeypatch.setattr(_rates, "calibrate", fake_calibrate)
+    for content in ("{not json", json.dumps({"key": {"machine": "elsewhere"},
+                                              "rates": _fake_rates()}),
+                    json.dumps({"key": _rates.rates_key(), "rates": {"add": -1.0}}),
+                    None):
+        if content is None:  # no file
+            path.unlink()
+        else:
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(content)
+        _rates._reset_for_tests()
+        assert _rates.kernel_rates(sim.run)["call"] == 2e-5
+        stored = json.loads(path.read_text())  # rewritten, whole
+        assert stored["key"] == _rates.rates_key()
+        assert _rates.load_rates(path) == _fake_rates(call=2e-5)
+    assert len(calls) == 4
+    # a valid file is used as it is: no calibration
+    _rates._reset_for_tests()
+    _rates.save_rates(path, _fake_rates(call=3e-5))
+    assert _rates.kernel_rates(sim.run)["call"] == 3e-5 and len(calls) == 4
+    assert not [p for p in path.parent.iterdir() if p.name != path.name]  # no temporary left
+    _rates._reset_for_tests()
+
+
+def test_rate_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPARCML_SIM_RATES", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    monkeypatch.setattr(_rates, "calibrate", lambda run: _fake_rates(call=4e-5))
+    from sparcml._options import sim_rates_cache_path
+
+    assert sim_rates_cache_path() is None
+    _rates._reset_for_tests()
+    assert _rates.kernel_rates(sim.run)["call"] == 4e-5
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.delenv("SPARCML_SIM_RATES")
+    assert sim_rates_cache_path() == str(tmp_path / "sparcml" / "sim-kernel-rates.json")
+    _rates._reset_for_tests()
+
+
+def test_calibrated_rates_are_positive_and_finite():
+    rates = _rates.calibrate(sim.run)
+    assert set(rates) == set(_rates.KERNELS)
+    assert all(0 < v < 1 for v in rates.values())
+
+
+ARGS = ["--N", "100000", "--density", "0.01", "--pattern", "random", "--reps", "1",
+        "--warmup", "0", "--algorithms", "dense", "ssar_recursive_double"]
+
+
+def _table(out):
+    """The rows of the sweep's table: (P, algorithm) -> the line's fields after the name."""
+    rows = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) >= 6 and fields[0].isdigit() and fields[1].isdigit():
+            rows[(int(fields[0]), fields[4])] = line
+    return rows
+
+
+@pytest.mark.parametrize("compute", ["model", "measured"])
+def test_cli_compute_and_progress(tmp_path, capsys, compute):
+    out = tmp_path / "r.jsonl"
+    assert cli.main(["--simulate", "3", "--network", "3x10gbit", *ARGS, "--sim-compute", compute,
+                     "--progress", "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    progress = [line for line in captured.err.splitlines() if "cell 1/1" in line]
+    assert len(progress) == 1 and "P = 3" in progress[0] and "elapsed" in progress[0] \
+        and "estimate" in progress[0]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert {r["compute"] for r in recs} == {compute}
+    assert {r["config"]["sim_compute"] for r in recs} == {compute}
+    assert ("calibrated kernel rates" in captured.out) == (compute == "model")
+
+
+def test_cli_progress_off(tmp_path, capsys):
+    assert cli.main(["--simulate", "2", "--network", "2x10gbit", *ARGS, "--no-progress"]) == 0
+    assert "cell 1/1" not in capsys.readouterr().err
+
+
+def test_cli_bad_compute_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--simulate", "2", *ARGS, "--sim-compute", "fast"])
+    assert exc.value.code == 2
+
+
+def test_modeled_dense_row_is_marked_and_ratios_against_it_too(tmp_path, capsys):
+    """A dense row that does not fit is modeled ('~'), the output says it once, and the
+    'vs dense' of simulated rows against it is marked; records say both."""
+    out = tmp_path / "r.jsonl"
+    assert cli.main(["--simulate", "2", "4", "--network", "4x10gbit", *ARGS,
+                     "--sim-memory", "0.000001", "--output", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert len([line for line in text.splitlines() if line.startswith("note: dense")]) == 1
+    rows = _table(text)
+    for P in (2, 4):
+        dense, sparse = rows[(P, "dense")].split(), rows[(P, "ssar_recursive_double")].split()
+        assert dense[5].startswith("~")       # the time column: modeled only
+        assert not sparse[5].startswith("~")  # simulated
+        assert sparse[-1].startswith("~") and sparse[-1].endswith("x")  # mixed ratio
+        assert not dense[-1].startswith("~")
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    for r in recs:
+        assert r["metrics"]["dense_modeled_only"] is True
+        assert r["metrics"]["speedup_mixed"] is (r["algorithm"] != "dense")
+
+
+def test_simulated_dense_row_ratios_are_not_marked(tmp_path, capsys):
+    assert cli.main(["--simulate", "2", "--network", "2x10gbit", *ARGS]) == 0
+    text = capsys.readouterr().out
+    assert "note: dense" not in text
+    for line in _table(text).values():
+        assert not line.split()[-1].startswith("~")
