@@ -641,9 +641,11 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
                     record(["--compressor", "fp16"])], simulate=(3,))
     by = {r["compressor"]: r for r in rows}
     assert 0 < by["fp16"]["comm_ms"][3] < by["dense"]["comm_ms"][3]
-    # PowerSGD: fewer bytes, but two allreduces per matrix and one per vector: at these
-    # sizes latency-bound, above dense
-    assert by["dense"]["comm_ms"][3] < by["powersgd (rank 4)"]["comm_ms"][3] \
-        < 3 * by["dense"]["comm_ms"][3]
+    # PowerSGD per matrix: fewer bytes than dense on the wire (at these sizes latency-bound:
+    # its time is not compared)
+    assert by["powersgd (rank 4)"]["comm_ms"][3] > 0
+    _, low_rank = simulate_step(record(["--compressor", "powersgd"], 0.4), 3, timeout=60)
+    _, dense = simulate_step(record(["--dense"]), 3, timeout=60)
+    assert max(low_rank.wire_bytes) < min(dense.wire_bytes)
     assert "comm ms P=3 (simulated) |" in markdown(rows)
     assert "comm ms P=64 (predicted) |" in markdown(rows_of([record(["--dense"])]))

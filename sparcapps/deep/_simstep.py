@@ -19,8 +19,9 @@ Assumptions, each stated in BENCHMARKS.md beside the figures:
   ``sent_density``). DGC runs with its warm-up skipped (the density after warm-up, what the
   run sent at its end).
 - the figure is communication alone: the simulation runs with ``compute_scale`` 1e-9, so the
-  measured compute of the ranks (drawing the gradient, compressing, merging, the Python side
-  of sparcml) is about zero and the slowest rank's virtual time is the modeled latency and
+  compute charged to the ranks (the simulator's default ``compute="model"``: calibrated kernel
+  rates times their work, and a cost per communicator call; drawing the gradient, compressing,
+  merging) is about zero and the slowest rank's virtual time is the modeled latency and
   bandwidth of the messages and collectives, waits for other ranks included; it does not
   depend on this host or its load.
 """
