@@ -10,7 +10,8 @@ own communicator object); the handles of one communicator share a group in the
 - point-to-point on bytes or typed NumPy buffers: ``Isend``, ``Send``, ``Irecv``, ``Recv``,
   ``Mprobe``/``Improbe`` + ``Message.Irecv``/``Message.Recv``, with ``ANY_SOURCE``/``ANY_TAG``
   and MPI's non-overtaking order per source;
-- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN; ``IN_PLACE``), ``Exscan``, ``Allgather``,
+- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN, user-defined ``MPI.Op.Create``;
+  ``IN_PLACE``), ``Exscan``, ``Allgather``,
   ``Allgatherv``, ``Alltoall``, ``Alltoallv``, ``Gather``, ``Gatherv``, ``Bcast`` and their
   ``I``-forms, and the pickle-based ``allreduce``, ``allgather``, ``bcast``, ``barrier``. Each
   is one event (its data combined directly, its time modeled: :mod:`sparcml.sim._collective_cost`),
