@@ -11,7 +11,12 @@ and dense rates at the CostModel's defaults, so that the table does not depend o
 the host drawing it). Records whose compression is not what their options build with this code
 (an older default) are left out.
 
-``sparc-compressor-table RECORDS.jsonl ... [--figure FILE.png]`` prints
+With ``--simulate P [P ...]`` the communication columns are instead simulated: the event-level
+simulator (:func:`sparcml.sim.run` on ``{P}x10gbit``) runs one step's reductions of the row's
+first record on P ranks (:mod:`sparcapps.deep._simstep`: seeded random gradients, communication
+alone; its docstring states the assumptions).
+
+``sparc-compressor-table RECORDS.jsonl ... [--figure FILE.png] [--simulate 64 256]`` prints
 the Markdown table; ``--figure`` draws accuracy vs bytes per step (one panel per app; an SVG
 copy beside the PNG).
 """
@@ -124,6 +129,13 @@ def _predicted(rec, P: int) -> float:
     return buckets * predicted_seconds(compression, model, P=P, n=n, sent=density * n)
 
 
+def _simulated(rec, P: int) -> float:
+    """Simulated seconds of one step's reductions at P ranks (communication alone)."""
+    from ._simstep import simulate_step
+
+    return simulate_step(rec, P)[0]
+
+
 def _vs_dense(recs, dense) -> float | None:
     """Mean accuracy less the dense runs' mean over the same seeds (None without them)."""
     pairs = [(r["metrics"]["test_accuracy"], dense.get((r["app"], r["config"]["seed"])))
@@ -137,8 +149,10 @@ def emulated(rec) -> str | None:
     return rec.get("environment", {}).get("emulated_network")
 
 
-def rows_of(records) -> list[dict]:
-    """One dict per (app, compressor): the table's columns."""
+def rows_of(records, simulate=()) -> list[dict]:
+    """One dict per (app, compressor): the table's columns. ``simulate``: the P at which the
+    communication columns are simulated (``comm_ms``: P -> ms, ``simulated``: True) instead of
+    predicted by the analytic model (P = 64 and 256)."""
     groups = defaultdict(list)
     on_net = defaultdict(list)
     by_run = {}  # a run recorded twice (a resumed script) counts once: its last record
@@ -171,8 +185,9 @@ def rows_of(records) -> list[dict]:
             "net": sorted({f"{emulated(r)} P={r['P']}" for r in net}),
             "net_step_ms": float(np.median([r["timings"]["step"]["median"] for r in net])) * 1e3
             if net else None,
-            "sim64_ms": _predicted(recs[0], 64) * 1e3,
-            "sim256_ms": _predicted(recs[0], 256) * 1e3,
+            "simulated": bool(simulate),
+            "comm_ms": {P: _simulated(recs[0], P) * 1e3 for P in simulate} if simulate
+            else {P: _predicted(recs[0], P) * 1e3 for P in (64, 256)},
         })
     return rows
 
@@ -180,10 +195,13 @@ def rows_of(records) -> list[dict]:
 def markdown(rows) -> str:
     nets = sorted({n for r in rows for n in r.get("net", [])})
     net = f" ({'; '.join(nets)})" if nets else ""
+    Ps = list(rows[0]["comm_ms"]) if rows else [64, 256]
+    how = "simulated" if rows and rows[0].get("simulated") else "predicted"
+    comm = "".join(f" comm ms P={P} ({how}) |" for P in Ps)
     out = ["| app | compressor | seeds | P | epochs | test acc. % (mean ± s.d.) "
            "| vs dense (points) | bytes/step/rank | step ms (shm, measured) "
-           f"| step ms (emulated net{net}, measured) | comm ms P=64 | comm ms P=256 |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           f"| step ms (emulated net{net}, measured) |{comm}",
+           "|---" * (10 + len(Ps)) + "|"]
     for r in rows:
         vs = "" if r["vs_dense"] is None else f"{100 * r['vs_dense']:+.2f}"
         spread = "" if r.get("spread") is None else f" ± {100 * r['spread']:.2f}"
@@ -191,8 +209,8 @@ def markdown(rows) -> str:
         out.append(f"| {r['app']} | {r['compressor']} | {' '.join(map(str, r['seeds']))} "
                    f"| {' '.join(map(str, r['P']))} | {' '.join(map(str, r['epochs']))} "
                    f"| {100 * r['accuracy']:.2f}{spread} | {vs} | {r['bytes']:,.0f} "
-                   f"| {r['step_ms']:.0f} | {on_net} | {r['sim64_ms']:.3f} "
-                   f"| {r['sim256_ms']:.3f} |")
+                   f"| {r['step_ms']:.0f} | {on_net} |"
+                   + "".join(f" {ms:.3f} |" for ms in r["comm_ms"].values()))
     return "\n".join(out)
 
 
@@ -233,9 +251,15 @@ def main(argv=None) -> int:
     p.add_argument("records", nargs="+", help="JSONL records of sparc-cnn / sparc-lstm runs")
     p.add_argument("--figure", default=None,
                    help="also draw accuracy vs bytes into this PNG (and an SVG beside it)")
+    p.add_argument("--simulate", type=int, nargs="+", default=None, metavar="P",
+                   help="simulate one step's reductions at these P on a P x 10 Gbit network "
+                        "(sparcml.sim, communication alone) instead of the analytic prediction "
+                        "at P = 64 and 256 (slower: seconds to minutes per row)")
     args = p.parse_args(argv)
+    if args.simulate and any(P < 1 for P in args.simulate):
+        p.error(f"--simulate: P must be positive, got {args.simulate}")
     records = read_records(args.records)[0]
-    rows = rows_of(records)
+    rows = rows_of(records, simulate=tuple(args.simulate or ()))
     if not rows:
         print("sparc-compressor-table: no finished deep-app records", file=sys.stderr)
         return 1

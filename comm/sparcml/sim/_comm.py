@@ -10,7 +10,8 @@ own communicator object); the handles of one communicator share a group in the
 - point-to-point on bytes or typed NumPy buffers: ``Isend``, ``Send``, ``Irecv``, ``Recv``,
   ``Mprobe``/``Improbe`` + ``Message.Irecv``/``Message.Recv``, with ``ANY_SOURCE``/``ANY_TAG``
   and MPI's non-overtaking order per source;
-- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN; ``IN_PLACE``), ``Exscan``, ``Allgather``,
+- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN, user-defined ``MPI.Op.Create``;
+  ``IN_PLACE``), ``Exscan``, ``Allgather``,
   ``Allgatherv``, ``Alltoall``, ``Alltoallv``, ``Gather``, ``Gatherv``, ``Bcast`` and their
   ``I``-forms, and the pickle-based ``allreduce``, ``allgather``, ``bcast``, ``barrier``. Each
   is one event (its data combined directly, its time modeled: :mod:`sparcml.sim._collective_cost`),
@@ -354,13 +355,20 @@ class SimComm:
         recv = _array(recvbuf)
         send = _array(sendbuf)
         mine = (recv if send is None else send).copy()
-        ufunc, _ = _OPS[_op_name(op)]
+        if not op.is_predefined:  # a user-defined operation (MPI.Op.Create): applied as MPI would
+            def combine(parts):
+                acc = parts[0].copy()
+                for p in parts[1:]:
+                    op.Reduce_local(p, acc)
+                return acc
+        else:
+            ufunc, _ = _OPS[_op_name(op)]
 
-        def combine(parts):
-            acc = parts[0].copy()
-            for p in parts[1:]:
-                ufunc(acc, p, out=acc)
-            return acc
+            def combine(parts):
+                acc = parts[0].copy()
+                for p in parts[1:]:
+                    ufunc(acc, p, out=acc)
+                return acc
 
         gamma = self._world.gamma_add
         result = self._collective(mine, combine, lambda r, a, b: cc.allreduce_time(
