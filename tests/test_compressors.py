@@ -606,6 +606,7 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
     the ranks are threads of sparcml.sim)."""
     from sparcapps.deep import cnn
     from sparcapps.deep._simstep import simulate_step
+    from sparcapps.deep.compressor_table import _compression
     from sparcapps.deep.compressor_table import markdown, rows_of
 
     shapes = [[[10], [10, 200]], [[600]]]   # two buckets: 2,010 and 600 values
@@ -619,7 +620,7 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
                 "bytes": {"sent_per_step": 1000}, "timings": {"step": {"median": 0.1}}}
 
     for P in (1, 3, 4):
-        seconds, res = simulate_step(record(["--dense"]), P, timeout=60)
+        seconds, res = simulate_step(record(["--dense"]), P, _compression, timeout=60)
         (values, stats), *_ = res.results
         assert values == sum(n)
         # dense: the bandwidth-optimal allreduce's 2 (P-1)/P of each bucket, on the sim's wire
@@ -629,7 +630,7 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
         assert (seconds > 1e-5) == (P > 1), "communication alone: ~0 at P = 1"
         for flags, density in ((["--compressor", "topk", "--density", "0.05"], 0.05),
                                (["--compressor", "threshold", "--threshold", "0.01"], 0.07)):
-            sparse_s, res = simulate_step(record(flags, density), P, timeout=60)
+            sparse_s, res = simulate_step(record(flags, density), P, _compression, timeout=60)
             for (values, stats), wire in zip(res.results, res.wire_bytes):
                 assert abs(values - sum(density * k for k in n)) <= 2, flags
                 assert 0 <= wire - stats.bytes_sent <= 400 * (P - 1)
@@ -644,8 +645,9 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
     # PowerSGD per matrix: fewer bytes than dense on the wire (at these sizes latency-bound:
     # its time is not compared)
     assert by["powersgd (rank 4)"]["comm_ms"][3] > 0
-    _, low_rank = simulate_step(record(["--compressor", "powersgd"], 0.4), 3, timeout=60)
-    _, dense = simulate_step(record(["--dense"]), 3, timeout=60)
+    _, low_rank = simulate_step(record(["--compressor", "powersgd"], 0.4), 3, _compression,
+                                 timeout=60)
+    _, dense = simulate_step(record(["--dense"]), 3, _compression, timeout=60)
     assert max(low_rank.wire_bytes) < min(dense.wire_bytes)
     assert "comm ms P=3 (simulated) |" in markdown(rows)
     assert "comm ms P=64 (predicted) |" in markdown(rows_of([record(["--dense"])]))

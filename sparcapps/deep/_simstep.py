@@ -49,11 +49,9 @@ def _layout(rec) -> list[list[tuple]]:
     return [[(min(n, N - b * n),)] for b in range(buckets)]
 
 
-def _fresh_compression(rec):
-    """The record's Compression, DGC's warm-up skipped."""
-    from .compressor_table import _compression
-
-    compression = _compression(rec)
+def _fresh_compression(rec, make_compression):
+    """The record's Compression (``make_compression(rec)``), DGC's warm-up skipped."""
+    compression = make_compression(rec)
     if getattr(compression.compressor, "warmup_steps", 0):
         compression.compressor.warmup_steps = 0
     return compression
@@ -72,25 +70,26 @@ def _gradient(rec, rank: int, bucket: int, n: int) -> np.ndarray:
     return x
 
 
-def simulate_step(rec, P: int, *, network: str | None = None, timeout: float | None = None):
+def simulate_step(rec, P: int, make_compression, *, network: str | None = None,
+                  timeout: float | None = None):
     """One step's reductions of ``rec`` on P simulated ranks: ``(seconds, result)``, seconds
     the slowest rank's virtual time (communication alone, see the module docstring) and
     ``result`` the :class:`sparcml.sim.SimResult` (its ``results``: per rank, ``(values,
     stats)``: the values its compressed vectors carried, summed over the buckets, and the
-    :class:`~sparcml.TrafficStats` of its calls)."""
+    :class:`~sparcml.TrafficStats` of its calls). ``make_compression(rec)``: the record's
+    :class:`~sparcml.compression.Compression` (``compressor_table``'s)."""
     from sparcml import TrafficStats, sim
 
     layout = _layout(rec)
 
     def body(comm):
-        compression = _fresh_compression(rec)
+        compression = _fresh_compression(rec, make_compression)
         stats = TrafficStats()
         sent = 0
         for b, shapes in enumerate(layout):
             n = sum(math.prod(s) for s in shapes)
             x = _gradient(rec, comm.Get_rank(), b, n)
-            out = compression.allreduce_in(_ctx(comm), x, key=b, shapes=shapes,
-                                           stats=stats)
+            out = compression.reduce(x, b, comm, shapes=shapes, stats=stats)
             sent += int(out.values_sent)
         return sent, stats
 
@@ -98,8 +97,3 @@ def simulate_step(rec, P: int, *, network: str | None = None, timeout: float | N
                      timeout=timeout)
     return result.time, result
 
-
-def _ctx(comm):
-    from sparcml._runtime.context import context_for
-
-    return context_for(comm)

@@ -133,7 +133,7 @@ def _simulated(rec, P: int) -> float:
     """Simulated seconds of one step's reductions at P ranks (communication alone)."""
     from ._simstep import simulate_step
 
-    return simulate_step(rec, P)[0]
+    return simulate_step(rec, P, _compression)[0]
 
 
 def _vs_dense(recs, dense) -> float | None:

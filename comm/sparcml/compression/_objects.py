@@ -627,8 +627,15 @@ class Compression:
         """Blocking: the sum over the ranks of ``comm`` (default ``COMM_WORLD``) of every
         rank's compressed ``x``; this object's memory keeps the key's residual. Collective.
         ``shapes``: as in :meth:`allreduce_in`."""
+        return self.reduce(x, key, comm, stats=stats, shapes=shapes).result
+
+    def reduce(self, x: np.ndarray, key=0, comm: MPI.Comm | None = None, *,
+               stats: TrafficStats | None = None, shapes=None) -> Reduced:
+        """:meth:`allreduce` with the whole record of the reduction: a :class:`Reduced`
+        (the sum, this rank's contribution as sent, the values it sent, the compression
+        seconds). Collective, like :meth:`allreduce`."""
         ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-        return self.allreduce_in(ctx, x, key=key, stats=stats, shapes=shapes).result
+        return self.allreduce_in(ctx, x, key=key, stats=stats, shapes=shapes)
 
     # -- state: checkpoints and rebuilt buckets -----------------------------------------------
 
