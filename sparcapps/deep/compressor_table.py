@@ -244,17 +244,17 @@ def figure(rows, path) -> None:
 
 
 def main(argv=None) -> int:
-    from sparcapps.cli_args import make_parser
+    from sparcapps.cli_args import add_list_argument, make_parser, positive_int
     from sparcapps.records import read_records
 
     p = make_parser("sparc-compressor-table", __doc__)
     p.add_argument("records", nargs="+", help="JSONL records of sparc-cnn / sparc-lstm runs")
     p.add_argument("--figure", default=None,
                    help="also draw accuracy vs bytes into this PNG (and an SVG beside it)")
-    p.add_argument("--simulate", type=int, nargs="+", default=None, metavar="P",
-                   help="simulate one step's reductions at these P on a P x 10 Gbit network "
-                        "(sparcml.sim, communication alone) instead of the analytic prediction "
-                        "at P = 64 and 256 (slower: seconds to minutes per row)")
+    add_list_argument(p, "--simulate", item_type=positive_int, default=None, metavar="P",
+                      help="simulate one step's reductions at these P on a P x 10 Gbit network "
+                           "(sparcml.sim, communication alone) instead of the analytic "
+                           "prediction at P = 64 and 256 (slower: seconds to minutes per row)")
     args = p.parse_args(argv)
     if args.simulate and any(P < 1 for P in args.simulate):
         p.error(f"--simulate: P must be positive, got {args.simulate}")
