@@ -65,6 +65,18 @@ def test_default_options_follow_the_live_environment(monkeypatch):
     assert default_options().partitions == "equal"
     monkeypatch.delenv("SPARCML_PARTITIONS")
     assert default_options().partitions == "balanced"
+    # after a cached read, a plain assignment to os.environ is seen at the next call (the
+    # per-call path reads os.environ's own store), and an explicit mapping still wins
+    import os
+    assert default_options().index_coding == "auto"
+    os.environ["SPARCML_INDEX_CODING"] = "raw"
+    try:
+        assert default_options().index_coding == "raw"
+        assert default_options({}).index_coding == "auto"
+        assert default_options().index_coding == "raw"
+    finally:
+        del os.environ["SPARCML_INDEX_CODING"]
+    assert default_options().index_coding == "auto"
 
 
 def test_one_module_reads_the_environment():

@@ -196,6 +196,13 @@ def _env_native_min_ranks(environ) -> int:
 
 
 _cache: tuple | None = None  # (the variables' text, their Options)
+# CPython's os.environ keeps its variables in a dict of bytes (POSIX), which os.environ's
+# assignments, putenv-through-os.environ and monkeypatching all update; where that is not
+# so (another platform or interpreter) the mapping interface is used
+_RAW_ENVIRON = getattr(os.environ, "_data", None) if os.name == "posix" else None
+if _RAW_ENVIRON is not None and not isinstance(_RAW_ENVIRON, dict):
+    _RAW_ENVIRON = None
+_RAW_KEYS = tuple(os.fsencode(var) for var in ENVIRONMENT.values())
 
 
 def default_options(environ=None) -> Options:
@@ -204,8 +211,13 @@ def default_options(environ=None) -> Options:
     Raises :class:`~sparcml.InvalidOptionError` naming the variable and the values it
     accepts."""
     global _cache
-    environ = os.environ if environ is None else environ
-    key = tuple(environ.get(var) for var in ENVIRONMENT.values())
+    if environ is None and _RAW_ENVIRON is not None:
+        # the per-call path: os.environ's own store, without its per-key encode and decode
+        key = tuple(map(_RAW_ENVIRON.get, _RAW_KEYS))
+        environ = os.environ
+    else:
+        environ = os.environ if environ is None else environ
+        key = tuple(environ.get(var) for var in ENVIRONMENT.values())
     cached = _cache
     if cached is not None and cached[0] == key:
         return cached[1]

@@ -28,8 +28,9 @@ from mpi4py import MPI
 
 from . import arith, hierarchical as node_aware
 from .._model import auto, tuning
-from .._options import in_call
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
+from .._options import current_options, in_call, option_fields, option_labels
+from .._runtime.agreement import (MAX_FIELDS, VALUE_DTYPE_NAMES, agreed_call, agreed_maxima,
+                                  agreement_array)
 from .._runtime.context import TrafficStats, clock_of, context_for
 from .._errors import CollectiveFailure
 from .._options import Options
@@ -106,9 +107,86 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALG
     dense on ``out``.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    if type(vec) is SparseVector and type(algorithm) is str \
+            and algorithm == DEFAULT_ALGORITHM and quantizer is None and not quantize_sparse \
+            and out is None and hierarchical is None \
+            and (stats is None or type(stats) is TrafficStats):
+        result = _lean_call(ctx, vec, stats, options)
+        if result is not None:
+            return result
     return allreduce_in(ctx, vec, algorithm=algorithm, quantizer=quantizer,
                         quantize_sparse=quantize_sparse, stats=stats, check=check, out=out,
                         hierarchical=hierarchical, options=options)
+
+
+_LEAN_KEPT = 16  # per context: the agreement arrays of the latest lean calls
+
+
+def _lean_call(ctx, vec: SparseVector, stats, options):
+    """The plain call's most common case in fewer Python steps, or None (before anything is
+    sent) where it does not apply: a SparseVector summed by the default algorithm on the
+    cached fast path, no quantizer, ``out`` or ``hierarchical``, no pending ``auto`` trial.
+
+    It reduces exactly the array the general path would (:func:`_lean_agreement`, built once
+    per shape and options), so ranks on either path agree with each other, and any difference
+    or failure raises the same errors as :func:`allreduce_in`.
+    """
+    if ctx.size == 1 or ctx.ops is not PLAIN or ctx.tuning is not None \
+            and tuning.pending_ns(ctx.tuning):
+        return None
+    opts = current_options() if options is None else options
+    if type(opts) is not Options:
+        return None
+    fast = _fast_path(ctx, vec)
+    if fast is None:
+        return None
+    waiter = ctx.waiter
+    wait_code = int(waiter.policy(opts.wait))
+    cache = ctx.lean
+    if cache is None:
+        cache = ctx.lean = {}
+    key = (vec.dim, vec.dtype.itemsize, id(opts), wait_code)
+    entry = cache.get(key)
+    if entry is None or entry[0] is not opts:  # (an id reused by another Options: rebuilt)
+        if len(cache) >= _LEAN_KEPT:
+            cache.pop(next(iter(cache)))
+        entry = cache[key] = (opts,) + _lean_agreement(vec, opts, wait_code)
+    _, template, head, vals, names, maxima = entry
+    both = template.copy()
+    both[_NNZ_SLOT] = vec.nnz
+    waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+    if both[:_NNZ_SLOT].tobytes() != head:  # some rank differs or failed
+        agreed_maxima(ctx.comm, both, vals, names, maxima, None,
+                      lambda: {**_describe(), **option_labels()})
+    waiter.use(opts.wait)
+    stats = TrafficStats() if stats is None else stats
+    stats.calls += 1
+    stats.algorithm = DEFAULT_ALGORITHM
+    stats.hierarchical = False
+    ctx.partitions = opts.partitions
+    with in_call(opts):
+        codec = Codec(vec.index_dtype, vec.dtype, code_indices=opts.code_indices,
+                      link_costs=index_coding_costs(ctx, opts.index_coding))
+        with fail_stop(ctx.comm, f"allreduce({DEFAULT_ALGORITHM})"):
+            return fast.result(fast.run(vec, stats, False, codec), None)
+
+
+def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
+    """``(array, its bytes before the maxima, packed fields, names, maxima)`` of
+    :func:`agreement_array` for what
+    :func:`allreduce_in` agrees on in a lean call (the same fields, in the same order)."""
+    fields = {"dim": vec.dim, "value dtype": vec.dtype.itemsize,
+              "algorithm": algorithm_code(DEFAULT_ALGORITHM), "quantizer": 0,
+              "quantize_sparse": 0,
+              "hierarchical": node_aware.hierarchical_code(
+                  node_aware.check_hierarchical(None, DEFAULT_ALGORITHM))}
+    fields.update(option_fields(opts))
+    fields["options.wait"] = wait_code
+    maxima = {"nnz": 0, "seed": 0, "auto trial ns": 0}
+    both, vals, error = agreement_array(fields, maxima)
+    assert error is None
+    both.setflags(write=False)
+    return both, both[:_NNZ_SLOT].tobytes(), vals, tuple(fields), maxima
 
 
 def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
@@ -212,6 +290,7 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
 
 
 _FAST_PATHS_KEPT = 8  # per context: the shapes of the latest plain calls
+_NNZ_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("nnz")
 
 
 def _fast_path(ctx, vec):

@@ -41,7 +41,7 @@ from .._options import Options, option_fields, option_labels, resolve_options
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
            "as_sparcml_error", "agreed_call", "AgreedCall", "pack_fields", "VALUE_DTYPE_NAMES",
-           "raise_agreed"]
+           "raise_agreed", "agreement_array", "agreed_maxima"]
 
 MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
 MAX_MAXIMA = 4
@@ -229,6 +229,20 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     """
     names = tuple(fields)
     maxima = maxima or {}
+    both, vals, local_error = agreement_array(fields, maxima, local_error)
+    if waiter is None:
+        comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
+    else:
+        waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+    return agreed_maxima(comm, both, vals, names, maxima, local_error, describe)
+
+
+def agreement_array(fields: dict, maxima: dict, local_error=None):
+    """What this rank contributes to :func:`agree`'s reduction: ``(the int64 array to reduce
+    with MAX, this rank's packed fields, local_error or the error of an unpackable field)``.
+    Depends only on the names and values, so a caller may build it once and reduce copies
+    (every rank's array of one call has the same layout)."""
+    names = tuple(fields)
     if len(names) > MAX_FIELDS or len(maxima) > MAX_MAXIMA:
         raise ValueError(f"agree: at most {MAX_FIELDS} fields and {MAX_MAXIMA} maxima")
     width = 2 + MAX_FIELDS
@@ -252,10 +266,13 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     # ~x (= -x - 1) reverses the order without overflow, unlike -x at -2**63: the MAX of
     # the inverted values is the inverted MIN
     np.invert(vals, out=both[width:2 * width])
-    if waiter is None:
-        comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
-    else:
-        waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+    return both, vals, local_error
+
+
+def agreed_maxima(comm, both, vals, names: tuple, maxima: dict, local_error, describe):
+    """:func:`agree` after the reduction of ``both`` (from :func:`agreement_array`): the
+    maxima, or the same error raised on every rank."""
+    width = 2 + MAX_FIELDS
     reduced = both.tolist()
     hi, lo = reduced[:width], [~x for x in reduced[width:2 * width]]
     if hi[0]:

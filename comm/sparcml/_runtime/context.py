@@ -117,7 +117,9 @@ class CommContext:
     - ``link_costs``: ``(seconds per byte, seconds per coded index)`` assumed from where the
       ranks are, without a model (:mod:`sparcml._model.link_costs`);
     - ``plans``: the buffers of the plain allreduce's fast path, per shape
-      (:func:`sparcml._collectives.entry._fast_path`).
+      (:func:`sparcml._collectives.entry._fast_path`);
+    - ``lean``: the agreement arrays of the plain call's lean path, per shape and options
+      (:func:`sparcml._collectives.entry._lean_call`).
     """
 
     comm: MPI.Comm
@@ -136,6 +138,7 @@ class CommContext:
     topk: TopKMemory | None = None
     link_costs: tuple[float, float] | None = None
     plans: dict | None = None  # the plain calls' cached fast paths (sparcml._collectives.plan)
+    lean: dict | None = None  # the lean plain calls' agreement arrays (entry._lean_call)
 
     def free_subcomms(self) -> None:
         """Free the cached sub-communicators (collective over ``comm``, like ``Comm.Free``)."""
