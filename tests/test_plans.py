@@ -186,6 +186,59 @@ def test_plain_allreduce_fast_path_is_bitwise_the_algorithm(P):
     assert f"FAST-PATH-CHECKED {P * 2 * 4 * 6}" in proc.stdout, proc.stdout
 
 
+TOPK_TWO_RANKS = """
+import numpy as np
+from mpi4py import MPI
+import sparcml
+
+comm = MPI.COMM_WORLD
+r = comm.rank
+checked = 0
+for seed in range(120):
+    rng, shared = np.random.default_rng([seed, r]), np.random.default_rng(seed)
+    dim = int(shared.integers(1, 3000))
+    dtype = (np.float32, np.float64)[seed % 2]
+    k = int(shared.integers(0, 40))
+    nnz = int(rng.integers(0, min(dim, 200) + 1)) if seed % 5 else dim
+    idx = np.sort(rng.choice(dim, nnz, replace=False))
+    if seed % 3 == 0:  # ties, explicit zeros, negative zeros
+        vals = rng.choice([-2.0, -1.0, -0.0, 0.0, 1.0, 2.0, 0.5], nnz).astype(dtype)
+    else:
+        vals = rng.standard_normal(nnz).astype(dtype)
+    v = sparcml.SparseVector(dim, idx, vals)
+    if seed % 7 == 0:  # cancellation: the higher rank sends the lower one's negation
+        v0 = comm.bcast(v if r == 0 else None)
+        v = v0 if r == 0 else sparcml.SparseVector(dim, v0.indices, -v0.values)
+    if seed % 11 == 0:
+        v = sparcml.SparseVector.from_dense(v.to_dense())
+    plan = sparcml.topk_plan(dim, dtype, k, comm)
+    for repeat in range(2):  # the plain call remembers its threshold from the first
+        a, a_dropped = plan.topk_allreduce(v)
+        b, b_dropped = sparcml.topk_allreduce(v, k, comm)
+        for x, y in ((a, b), (a_dropped, b_dropped)):
+            assert x.is_dense == y.is_dense and x.dtype == y.dtype, (seed, x, y)
+            assert x.values.tobytes() == y.values.tobytes(), (seed, repeat, x, y)
+            if not x.is_dense:
+                assert x.indices.dtype == y.indices.dtype, (seed, x, y)
+                assert x.indices.tobytes() == y.indices.tobytes(), (seed, repeat, x, y)
+        checked += 1
+    assert bool(plan._fast) == (comm.size == 2), "the two-rank path is P = 2's only"
+total = comm.allreduce(checked)
+if r == 0:
+    print("TOPK-PLAN-CHECKED", total)
+"""
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [2, 3])
+def test_topk_plan_is_bitwise_the_plain_call(P):
+    """At P = 2 the plan's one-exchange path (sparcml._topk.plan.TopKPlan._two_ranks), at 3
+    its reduce-scatter: the result and ``dropped`` of the plain call, bit for bit, on ties,
+    zeros and negative zeros, cancelling inputs, dense inputs and k = 0."""
+    proc = run_mpi(P, TOPK_TWO_RANKS, timeout=400)
+    assert f"TOPK-PLAN-CHECKED {P * 240}" in proc.stdout, proc.stdout
+
+
 @pytest.mark.mpi
 def test_bench_latency_prints_every_row():
     proc = run_mpi(2, args=[sys.executable, "-m", "sparcapps.bench.cli", "--latency",

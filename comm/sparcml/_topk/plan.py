@@ -27,7 +27,9 @@ from .._collectives.entry import _abort_job
 from .._collectives.exchange import split_parts
 from .._collectives.partition import SPARSE_KIND, note_received
 from .._collectives.partition import memory_of as partition_memory_of
+from .._collectives.ops import PLAIN
 from .._collectives.plan import agreed_error, check_plan_input
+from .._collectives.plan_fast import FastRecursiveDoubling, fits
 from .._collectives.validation import check_stats
 from .._errors import CompressionError
 from .._model.link_costs import index_coding_costs
@@ -37,8 +39,8 @@ from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
 from . import select_kernels
-from .rule import KEYS, memory_of, step
-from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _run,
+from .rule import KEYS, NOTHING, memory_of, step
+from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _result, _run,
                              _selection, partition_bounds)
 
 __all__ = ["TopKPlan", "topk_plan"]
@@ -75,6 +77,7 @@ class TopKPlan:
                             code_indices=self.options.code_indices,
                             link_costs=index_coding_costs(ctx, self.options.index_coding))
         self._contexts: dict[int, CommContext] = {}
+        self._fast: dict[int, FastRecursiveDoubling] = {}
         self._trailer = np.zeros(2, np.int64)
 
     def __repr__(self) -> str:
@@ -123,6 +126,9 @@ class TopKPlan:
                 agreed_error(ctx, error)
             with in_call(opts):
                 return _run(own, v, self.k, stats, opts, top, v.nnz)
+        fast = self._fast_on(own)
+        if fast is not None:
+            return self._two_ranks(own, fast, v, stats, error, opts)
         own.partitions = opts.partitions
         stats.calls += 1
         stats.algorithm = NAME
@@ -163,6 +169,50 @@ class TopKPlan:
             raise CompressionError(
                 f"the sum of the inputs overflowed to NaN in {nan} entries (Inf - Inf); "
                 f"scale the inputs down")
+        return TopKReduced(result, _dropped(v, result.indices))
+
+    def _fast_on(self, ctx) -> FastRecursiveDoubling | None:
+        """At P = 2 on real ranks, for dims of the fast path: the plan's own buffers."""
+        if ctx.size != 2 or ctx.ops is not PLAIN or not fits(self.dim, self.dtype):
+            return None
+        fast = self._fast.get(id(ctx))
+        if fast is None or fast.comm is not ctx.comm:
+            fast = self._fast[id(ctx)] = FastRecursiveDoubling(ctx, self.dim, self.dtype)
+        return fast
+
+    def _two_ranks(self, ctx, fast, v, stats, error, opts) -> TopKReduced:
+        """P = 2: one exchange of the whole inputs (the plain recursive doubling's, on the
+        plan's buffers; its header flag carries a bad input), then the same selection on both
+        ranks. Bitwise the reduce-scatter's result: at two ranks both sum each entry as
+        ``lower rank's + higher rank's`` value, and the k largest ``|sum|`` (ties to the lower
+        index, zero sums never selected) do not depend on where they were summed."""
+        stats.calls += 1
+        stats.algorithm = NAME
+        with in_call(opts):
+            try:
+                idx, val, _ = fast.run(v, stats, error is not None, self._codec)
+            except BaseException as exc:  # noqa: BLE001 - as fail_stop
+                _abort_job(ctx.comm, f"plan.{NAME}", exc)
+                raise
+        if fast.seen:
+            agreed_error(ctx, error)
+        if idx is None:  # the sum went dense
+            idx = np.flatnonzero(val).astype(self._zero.index_dtype, copy=False)
+            val = val[idx]
+        else:
+            keep = val != 0
+            if not keep.all():
+                idx, val = idx[keep], val[keep]
+        nan = int(np.count_nonzero(np.isnan(val)))
+        if nan:
+            raise CompressionError(
+                f"the sum of the inputs overflowed to NaN in {nan} entries (Inf - Inf); "
+                f"scale the inputs down")
+        idx = idx.astype(self._codec.index_dtype, copy=False)
+        if self.k == 0:
+            idx, val = idx[:0], val[:0]
+        result = _result(self.dim, idx, val, self.dtype, NOTHING,
+                         self.k if idx.size > self.k else None)
         return TopKReduced(result, _dropped(v, result.indices))
 
     def _reduce_scatter(self, ctx, vec, stats, bounds, top: int, failed: bool):
