@@ -139,8 +139,9 @@ def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
     out = tmp_path / "m.jsonl"
     assert cli.main(["--simulate", "64", "--network", "64x10gbit", "--N", "100000",
                      "--density", "0.01", "--pattern", "random", "--sim-memory", "0.000001",
-                     "--algorithms", "ssar_recursive_double", "allgather", "auto",
-                     "--model-only", "ssar_recursive_double", "allgather", "auto",
+                     "--algorithms", "ssar_recursive_double", "ssar_split_allgather",
+                     "allgather", "auto", "--model-only", "ssar_recursive_double",
+                     "ssar_split_allgather", "allgather", "auto",
                      "--output", str(out)]) == 0
     recs = {r["algorithm"]: r for r in map(json.loads, out.read_text().splitlines())}
     assert all(r["metrics"]["modeled_only"] for r in recs.values())

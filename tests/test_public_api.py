@@ -32,6 +32,14 @@ ALLOWED = {
         "sparc-bench --kernels times the private merge kernels themselves",
     ("sparcapps/bench/kernel_bench.py", "sparcml._runtime.workspace"):
         "sparc-bench --kernels times merge_add_into into the private Workspace",
+    ("scripts/packed_vs_parts.py", "sparcml._collectives"):
+        "times the private per-message and packed folds and assembles side by side",
+    ("scripts/packed_vs_parts.py", "sparcml._wire"):
+        "times the private per-message and packed encoders side by side",
+    ("scripts/packed_vs_parts.py", "sparcml.sim._model_ops"):
+        "prints what the simulator's private compute model charges for each step",
+    ("scripts/packed_vs_parts.py", "sparcml.sim._rates"):
+        "the simulator's private calibrated kernel rates, which the model charges",
 }
 
 

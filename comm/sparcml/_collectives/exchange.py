@@ -24,12 +24,14 @@ from .._options import current_options
 from .._runtime.context import TrafficStats
 from .._errors import InvalidVectorError
 from .._vector import MAX_DIM, SparseVector
+from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part
 from .ops import MAX_COUNT
 
 __all__ = ["as_vector", "as_sent", "encode_vector", "send_vector", "recv_vector",
            "exchange_vector", "allgather_bytes", "allgather_dense_blocks", "block_bounds",
-           "split_parts", "split_reduce", "native_split"]
+           "split_parts", "split_reduce", "reduce_block", "native_split",
+           "allgather_packed"]
 
 TAG_SPLIT = 21  # phase 1 of the split algorithms
 
@@ -100,6 +102,18 @@ def allgather_bytes(ctx, buf, stats) -> list[np.ndarray]:
         slot[:] = buf
 
     return ctx.ops.allgather_in_place(ctx, sizes, write_mine, stats)
+
+
+def allgather_packed(ctx, buf, stats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`allgather_bytes` as one packed buffer: ``(buffer, displs, sizes)`` (int64)."""
+    sizes = np.empty(ctx.size, np.int64)
+    ctx.waiter.collective(ctx.comm, "Allgather", np.array([buf.nbytes], np.int64), sizes)
+
+    def write_mine(slot):
+        slot[:] = buf
+
+    recv, displs = ctx.ops.allgather_packed(ctx, sizes, write_mine, stats)
+    return recv, displs, sizes
 
 
 def allgather_dense_blocks(ctx, block: Part, bounds: np.ndarray, codec: Codec,
@@ -206,6 +220,38 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
     finally:
         ctx.waiter.waitall(requests)
     return received
+
+
+def reduce_block(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray,
+                 codec: Codec, *, sent=None, force_dense: bool = False,
+                 intermediate: bool = False) -> Part:
+    """Phase 1 of the split algorithms and the owner's sum: :func:`split_reduce`, then
+    ``ctx.ops.fold_parts`` of the P parts into this rank's block ``[bounds[rank],
+    bounds[rank + 1])`` (``force_dense``, ``intermediate``: as there, with the context's
+    workspace).
+
+    Where the parts travel as one ``Alltoallv`` (:func:`native_split`) and the codec is
+    lossless with no ``sent`` to collect, the P messages are encoded in one call into one
+    send buffer (``ctx.ops.encode_split``) and summed in one call from the receive buffer
+    (``ctx.ops.fold_packed``): the same bytes and bits, without P encodes and P decodes in
+    Python (:mod:`sparcml._wire.packed`).
+    """
+    rank, size, ops = ctx.rank, ctx.size, ctx.ops
+    lo, hi = int(bounds[rank]), int(bounds[rank + 1])
+    if size > 1 and sent is None and not codec.lossy and native_split(ctx, bounds, codec):
+        packed = ops.encode_split(codec, vec, bounds)
+        sizes = packed.table[:, pk.NBYTES]
+        dense = packed.table[:, pk.FMT]
+        stats.bytes_sent += int(sizes.sum() - sizes[rank])
+        stats.messages += size - 1
+        stats.dense_messages += int(dense.sum() - dense[rank])
+        buf, displs, rsizes = ops.alltoallv_packed(ctx, packed, stats)
+        del packed  # the receive buffer holds the own message
+        return ops.fold_packed(buf, displs, rsizes, lo, hi - lo, codec, force_dense,
+                               workspace=ctx.workspace, intermediate=intermediate)
+    parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
+    return ops.fold_parts(parts, lo, hi - lo, codec, force_dense, workspace=ctx.workspace,
+                          intermediate=intermediate)
 
 
 def _split_reduce_native(ctx, mine: list[Part], stats: TrafficStats, codec: Codec,

@@ -7,7 +7,9 @@ operations' methods (the simulator's sharing ones included) and touches only the
 
 from __future__ import annotations
 
+from .._wire import packed_kernels as pk
 from .._wire.header import has_error_flag, set_error_flag
+from .._wire.packed import Packed
 from .ops import Ops
 
 __all__ = ["FlagOps"]
@@ -42,12 +44,23 @@ class FlagOps(Ops):
 
         return self.inner.allgather_in_place(ctx, sizes, write, stats)
 
+    def allgather_packed(self, ctx, sizes, write_mine, stats):
+        def write(slot):
+            write_mine(slot)
+            if self.flagged:
+                set_error_flag(slot)
+
+        return self.inner.allgather_packed(ctx, sizes, write, stats)
+
     def allgather_values(self, ctx, block, bounds, out):
         return self.inner.allgather_values(ctx, block, bounds, out)
 
     # the native collectives carry encoded buffers (flagged by encode, noted by decode)
     def alltoallv_bytes(self, ctx, bufs, stats):
         return self.inner.alltoallv_bytes(ctx, bufs, stats)
+
+    def alltoallv_packed(self, ctx, packed, stats):
+        return self.inner.alltoallv_packed(ctx, packed, stats)
 
     def gather_bytes(self, ctx, buf, stats, root=0):
         return self.inner.gather_bytes(ctx, buf, stats, root)
@@ -66,6 +79,28 @@ class FlagOps(Ops):
         if has_error_flag(buf):
             self.seen = True
         return self.inner.decode(buf, out, streaming=streaming, check=check)
+
+    def encode_split(self, codec, vec, bounds):
+        packed = self.inner.encode_split(codec, vec, bounds)
+        if self.flagged:
+            packed = Packed(packed.buf.copy(), packed.table)
+            pk.set_error_flags(packed.buf, packed.table)
+        return packed
+
+    def _note_flags(self, buf, displs, sizes):
+        if pk.any_error_flag(buf, displs.astype("int64", copy=False),
+                             sizes.astype("int64", copy=False)):
+            self.seen = True
+
+    def fold_packed(self, buf, displs, sizes, offset, length, codec, force_dense=False,
+                    **kwargs):
+        self._note_flags(buf, displs, sizes)
+        return self.inner.fold_packed(buf, displs, sizes, offset, length, codec, force_dense,
+                                      **kwargs)
+
+    def assemble_packed(self, buf, displs, sizes, dim, codec):
+        self._note_flags(buf, displs, sizes)
+        return self.inner.assemble_packed(buf, displs, sizes, dim, codec)
 
     def add(self, a, b, codec, **kwargs):
         return self.inner.add(a, b, codec, **kwargs)

@@ -17,7 +17,7 @@ from .._options import Options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .entry import fail_stop
-from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, split_reduce
+from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, reduce_block
 from .validation import check_quantizable, check_root, check_stats, coerce_vector, quantizer_code
 from .._vector import SparseVector
 from .._wire.codec import Codec, Part
@@ -88,11 +88,11 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
                   code_indices=opts.code_indices)
     vec = arith.normalize(vec, codec)
     if ctx.size == 1:
-        parts = [Part(0, vec.dim, vec.indices, vec.values)]
+        block = ctx.ops.fold_parts([Part(0, vec.dim, vec.indices, vec.values)], lo, hi - lo,
+                                   codec, workspace=ctx.workspace)
     else:
         with fail_stop(ctx.comm, "reduce_scatter"), in_call(opts):  # its native_min_ranks
-            parts = split_reduce(ctx, vec, stats, bounds, codec)
-    block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace)
+            block = reduce_block(ctx, vec, stats, bounds, codec)
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
                                            np.empty(0, vec.index_dtype))

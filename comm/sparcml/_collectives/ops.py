@@ -21,7 +21,9 @@ from mpi4py import MPI
 from . import arith
 from .._model.mpi_collectives import SIZE_BYTES
 from .._vector import SparseVector
+from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part, decode
+from .._wire.packed import Packed, encode_split
 
 __all__ = ["Ops", "PLAIN", "ops_of", "MAX_COUNT"]
 
@@ -51,6 +53,13 @@ class Ops:
         """Allgatherv of byte messages whose ``sizes`` (one per rank, int64) every rank knows:
         ``write_mine(slot)`` fills this rank's slot of the receive buffer, which then travels
         in place. Returns the P messages in rank order (views of one buffer)."""
+        recv, displs = self.allgather_packed(ctx, sizes, write_mine, stats)
+        return [recv[d:d + n] for d, n in zip(displs, sizes)]
+
+    def allgather_packed(self, ctx, sizes: np.ndarray, write_mine,
+                         stats) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`allgather_in_place`, returning the receive buffer itself and the messages'
+        displacements (int64): ``(packed buffer, displs)``."""
         displs = np.zeros_like(sizes)
         np.cumsum(sizes[:-1], out=displs[1:])
         recv = np.empty(int(sizes.sum()), np.uint8)
@@ -60,7 +69,7 @@ class Ops:
         stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
         stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])
         stats.messages += 1
-        return [recv[d:d + n] for d, n in zip(displs, sizes)]
+        return recv, displs
 
     def alltoallv_bytes(self, ctx, bufs: list, stats) -> list[np.ndarray]:
         """Byte buffer ``bufs[j]`` to rank j, for every j, in one MPI collective: an
@@ -87,6 +96,32 @@ class Ops:
         out = [recv[int(d):int(d + n)] for d, n in zip(rdispls, rcounts)]
         out[rank] = bufs[rank]
         return out
+
+    def alltoallv_packed(self, ctx, packed: Packed,
+                         stats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`alltoallv_bytes` of packed messages (message j of ``packed`` to rank j) with
+        no copy on the way out: ``packed.buf`` is the send buffer. Returns ``(receive buffer,
+        displs, sizes)`` (int64): message j of the result came from rank j, this rank's own
+        copied into its place. Counts as :meth:`alltoallv_bytes`."""
+        rank, size = ctx.rank, ctx.size
+        sizes = packed.table[:, pk.NBYTES]
+        scounts = sizes.astype(np.intc)
+        scounts[rank] = 0
+        sdispls = packed.table[:, pk.START].astype(np.intc)
+        rcounts = np.empty(size, np.intc)
+        ctx.waiter.collective(ctx.comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        own = int(sizes[rank])
+        rsizes = rcounts.astype(np.int64)
+        rsizes[rank] = own
+        rdispls = _displs(rsizes)
+        recv = np.empty(int(rsizes.sum()), np.uint8)
+        at = int(rdispls[rank])
+        recv[at:at + own] = packed.message(rank)
+        ctx.waiter.collective(ctx.comm, "Alltoallv", [packed.buf, (scounts, sdispls), MPI.BYTE],
+                              [recv, (rcounts, rdispls.astype(np.intc)), MPI.BYTE])
+        stats.bytes_sent += SIZE_BYTES * (size - 1)
+        stats.bytes_received += SIZE_BYTES * (size - 1) + recv.nbytes - own
+        return recv, rdispls, rsizes
 
     def gather_bytes(self, ctx, buf: np.ndarray, stats, root: int = 0) -> list | None:
         """Every rank's byte buffer on ``root``, in rank order (the root's own as it is, the
@@ -146,6 +181,10 @@ class Ops:
         """:func:`sparcml._wire.codec.decode`."""
         return decode(buf, out, streaming=streaming, check=check)
 
+    def encode_split(self, codec: Codec, vec: SparseVector, bounds: np.ndarray) -> Packed:
+        """:func:`sparcml._wire.packed.encode_split` (lossless codecs)."""
+        return encode_split(codec, vec, bounds)
+
     # ---- local sums ----------------------------------------------------------------------------
     def add(self, a: SparseVector, b: SparseVector, codec: Codec, *, workspace=None,
             intermediate: bool = False, role: str = "add") -> SparseVector:
@@ -159,9 +198,21 @@ class Ops:
         return arith.fold_parts(parts, offset, length, codec, force_dense, workspace=workspace,
                                 intermediate=intermediate, role=role)
 
+    def fold_packed(self, buf: np.ndarray, displs: np.ndarray, sizes: np.ndarray, offset: int,
+                    length: int, codec: Codec, force_dense: bool = False, *, workspace=None,
+                    intermediate: bool = False, role: str = "fold") -> Part:
+        """:func:`sparcml._collectives.arith.fold_packed`."""
+        return arith.fold_packed(buf, displs, sizes, offset, length, codec, force_dense,
+                                 workspace=workspace, intermediate=intermediate, role=role)
+
     def assemble(self, blocks: list[Part], dim: int, codec: Codec) -> SparseVector:
         """:func:`sparcml._collectives.arith.assemble`."""
         return arith.assemble(blocks, dim, codec)
+
+    def assemble_packed(self, buf: np.ndarray, displs: np.ndarray, sizes: np.ndarray, dim: int,
+                        codec: Codec) -> SparseVector:
+        """:func:`sparcml._collectives.arith.assemble_packed`."""
+        return arith.assemble_packed(buf, displs, sizes, dim, codec)
 
 
 PLAIN = Ops()

@@ -60,7 +60,7 @@ from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .._collectives.entry import _calibration_run, fail_stop
 from .._errors import CompressionError, InvalidArgumentError
-from .._collectives.exchange import allgather_bytes, split_reduce
+from .._collectives.exchange import allgather_packed, reduce_block
 from .._model import auto
 from .._model.costmodel import TOPK_STEP
 from .._model.link_costs import index_coding_costs
@@ -278,15 +278,16 @@ def _reduce_scatter(ctx, vec, stats, codec, shared):
     bounds = partition_bounds(ctx, vec, codec)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
     before = stats.bytes_received
+    # the block is read here, copied out, then dropped
     if shared is None:
-        parts = split_reduce(ctx, vec, stats, bounds, codec)
+        block = reduce_block(ctx, vec, stats, bounds, codec, intermediate=True)
     else:
         parts = split_reduce_shared(ctx, shared.layout, vec, stats, bounds, codec,
                                     shared.split_bytes)
+        block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
+                                   intermediate=True)
     note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats)
     step(ctx)
-    block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
-                               intermediate=True)  # read here, copied out, then dropped
     bits_dtype, absmask = KEYS[codec.value_dtype][:2]
     keys = _scratch(ctx, "topk.keys", block.values.size, np.uint64)
     select_kernels.magnitude_keys_into(block.values.view(bits_dtype), absmask, keys)
@@ -343,24 +344,24 @@ def _selection(ctx, vec, owned, lo, k, top, stats, codec, shared):
     return result, 0
 
 
-def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
-    """Every rank's byte buffer, in rank order. Below ``Options.native_min_ranks`` ranks
-    (default 16), point to point (each rank sends its buffer to every other, sizes learnt by
-    ``Mprobe``; bytes as a ring allgather's, P - 1 messages): MPICH's
-    ``Allgather(v)`` over TCP stalled for tens of ms per call on the emulated network
-    (BENCHMARKS.md), where the point-to-point path of the other algorithms does not; from
-    there, :func:`sparcml._collectives.exchange.allgather_bytes` (one ``Allgatherv``: the loop
-    over ranks runs in MPI).
-    On one node (``shared``), through the window's gather region."""
+def _allgather(ctx, buf: np.ndarray, stats, shared=None):
+    """Every rank's byte buffer, in rank order, packed: ``(buffer, displs, sizes)``. Below
+    ``Options.native_min_ranks`` ranks (default 16), point to point (each rank sends its
+    buffer to every other, sizes learnt by ``Mprobe``; bytes as a ring allgather's, P - 1
+    messages): MPICH's ``Allgather(v)`` over TCP stalled for tens of ms per call on the
+    emulated network (BENCHMARKS.md), where the point-to-point path of the other algorithms
+    does not; from there, :func:`sparcml._collectives.exchange.allgather_packed` (one
+    ``Allgatherv``: the loop over ranks runs in MPI). On one node (``shared``), through the
+    window's gather region."""
     rank, size = ctx.rank, ctx.size
     if shared is not None:
         if shared.gathers:  # a second gather in this call: nobody may still read the first
             shared.layout.slots.barrier(shared.layout.node)
         shared.gathers += 1
-        return allgather_shared(ctx, shared.layout, buf, stats, shared.split_bytes,
-                                shared.gather_bytes)
+        return _pack(allgather_shared(ctx, shared.layout, buf, stats, shared.split_bytes,
+                                      shared.gather_bytes))
     if current_options().native(size):
-        return allgather_bytes(ctx, buf, stats)
+        return allgather_packed(ctx, buf, stats)
     out: list[np.ndarray | None] = [None] * size
     out[rank] = buf
     requests = []
@@ -375,12 +376,23 @@ def _allgather(ctx, buf: np.ndarray, stats, shared=None) -> list[np.ndarray]:
             out[source], _ = ctx.ops.recv_bytes(ctx, source, TAG_DIRECT)
     finally:
         ctx.waiter.waitall(requests)
-    return out
+    return _pack(out)
+
+
+def _pack(bufs: list) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Byte buffers back to back: ``(buffer, displs, sizes)`` (below the native threshold,
+    or through the node's window: few ranks, so the copy is small)."""
+    sizes = np.array([b.nbytes for b in bufs], np.int64)
+    displs = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], out=displs[1:])
+    return np.concatenate(bufs), displs, sizes
 
 
 def _gather(ctx, vec, rule, owned, lo, stats, codec, shared):
     """Every rank's entries that ``rule`` sends, concatenated in rank (= index) order:
-    ``(indices, values)``, scratch of the context's workspace (:func:`_result` copies)."""
+    ``(indices, values)`` (read them only: :func:`_result` copies). One packed read of the
+    gathered messages (``ctx.ops.assemble_packed``: the blocks are disjoint, so assembling
+    them is concatenation; a dense block gives its nonzeros, and no selected sum is zero)."""
     block, keys = owned
     pos = select_kernels.select_at_threshold(keys, np.uint64(rule.threshold), 0,
                                              max(rule.ties, 0))
@@ -390,28 +402,12 @@ def _gather(ctx, vec, rule, owned, lo, stats, codec, shared):
         sel_idx = block.indices[pos]
     sel_val = block.values[pos]
     buf, _ = ctx.ops.encode(codec, Part(lo, block.length, sel_idx, sel_val))
-    pieces = []
-    gathered = _allgather(ctx, buf, stats, shared)
+    gathered, displs, sizes = _allgather(ctx, buf, stats, shared)
     step(ctx)
-    for rank, b in enumerate(gathered):
-        if rank == ctx.rank:  # lossless: what the others decode from it
-            pieces.append((sel_idx, sel_val))
-            continue
-        part = ctx.ops.decode(b)
-        if part.is_dense:  # a block where most entries were selected: zeros are the others
-            pieces.append(kernels.dense_to_sparse(part.values, part.offset,
-                                                  np.empty(0, codec.index_dtype)))
-        else:
-            pieces.append((part.indices, part.values))
-    total = sum(p[0].size for p in pieces)
-    idx = _scratch(ctx, "topk.gathered", total, codec.index_dtype)
-    val = _scratch(ctx, "topk.gathered", total, codec.value_dtype)
-    at = 0
-    for p_idx, p_val in pieces:
-        idx[at:at + p_idx.size] = p_idx
-        val[at:at + p_idx.size] = p_val
-        at += p_idx.size
-    return idx, val
+    entries = ctx.ops.assemble_packed(gathered, displs, sizes, vec.dim, codec)
+    if entries.is_dense:  # more than half the entries selected: back to the entries
+        return kernels.dense_to_sparse(entries.values, 0, np.empty(0, codec.index_dtype))
+    return entries.indices, entries.values
 
 
 def _result(dim, idx, val, value_dtype, high=NOTHING, want=None) -> SparseVector:

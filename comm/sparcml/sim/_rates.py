@@ -14,6 +14,9 @@ kernel          work                                                  via
 ``encode``      bytes of the message                                  ``Ops.encode``
 ``decode``      bytes of the message                                  ``Ops.decode``
 ``dense_add``   bytes of a dense float32 sum (a simulated Allreduce)  ``World.gamma_add``
+``encode_part`` one message of a packed encode (header, index code)  ``Ops.encode_split``
+``decode_part`` one message of a packed read (header, stream)         ``Ops.fold_packed``,
+                                                                      ``Ops.assemble_packed``
 ``op``          one kernel call's fixed cost (Python, allocation)     each of the above
 ``call``        Python between two communicator calls of sparcml      ``World.enter``
 ==============  ===================================================  =========================
@@ -35,6 +38,7 @@ sparcml's calls (a ``Barrier``, a ``Send``: no ``call`` cost either). Those are 
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import sys
@@ -46,8 +50,11 @@ import numpy as np
 
 __all__ = ["KERNELS", "kernel_rates", "rates_key", "load_rates", "save_rates", "calibrate"]
 
-KERNELS = ("add", "fold", "assemble", "encode", "decode", "dense_add", "op", "call")
-FORMAT = 1
+KERNELS = ("add", "fold", "assemble", "encode", "decode", "encode_part", "decode_part",
+           "coded_index", "dense_add", "op", "call")
+FORMAT = 2
+FOLD_STREAMS = 64  # the streams of the calibration's fold (its work: entries x log2 streams)
+LARGE = 1 << 22  # entries of the calibration's large size
 
 _lock = threading.Lock()
 _rates: dict | None = None
@@ -165,8 +172,9 @@ def calibrate(run) -> dict:
         a, b = vec(n, 1), vec(n, 2)
         return lambda: arith.add(a, b, codec)
 
-    def mk_fold(n):
-        parts = [Part(0, dim, v.indices, v.values) for v in (vec(n // 2, 3), vec(n // 2, 4))]
+    def mk_fold(n):  # a heap fold of FOLD_STREAMS streams, as a split's owner sums P parts
+        parts = [Part(0, dim, v.indices, v.values)
+                 for v in (vec(max(1, n // FOLD_STREAMS), 3 + s) for s in range(FOLD_STREAMS))]
         return lambda: arith.fold_parts(parts, 0, dim, codec)
 
     def mk_assemble(n):
@@ -190,20 +198,81 @@ def calibrate(run) -> dict:
     item = 8  # bytes of an int32 index and a float32 value
     rates = {}
     fixed = []
+    levels = math.log2(FOLD_STREAMS)
     for name, make, work in (("add", mk_add, lambda n: 4 * n),
-                             ("fold", mk_fold, lambda n: 2 * n),
+                             ("fold", mk_fold, lambda n: n * levels + n),
                              ("assemble", mk_assemble, lambda n: 2 * n),
                              ("encode", mk_encode, lambda n: item * n),
                              ("decode", mk_decode, lambda n: item * n)):
         make(64)()  # compile / warm up
-        rates[name], t0 = _slope(make, work)
+        # the large size past the caches, its output fresh memory (first-touch page faults),
+        # as the kernels meet vectors of millions of entries in a call at scale
+        rates[name], t0 = _slope(make, work, (64, LARGE))
         fixed.append(t0)
+    rates["coded_index"] = _coded_index_rate(dim)
     rates["op"] = float(np.median(fixed))
+    rates["encode_part"], rates["decode_part"] = _per_message_rates(codec)
     a = np.ones(1 << 20, np.float32)
     b = np.ones(1 << 20, np.float32)
     rates["dense_add"] = _best(lambda: np.add(a, b, out=a)) / a.nbytes
     rates["call"] = _calibrate_call(run)
     return rates
+
+
+def _coded_index_rate(dim: int) -> float:
+    """Seconds per index to encode and decode an Elias-Fano or bitmap index section (the
+    larger of the two codes' slopes; raw indices cost nothing of the kind)."""
+    from .._wire.codec import Codec, Part, decode
+
+    codec = Codec(np.int32, np.float32, code_indices=True)
+    worst = 0.0
+    for density in (0.25, 0.002):  # a bitmap, then Elias-Fano
+        def make(n, density=density):
+            length = max(1, int(n / density))
+            idx = np.sort(np.random.default_rng(9).choice(length, n, replace=False)) \
+                .astype(np.int32)
+            part = Part(0, length, idx, np.ones(n, np.float32))
+            return lambda: decode(codec.encode(part)[0])
+
+        make(64)()
+        worst = max(worst, _slope(make, lambda n: n, (64, 1 << 18))[0])
+    return worst
+
+
+def _per_message_rates(codec) -> tuple[float, float]:
+    """Seconds per message of the packed kernels: the slope of encoding (and of folding, and
+    of assembling: the larger) P one-item messages in one call, over P."""
+    from .._collectives import arith
+    from .._vector import SparseVector
+    from .._wire import packed_kernels as pk
+    from .._wire.packed import encode_split
+
+    def packed(n):
+        bounds = np.arange(0, 16 * n + 1, 16, dtype=np.int64)
+        vec = SparseVector.unchecked(16 * n, bounds[:-1].astype(np.int32),
+                                     np.ones(n, np.float32))
+        return vec, bounds, encode_split(codec, vec, bounds)
+
+    def mk_encode(n):
+        vec, bounds, _ = packed(n)
+        return lambda: encode_split(codec, vec, bounds)
+
+    def mk_read(kind):
+        def make(n):
+            vec, _, p = packed(n)
+            displs, sizes = p.table[:, pk.START].copy(), p.table[:, pk.NBYTES].copy()
+            if kind == "fold":
+                return lambda: arith.fold_packed(p.buf, displs, sizes, 0, vec.dim, codec)
+            return lambda: arith.assemble_packed(p.buf, displs, sizes, vec.dim, codec)
+        return make
+
+    sizes = (64, 1 << 14)
+    for make in (mk_encode, mk_read("fold"), mk_read("assemble")):
+        make(64)()  # compile / warm up
+    encode, _ = _slope(mk_encode, lambda n: n, sizes)
+    decode = max(_slope(mk_read("fold"), lambda n: n, sizes)[0],
+                 _slope(mk_read("assemble"), lambda n: n, sizes)[0])
+    return encode, decode
 
 
 def _calibrate_call(run) -> float:

@@ -57,6 +57,7 @@ from mpi4py import MPI
 from . import _collective_cost as cc
 from .._collectives.ops import Ops
 from .._vector import SparseVector
+from .._wire import packed_kernels as pk
 from .._wire.codec import (_INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, RAW, Part, _pad8,
                            index_section_nbytes, read_header)
 from ._credit import charge, discount, sharing
@@ -442,6 +443,26 @@ class SharingOps(Ops):
                                         dim, _codec_sig(codec)),
                                lambda: plain(blocks, dim, codec), self._share)
 
+    def fold_packed(self, buf, displs, sizes, offset, length, codec, force_dense=False, *,
+                    workspace=None, intermediate=False, role="fold"):
+        plain = super().fold_packed
+        if not sharing() or codec.lossy:
+            return plain(buf, displs, sizes, offset, length, codec, force_dense,
+                         workspace=workspace, intermediate=intermediate, role=role)
+        # the packed buffer is this rank's own (its receive buffer): keyed by its identity
+        return self._memo_call((buf,), ("fold_packed", offset, length, bool(force_dense),
+                                        _codec_sig(codec)),
+                               lambda: plain(buf, displs, sizes, offset, length, codec,
+                                             force_dense), self._share)
+
+    def assemble_packed(self, buf, displs, sizes, dim, codec):
+        plain = super().assemble_packed
+        if not sharing() or codec.lossy:
+            return plain(buf, displs, sizes, dim, codec)
+        # every rank's buffer is the one shared allgather buffer: assembled once
+        return self._memo_call((buf,), ("assemble_packed", dim, _codec_sig(codec)),
+                               lambda: plain(buf, displs, sizes, dim, codec), self._share)
+
     def recv_bytes(self, ctx, source, tag, status=None):
         if not sharing():
             return super().recv_bytes(ctx, source, tag, status)
@@ -454,6 +475,12 @@ class SharingOps(Ops):
     def allgather_in_place(self, ctx, sizes, write_mine, stats):
         if not sharing():
             return super().allgather_in_place(ctx, sizes, write_mine, stats)
+        recv, displs = self.allgather_packed(ctx, sizes, write_mine, stats)
+        return [recv[int(d):int(d) + int(n)] for d, n in zip(displs, sizes)]
+
+    def allgather_packed(self, ctx, sizes, write_mine, stats):
+        if not sharing():
+            return super().allgather_packed(ctx, sizes, write_mine, stats)
         comm = ctx.comm
         mine = np.empty(int(sizes[ctx.rank]), np.uint8)
         write_mine(mine)
@@ -471,8 +498,9 @@ class SharingOps(Ops):
         recv = comm.shared_collective(mine, combine, lambda r, a, b: cc.allgather_time(
             comm.size, total, mine.nbytes, a, b), total - mine.nbytes)
         stats.bytes_sent += int(sizes.sum() - sizes[ctx.rank])
+        stats.bytes_received += int(sizes.sum() - sizes[ctx.rank])  # as the plain one counts
         stats.messages += 1
-        return [recv[int(d):int(d) + int(n)] for d, n in zip(displs, sizes)]
+        return recv, displs
 
     def alltoallv_bytes(self, ctx, bufs, stats):
         if not sharing():
@@ -496,6 +524,41 @@ class SharingOps(Ops):
         stats.bytes_sent += cc.SIZE_BYTES * (size - 1)
         stats.bytes_received += cc.SIZE_BYTES * (size - 1) + received
         return out
+
+    def alltoallv_packed(self, ctx, packed, stats):
+        """The senders' packed buffers go to the receivers as they are (one simulated
+        collective, as :meth:`alltoallv_bytes`); each receiver then copies its messages into
+        one receive buffer, as MPI would have received them (the copy is the simulator's,
+        not charged)."""
+        if not sharing():
+            return super().alltoallv_packed(ctx, packed, stats)
+        comm, rank, size = ctx.comm, ctx.rank, ctx.size
+        sizes = packed.table[:, pk.NBYTES]
+        scounts = sizes.astype(np.intc)
+        scounts[rank] = 0
+        rcounts = np.empty(size, np.intc)
+        ctx.waiter.collective(comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        sent, received = int(scounts.sum()), int(rcounts.sum())
+        packed.buf.flags.writeable = False
+
+        def combine(parts):
+            return [p[0] for p in parts], max(max(p[1], p[2]) for p in parts)
+
+        got, _ = comm.shared_collective((packed, sent, received), combine,
+                                        lambda r, a, b: cc.alltoallv_time(size, r[1], r[1],
+                                                                          a, b), sent)
+        t0 = time.thread_time()
+        rsizes = rcounts.astype(np.int64)
+        rsizes[rank] = sizes[rank]
+        rdispls = np.zeros_like(rsizes)
+        np.cumsum(rsizes[:-1], out=rdispls[1:])
+        recv = np.concatenate([theirs.message(rank) for theirs in got]) if size else \
+            np.empty(0, np.uint8)
+        del got
+        discount(time.thread_time() - t0)
+        stats.bytes_sent += cc.SIZE_BYTES * (size - 1)
+        stats.bytes_received += cc.SIZE_BYTES * (size - 1) + received
+        return recv, rdispls, rsizes
 
     def gather_bytes(self, ctx, buf, stats, root=0):
         if not sharing():

@@ -10,21 +10,18 @@ from __future__ import annotations
 import numpy as np
 
 from ..._model.costmodel import split_phase_one
-from ..exchange import allgather_dense_blocks, split_reduce
+from ..exchange import allgather_dense_blocks, reduce_block
 from ..partition import DENSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 from ..._vector import SparseVector
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
-    rank = ctx.rank
     bounds = split_bounds(ctx, vec, DENSE_KIND, codec)
     before = stats.bytes_received
-    parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
+    block = reduce_block(ctx, vec, stats, bounds, codec, sent=sent, force_dense=True,
+                         intermediate=True)  # the send buffer of the allgather, then dropped
     note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before, stats)
-    block = ctx.ops.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                               codec, force_dense=True, workspace=ctx.workspace,
-                               intermediate=True)  # the send buffer of the allgather, then dropped
     # a caller's buffer is (usually) already in memory: write around the caches into it; a fresh
     # one is not, and the kernel's zeroing of its pages then makes ordinary stores cheaper
     streaming = out is not None

@@ -10,23 +10,20 @@ from __future__ import annotations
 import math
 
 from ..._model.costmodel import index_bytes, split_phase_one, union_size
-from ..exchange import allgather_bytes, split_reduce
+from ..exchange import allgather_packed, reduce_block
 from ..partition import SPARSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
-    rank = ctx.rank
     bounds = split_bounds(ctx, vec, SPARSE_KIND, codec)
     before = stats.bytes_received
-    parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)
+    block = reduce_block(ctx, vec, stats, bounds, codec, sent=sent,
+                         intermediate=True)  # encoded, then dropped
     note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats)
-    block = ctx.ops.fold_parts(parts, int(bounds[rank]), int(bounds[rank + 1] - bounds[rank]),
-                               codec, workspace=ctx.workspace,
-                               intermediate=True)  # encoded, then dropped
     buf, _ = ctx.ops.encode(codec, block, known_dense=block.is_dense)
-    blocks = [ctx.ops.decode(b) for b in allgather_bytes(ctx, buf, stats)]
-    return ctx.ops.assemble(blocks, vec.dim, codec)
+    gathered, displs, sizes = allgather_packed(ctx, buf, stats)
+    return ctx.ops.assemble_packed(gathered, displs, sizes, vec.dim, codec)
 
 
 def cost(model, *, P, N, k, K, q, s_idx, s_val):
