@@ -90,6 +90,39 @@ def test_modeled_compute_is_rates_times_work(monkeypatch):
     assert min(extra) >= 2 * 2 * 204 * 1e-6
 
 
+def _native_cell(comm, N, density, algorithm, native):
+    rng = np.random.default_rng(comm.Get_rank())
+    k = max(1, int(N * density))
+    idx = np.sort(rng.choice(N, k, replace=False)).astype(np.int32)
+    vec = sparcml.SparseVector(N, idx, rng.standard_normal(k).astype(np.float32))
+    sparcml.allreduce(vec, comm, algorithm=algorithm,
+                      options=sparcml.Options(native_min_ranks=native))
+
+
+@pytest.mark.parametrize("algorithm", ["ssar_split_allgather", "dsar_split_allgather"])
+def test_packed_messages_are_charged_per_message_not_per_call(monkeypatch, algorithm):
+    """On the collective path a split's P messages are one packed kernel call: a rank pays
+    one ``op`` per call and ``encode_part`` / ``decode_part`` per message; on the
+    point-to-point path, one ``op`` per message."""
+    P = 12
+    per_message = 1e-4
+    monkeypatch.setattr(_rates, "_rates", _fake_rates(encode_part=per_message,
+                                                      decode_part=per_message))
+    packed = sim.run(P, _native_cell, args=(1 << 12, 0.05, algorithm, 1))
+    # phase 1: P messages written, P read (the ssar's allgathered blocks: P more)
+    reads = 2 if algorithm == "ssar_split_allgather" else 1
+    for compute in packed.compute:
+        assert compute == pytest.approx((1 + reads) * P * per_message, rel=0.05)
+    monkeypatch.setattr(_rates, "_rates", _fake_rates(op=per_message))
+    one_by_one = sim.run(P, _native_cell, args=(1 << 12, 0.05, algorithm, 10**6))
+    for compute in one_by_one.compute:  # >= an encode and a decode per message
+        assert compute >= 2 * (P - 1) * per_message
+    monkeypatch.setattr(_rates, "_rates", _fake_rates(op=per_message))
+    packed_ops = sim.run(P, _native_cell, args=(1 << 12, 0.05, algorithm, 1))
+    for compute in packed_ops.compute:  # a few kernel calls, not P of them
+        assert compute < P * per_message
+
+
 def test_rate_cache_ignores_corrupt_and_foreign_files(tmp_path, monkeypatch):
     path = tmp_path / "sub" / "rates.json"
     monkeypatch.setenv("SPARCML_SIM_RATES", str(path))

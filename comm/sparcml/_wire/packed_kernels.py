@@ -194,8 +194,7 @@ def encode_sparse_split(indices, values, pos, table, buf, idx_view, val_view):
                 val_view[vbase + indices[i] - offset] += values[i]
         else:
             _write_indices(buf, idx_view, table, j, indices[lo:hi])
-            for i in range(lo, hi):
-                val_view[vbase + i - lo] = values[i]
+            val_view[vbase:vbase + hi - lo] = values[lo:hi]
 
 
 @_jit
@@ -221,8 +220,7 @@ def encode_dense_split(values, bounds, table, buf, idx_view, val_view, index_sam
         lo, hi = bounds[j], bounds[j + 1]
         vbase = table[j, VAL_AT] // s_val
         if table[j, FMT] == _DENSE:
-            for i in range(lo, hi):
-                val_view[vbase + i - lo] = values[i]
+            val_view[vbase:vbase + hi - lo] = values[lo:hi]
             continue
         n = table[j, COUNT]
         indices = np.empty(n, index_sample.dtype)
@@ -342,8 +340,7 @@ def fold_dense(buf, table, idx_view, val_view, acc, offset):
         if table[j, FMT] == _DENSE:
             if n != length:
                 return j
-            for i in range(n):
-                acc[i] += val_view[vbase + i]
+            acc += val_view[vbase:vbase + n]
             continue
         if table[j, CODE] == _RAW:
             ibase = table[j, IDX_AT] // s_idx
@@ -379,12 +376,10 @@ def gather_streams(buf, table, idx_view, val_view, starts, cat_idx, cat_val):
         vbase = table[j, VAL_AT] // s_val
         if table[j, CODE] == _RAW:
             ibase = table[j, IDX_AT] // s_idx
-            for i in range(n):
-                cat_idx[at + i] = idx_view[ibase + i]
+            cat_idx[at:at + n] = idx_view[ibase:ibase + n]
         elif _decode_coded(buf, table, j, cat_idx[at:at + n]) != n:
             return j
-        for i in range(n):
-            cat_val[at + i] = val_view[vbase + i]
+        cat_val[at:at + n] = val_view[vbase:vbase + n]
     return -1
 
 
@@ -420,8 +415,7 @@ def assemble_dense(buf, table, idx_view, val_view, out):
         if table[j, FMT] == _DENSE:
             if offset + n > dim:
                 return j
-            for i in range(n):
-                out[offset + i] = val_view[vbase + i]
+            out[offset:offset + n] = val_view[vbase:vbase + n]
             continue
         if table[j, CODE] == _RAW:
             ibase = table[j, IDX_AT] // s_idx
@@ -464,12 +458,10 @@ def assemble_sparse(buf, table, idx_view, val_view, out_idx, out_val):
             continue
         if table[j, CODE] == _RAW:
             ibase = table[j, IDX_AT] // s_idx
-            for i in range(n):
-                out_idx[pos + i] = idx_view[ibase + i]
+            out_idx[pos:pos + n] = idx_view[ibase:ibase + n]
         elif _decode_coded(buf, table, j, out_idx[pos:pos + n]) != n:
             return j
-        for i in range(n):
-            out_val[pos + i] = val_view[vbase + i]
+        out_val[pos:pos + n] = val_view[vbase:vbase + n]
         pos += n
     return -1
 

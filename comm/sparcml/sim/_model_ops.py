@@ -45,11 +45,12 @@ def work_add(a, b, out) -> int:
     return _n(a) + _n(b) + _n(out)
 
 
-def work_fold(parts, out) -> float:
-    """A ``fold_parts``'s work: into a dense block, the entries read and written; else the
-    entries of the streams times ``log2`` of their number (the heap merge) + those written."""
+def work_fold(parts, out, force_dense: bool = False) -> float:
+    """A ``fold_parts``'s work: when it adds into a dense block (forced, or a part is dense),
+    the entries read and written; else the entries of the streams times ``log2`` of their
+    number (the heap merge) + those written."""
     read = sum(p.nnz for p in parts)
-    if out.indices is None:
+    if force_dense or any(p.is_dense for p in parts):
         return read + _n(out)
     return read * _merge_levels(sum(1 for p in parts if p.nnz)) + _n(out)
 
@@ -65,18 +66,20 @@ def coded_indices(buf) -> int:
     return h.count if h.fmt == SPARSE and h.index_code != RAW else 0
 
 
-def packed_items(buf, displs, sizes, codec) -> tuple[np.ndarray, int, bool]:
-    """``(items per message, of which coded indices, whether the packed kernels read them)``
-    of a packed buffer (they do not read quantized messages: the per-message path decodes
-    each)."""
+def packed_items(buf, displs, sizes, codec) -> tuple[np.ndarray, int, bool, bool]:
+    """``(items per message, of which coded indices, whether a message is dense, whether the
+    packed kernels read them)`` of a packed buffer (they do not read quantized messages: the
+    per-message path decodes each)."""
     table, _ = scan(buf, displs, sizes, codec)
     if table is None:
         headers = [read_header(buf[int(d):int(d) + int(n)]) for d, n in zip(displs, sizes)]
         coded = sum(h.count for h in headers if h.fmt == SPARSE and h.index_code != RAW)
-        return np.array([h.count for h in headers], np.int64), coded, False
+        return (np.array([h.count for h in headers], np.int64), coded,
+                any(h.fmt != SPARSE for h in headers), False)
     counts = table[:, pk.COUNT]
-    coded = (table[:, pk.FMT] == SPARSE) & (table[:, pk.CODE] != RAW)
-    return counts, int(counts[coded].sum()), True
+    sparse = table[:, pk.FMT] == SPARSE
+    coded = sparse & (table[:, pk.CODE] != RAW)
+    return counts, int(counts[coded].sum()), not sparse.all(), True
 
 
 class ModelOps:
@@ -121,7 +124,7 @@ class ModelOps:
         out = self._inner.fold_parts(parts, offset, length, codec, force_dense,
                                      workspace=workspace, intermediate=intermediate, role=role)
         if modeled():
-            self._charge("fold", work_fold(parts, out))
+            self._charge("fold", work_fold(parts, out, force_dense))
         return out
 
     def assemble(self, blocks, dim, codec):
@@ -145,7 +148,7 @@ class ModelOps:
                                       workspace=workspace, intermediate=intermediate,
                                       role=role)
         if modeled():
-            self._charge_read("fold", buf, displs, sizes, codec, out)
+            self._charge_read("fold", buf, displs, sizes, codec, out, force_dense)
         return out
 
     def assemble_packed(self, buf, displs, sizes, dim, codec):
@@ -154,12 +157,12 @@ class ModelOps:
             self._charge_read("assemble", buf, displs, sizes, codec, out)
         return out
 
-    def _charge_read(self, kernel, buf, displs, sizes, codec, out):
+    def _charge_read(self, kernel, buf, displs, sizes, codec, out, force_dense=False):
         """A packed read: one call, or (messages the kernels do not read) one decode per
         message and the per-message kernel."""
-        counts, coded, packed = packed_items(buf, displs, sizes, codec)
+        counts, coded, any_dense, packed = packed_items(buf, displs, sizes, codec)
         read = int(counts.sum())
-        merge = kernel == "fold" and out.indices is not None
+        merge = kernel == "fold" and not (force_dense or any_dense)
         work = read * (_merge_levels(int(np.count_nonzero(counts))) if merge else 1) + _n(out)
         messages = sizes.shape[0]
         if packed:
