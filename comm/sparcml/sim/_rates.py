@@ -155,7 +155,8 @@ def _slope(make, work, sizes=(64, 1 << 17)) -> tuple[float, float]:
 
 
 def calibrate(run) -> dict:
-    """Measure every rate of :data:`KERNELS` on this machine (about a second)."""
+    """Measure every rate of :data:`KERNELS` on this machine (about 12 s on the 2-core
+    development machine: the large sizes run past the caches)."""
     from .._collectives import arith
     from .._vector import SparseVector
     from .._wire.codec import Codec, Part, decode
