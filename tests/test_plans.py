@@ -133,10 +133,14 @@ def test_compression_reduces_through_plans():
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("P", [1, 2, 3, 5])
-def test_one_bad_rank_raises_everywhere_through_a_plan(P):
-    """Plain ``python script.py`` (no ``-m mpi4py``): a hang here would be a hang for users."""
-    proc = run_mpi(P, args=[sys.executable, str(CASES / "plan_bad_rank.py")], timeout=400)
+@pytest.mark.parametrize("P,native", [(1, None), (2, None), (3, None), (5, None), (5, "1")])
+def test_one_bad_rank_raises_everywhere_through_a_plan(P, native):
+    """Plain ``python script.py`` (no ``-m mpi4py``): a hang here would be a hang for users.
+    ``native``: the O(P) phases packed in MPI's vector collectives at any P (the error flag
+    in the packed messages' headers, top-k's trailer in the size exchange)."""
+    env = None if native is None else {"SPARCML_NATIVE_MIN_RANKS": native}
+    proc = run_mpi(P, args=[sys.executable, str(CASES / "plan_bad_rank.py")], timeout=400,
+                   env=env)
     ran = case_report(proc.stdout, "PLAN-BAD-RANK")
     for algorithm in sparcml.ALGORITHMS:
         assert f"dim {algorithm} blocking" in ran and f"dim {algorithm} nonblocking" in ran
@@ -230,12 +234,15 @@ if r == 0:
 
 
 @pytest.mark.mpi
-@pytest.mark.parametrize("P", [2, 3])
-def test_topk_plan_is_bitwise_the_plain_call(P):
+@pytest.mark.parametrize("P,native", [(2, None), (3, None), (3, "1")])
+def test_topk_plan_is_bitwise_the_plain_call(P, native):
     """At P = 2 the plan's one-exchange path (sparcml._topk.plan.TopKPlan._two_ranks), at 3
-    its reduce-scatter: the result and ``dropped`` of the plain call, bit for bit, on ties,
-    zeros and negative zeros, cancelling inputs, dense inputs and k = 0."""
-    proc = run_mpi(P, TOPK_TWO_RANKS, timeout=400)
+    its reduce-scatter (point to point with trailers, or packed in one ``Alltoallv`` with the
+    trailers in the size exchange: ``native``): the result and ``dropped`` of the plain call,
+    bit for bit, on ties, zeros and negative zeros, cancelling inputs, dense inputs and
+    k = 0."""
+    env = None if native is None else {"SPARCML_NATIVE_MIN_RANKS": native}
+    proc = run_mpi(P, TOPK_TWO_RANKS, timeout=400, env=env)
     assert f"TOPK-PLAN-CHECKED {P * 240}" in proc.stdout, proc.stdout
 
 

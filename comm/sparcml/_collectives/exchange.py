@@ -245,7 +245,7 @@ def reduce_block(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
         stats.bytes_sent += int(sizes.sum() - sizes[rank])
         stats.messages += size - 1
         stats.dense_messages += int(dense.sum() - dense[rank])
-        buf, displs, rsizes = ops.alltoallv_packed(ctx, packed, stats)
+        buf, displs, rsizes, _ = ops.alltoallv_packed(ctx, packed, stats)
         del packed  # the receive buffer holds the own message
         return ops.fold_packed(buf, displs, rsizes, lo, hi - lo, codec, force_dense,
                                workspace=ctx.workspace, intermediate=intermediate)

@@ -59,8 +59,8 @@ class FlagOps(Ops):
     def alltoallv_bytes(self, ctx, bufs, stats):
         return self.inner.alltoallv_bytes(ctx, bufs, stats)
 
-    def alltoallv_packed(self, ctx, packed, stats):
-        return self.inner.alltoallv_packed(ctx, packed, stats)
+    def alltoallv_packed(self, ctx, packed, stats, extra=None):
+        return self.inner.alltoallv_packed(ctx, packed, stats, extra)
 
     def gather_bytes(self, ctx, buf, stats, root=0):
         return self.inner.gather_bytes(ctx, buf, stats, root)

@@ -25,7 +25,7 @@ from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part, decode
 from .._wire.packed import Packed, encode_split
 
-__all__ = ["Ops", "PLAIN", "ops_of", "MAX_COUNT"]
+__all__ = ["Ops", "PLAIN", "ops_of", "MAX_COUNT", "exchange_sizes"]
 
 MAX_COUNT = 2**31 - 1  # MPI's int counts and displacements: the most bytes a vector call moves
 
@@ -34,6 +34,25 @@ def _displs(counts: np.ndarray) -> np.ndarray:
     displs = np.zeros_like(counts)
     np.cumsum(counts[:-1], out=displs[1:])
     return displs
+
+
+def exchange_sizes(ctx, scounts: np.ndarray, extra: np.ndarray | None):
+    """The ``Alltoall`` of a vector collective's sizes (``scounts``, intc, one per peer) with
+    ``extra`` (int64, the same to every peer) beside them: ``(received sizes as intc,
+    received extras (P x E, this rank's own in its row) or None, bytes per peer)``."""
+    size = scounts.shape[0]
+    if extra is None:
+        rcounts = np.empty(size, np.intc)
+        ctx.waiter.collective(ctx.comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        return rcounts, None, SIZE_BYTES
+    extra = np.asarray(extra, np.int64)
+    send = np.empty((size, 1 + extra.shape[0]), np.int64)
+    send[:, 0] = scounts
+    send[:, 1:] = extra
+    got = np.empty_like(send)
+    ctx.waiter.collective(ctx.comm, "Alltoall", [send, MPI.INT64_T], [got, MPI.INT64_T])
+    got[ctx.rank, 1:] = extra
+    return got[:, 0].astype(np.intc), got[:, 1:], send.shape[1] * 8
 
 
 class Ops:
@@ -97,19 +116,21 @@ class Ops:
         out[rank] = bufs[rank]
         return out
 
-    def alltoallv_packed(self, ctx, packed: Packed,
-                         stats) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def alltoallv_packed(self, ctx, packed: Packed, stats, extra: np.ndarray | None = None
+                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """:meth:`alltoallv_bytes` of packed messages (message j of ``packed`` to rank j) with
         no copy on the way out: ``packed.buf`` is the send buffer. Returns ``(receive buffer,
-        displs, sizes)`` (int64): message j of the result came from rank j, this rank's own
-        copied into its place. Counts as :meth:`alltoallv_bytes`."""
+        displs, sizes, extras)`` (int64): message j of the result came from rank j, this rank's
+        own copied into its place. ``extra`` (int64, E values, the same to every peer) rides
+        in the size exchange (then one int64 per size, and E more per peer each way);
+        ``extras[j]`` is what rank j sent (None without ``extra``). Counts as
+        :meth:`alltoallv_bytes`, the extra values included."""
         rank, size = ctx.rank, ctx.size
         sizes = packed.table[:, pk.NBYTES]
         scounts = sizes.astype(np.intc)
         scounts[rank] = 0
         sdispls = packed.table[:, pk.START].astype(np.intc)
-        rcounts = np.empty(size, np.intc)
-        ctx.waiter.collective(ctx.comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        rcounts, extras, header = exchange_sizes(ctx, scounts, extra)
         own = int(sizes[rank])
         rsizes = rcounts.astype(np.int64)
         rsizes[rank] = own
@@ -119,9 +140,9 @@ class Ops:
         recv[at:at + own] = packed.message(rank)
         ctx.waiter.collective(ctx.comm, "Alltoallv", [packed.buf, (scounts, sdispls), MPI.BYTE],
                               [recv, (rcounts, rdispls.astype(np.intc)), MPI.BYTE])
-        stats.bytes_sent += SIZE_BYTES * (size - 1)
-        stats.bytes_received += SIZE_BYTES * (size - 1) + recv.nbytes - own
-        return recv, rdispls, rsizes
+        stats.bytes_sent += header * (size - 1)
+        stats.bytes_received += header * (size - 1) + recv.nbytes - own
+        return recv, rdispls, rsizes, extras
 
     def gather_bytes(self, ctx, buf: np.ndarray, stats, root: int = 0) -> list | None:
         """Every rank's byte buffer on ``root``, in rank order (the root's own as it is, the

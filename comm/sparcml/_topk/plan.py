@@ -14,7 +14,10 @@ another dim or dtype; any exception in validation); then every rank raises the s
 the plain call. Results are bitwise those of :func:`sparcml.topk_allreduce`.
 
 The plan's reduce-scatter always travels as messages (not through the one-node window of
-:mod:`sparcml._topk.node_exchange`); the selection and allgather are the plain call's.
+:mod:`sparcml._topk.node_exchange`): point to point with trailers below
+``Options.native_min_ranks`` ranks, packed in one ``Alltoallv`` from there (the trailer beside
+each message's size in the ``Alltoall`` that precedes it); the selection and allgather are
+the plain call's.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from mpi4py import MPI
 
 from .._collectives import arith
 from .._collectives.entry import _abort_job
-from .._collectives.exchange import split_parts
+from .._collectives.exchange import native_split, split_parts
 from .._collectives.partition import SPARSE_KIND, note_received
 from .._collectives.partition import memory_of as partition_memory_of
 from .._collectives.ops import PLAIN
@@ -37,6 +40,7 @@ from .._options import Options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
+from .._wire import packed_kernels as pk
 from .._wire.codec import Codec
 from . import select_kernels
 from .rule import KEYS, NOTHING, memory_of, step
@@ -150,8 +154,12 @@ class TopKPlan:
                     result, nan = SparseVector.unchecked(v.dim, np.empty(0, v.index_dtype),
                                                          np.empty(0, v.dtype)), 0
                 else:
-                    block = own.ops.fold_parts(parts, lo, hi - lo, codec,
-                                               workspace=own.workspace, intermediate=True)
+                    if isinstance(parts, tuple):  # packed: (receive buffer, displs, sizes)
+                        block = own.ops.fold_packed(*parts, lo, hi - lo, codec,
+                                                    workspace=own.workspace, intermediate=True)
+                    else:
+                        block = own.ops.fold_parts(parts, lo, hi - lo, codec,
+                                                   workspace=own.workspace, intermediate=True)
                     bits_dtype, absmask = KEYS[codec.value_dtype][:2]
                     keys = own.workspace.get("topk.keys", block.values.size, np.uint64) \
                         if own.workspace is not None else np.empty(block.values.size,
@@ -214,8 +222,22 @@ class TopKPlan:
 
     def _reduce_scatter(self, ctx, vec, stats, bounds, top: int, failed: bool):
         """Phase 1 of the split algorithms with each message's trailer: ``(the P parts of
-        this rank's block in source order, the largest key over ranks, any rank failed)``."""
+        this rank's block in source order, the largest key over ranks, any rank failed)``.
+        From ``Options.native_min_ranks`` ranks the messages are packed and travel in one
+        ``Alltoallv`` (:func:`sparcml._collectives.exchange.reduce_block`'s path), the trailer
+        beside each size in its ``Alltoall``; the parts are then ``(receive buffer, displs,
+        sizes)`` for ``Ops.fold_packed``."""
         rank, size, ops, codec = ctx.rank, ctx.size, ctx.ops, self._codec
+        if native_split(ctx, bounds, codec):
+            packed = ops.encode_split(codec, vec, bounds)
+            sizes, dense = packed.table[:, pk.NBYTES], packed.table[:, pk.FMT]
+            stats.bytes_sent += int(sizes.sum() - sizes[rank])
+            stats.messages += size - 1
+            stats.dense_messages += int(dense.sum() - dense[rank])
+            buf, displs, rsizes, extras = ops.alltoallv_packed(
+                ctx, packed, stats, extra=np.array([int(failed), top], np.int64))
+            return ((buf, displs, rsizes), int(extras[:, 1].max()),
+                    failed or bool(extras[:, 0].any()))
         mine = split_parts(vec, bounds)
         trailer = self._trailer
         trailer[0], trailer[1] = int(failed), top

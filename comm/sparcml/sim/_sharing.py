@@ -55,7 +55,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _collective_cost as cc
-from .._collectives.ops import Ops
+from .._collectives.ops import Ops, exchange_sizes
 from .._vector import SparseVector
 from .._wire import packed_kernels as pk
 from .._wire.codec import (_INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, RAW, Part, _pad8,
@@ -525,19 +525,18 @@ class SharingOps(Ops):
         stats.bytes_received += cc.SIZE_BYTES * (size - 1) + received
         return out
 
-    def alltoallv_packed(self, ctx, packed, stats):
+    def alltoallv_packed(self, ctx, packed, stats, extra=None):
         """The senders' packed buffers go to the receivers as they are (one simulated
         collective, as :meth:`alltoallv_bytes`); each receiver then copies its messages into
         one receive buffer, as MPI would have received them (the copy is the simulator's,
         not charged)."""
         if not sharing():
-            return super().alltoallv_packed(ctx, packed, stats)
+            return super().alltoallv_packed(ctx, packed, stats, extra)
         comm, rank, size = ctx.comm, ctx.rank, ctx.size
         sizes = packed.table[:, pk.NBYTES]
         scounts = sizes.astype(np.intc)
         scounts[rank] = 0
-        rcounts = np.empty(size, np.intc)
-        ctx.waiter.collective(comm, "Alltoall", [scounts, MPI.INT], [rcounts, MPI.INT])
+        rcounts, extras, header = exchange_sizes(ctx, scounts, extra)
         sent, received = int(scounts.sum()), int(rcounts.sum())
         packed.buf.flags.writeable = False
 
@@ -556,9 +555,9 @@ class SharingOps(Ops):
             np.empty(0, np.uint8)
         del got
         discount(time.thread_time() - t0)
-        stats.bytes_sent += cc.SIZE_BYTES * (size - 1)
-        stats.bytes_received += cc.SIZE_BYTES * (size - 1) + received
-        return recv, rdispls, rsizes
+        stats.bytes_sent += header * (size - 1)
+        stats.bytes_received += header * (size - 1) + received
+        return recv, rdispls, rsizes, extras
 
     def gather_bytes(self, ctx, buf, stats, root=0):
         if not sharing():
