@@ -93,8 +93,7 @@ def fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
     value_dtype, index_dtype = codec.value_dtype, codec.index_dtype
     ws = workspace if intermediate else None
     if force_dense or any(p.is_dense for p in parts):
-        acc = np.zeros(length, value_dtype) if ws is None \
-            else ws.zeros(role + ".dense", length, value_dtype)
+        acc = _zeros(length, value_dtype, ws, role)
         for p in parts:
             if p.is_dense:
                 acc += p.values
@@ -111,10 +110,19 @@ def fold_parts(parts: list[Part], offset: int, length: int, codec: Codec,
         idx, val = _fold_pairwise(parts, total, ws, role)
     else:
         idx, val = _fold_heap(parts, offsets, total, workspace, ws, role)
-    n = idx.shape[0]
-    if codec.should_be_dense(n, length):
-        acc = np.zeros(length, value_dtype) if ws is None \
-            else ws.zeros(role + ".dense", length, value_dtype)
+    return _by_rule(idx, val, offset, length, codec, ws, role)
+
+
+def _zeros(length: int, dtype, ws: Workspace | None, role: str) -> np.ndarray:
+    """A zeroed dense block: fresh, or the ``role`` buffer of the workspace ``ws``."""
+    return np.zeros(length, dtype) if ws is None else ws.zeros(role + ".dense", length, dtype)
+
+
+def _by_rule(idx, val, offset, length, codec, ws, role) -> Part:
+    """A summed stream as the part the switch rule asks for (scattered into a dense block
+    when it crosses the rule)."""
+    if codec.should_be_dense(idx.shape[0], length):
+        acc = _zeros(length, codec.value_dtype, ws, role)
         kernels.scatter_add(acc, idx, val, offset)
         return Part(offset, length, None, acc)
     return Part(offset, length, idx, val)
@@ -177,21 +185,21 @@ def fold_packed(buf: np.ndarray, displs: np.ndarray, sizes: np.ndarray, offset: 
     receive buffer, :mod:`sparcml._wire.packed`), bitwise, without decoding them one by one:
     one kernel reads every header, one sums. Messages the kernels do not read (quantized, or
     not well formed) go through :func:`fold_parts` of their decodings."""
-    table, _ = scan(buf, displs, sizes, codec)
-    if table is None:
+    def per_message() -> Part:
         return fold_parts(_decoded(buf, displs, sizes), offset, length, codec, force_dense,
                           workspace=workspace, intermediate=intermediate, role=role)
+
+    table, _ = scan(buf, displs, sizes, codec)
+    if table is None:
+        return per_message()
     value_dtype, index_dtype = codec.value_dtype, codec.index_dtype
     ws = workspace if intermediate else None
     idx_view, val_view = typed_views(buf, codec)
     fmt, counts = table[:, pk.FMT], table[:, pk.COUNT]
     if force_dense or fmt.any():
-        acc = np.zeros(length, value_dtype) if ws is None \
-            else ws.zeros(role + ".dense", length, value_dtype)
+        acc = _zeros(length, value_dtype, ws, role)
         if pk.fold_dense(buf, table, idx_view, val_view, acc, offset) >= 0:
-            return fold_parts(_decoded(buf, displs, sizes), offset, length, codec,
-                              force_dense, workspace=workspace, intermediate=intermediate,
-                              role=role)
+            return per_message()
         return Part(offset, length, None, acc)
     offsets = np.zeros(counts.shape[0] + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
@@ -203,20 +211,13 @@ def fold_packed(buf: np.ndarray, displs: np.ndarray, sizes: np.ndarray, offset: 
     else:
         cat_idx, cat_val = workspace.pair(role + ".streams", total, index_dtype, value_dtype)
     if pk.gather_streams(buf, table, idx_view, val_view, offsets, cat_idx, cat_val) >= 0:
-        return fold_parts(_decoded(buf, displs, sizes), offset, length, codec, force_dense,
-                          workspace=workspace, intermediate=intermediate, role=role)
+        return per_message()
     if ws is None:
         idx, val = np.empty(total, index_dtype), np.empty(total, value_dtype)
     else:
         idx, val = ws.pair(role, total, index_dtype, value_dtype)
     n = kernels.merge_many_into(offsets, cat_idx, cat_val, idx, val)
-    idx, val = idx[:n], val[:n]
-    if codec.should_be_dense(n, length):
-        acc = np.zeros(length, value_dtype) if ws is None \
-            else ws.zeros(role + ".dense", length, value_dtype)
-        kernels.scatter_add(acc, idx, val, offset)
-        return Part(offset, length, None, acc)
-    return Part(offset, length, idx, val)
+    return _by_rule(idx[:n], val[:n], offset, length, codec, ws, role)
 
 
 def assemble_packed(buf: np.ndarray, displs: np.ndarray, sizes: np.ndarray, dim: int,
@@ -224,20 +225,23 @@ def assemble_packed(buf: np.ndarray, displs: np.ndarray, sizes: np.ndarray, dim:
     """:func:`assemble` of the blocks ``buf[displs[j]:displs[j] + sizes[j]]`` (a packed
     allgather buffer), bitwise, in three kernel calls whatever the number of blocks; blocks
     the kernels do not read go through :func:`assemble` of their decodings."""
+    def per_message() -> SparseVector:
+        return assemble(_decoded(buf, displs, sizes), dim, codec)
+
     table, _ = scan(buf, displs, sizes, codec)
     if table is None:
-        return assemble(_decoded(buf, displs, sizes), dim, codec)
+        return per_message()
     idx_view, val_view = typed_views(buf, codec)
     support = int(pk.support_of(table, val_view))
     if codec.should_be_dense(support, dim):
         out = np.zeros(dim, codec.value_dtype)
         if pk.assemble_dense(buf, table, idx_view, val_view, out) >= 0:
-            return assemble(_decoded(buf, displs, sizes), dim, codec)
+            return per_message()
         return SparseVector.unchecked(dim, None, out)
     idx = np.empty(support, codec.index_dtype)
     val = np.empty(support, codec.value_dtype)
     if pk.assemble_sparse(buf, table, idx_view, val_view, idx, val) >= 0:
-        return assemble(_decoded(buf, displs, sizes), dim, codec)
+        return per_message()
     return SparseVector.unchecked(dim, idx, val)
 
 

@@ -31,7 +31,7 @@ from .ops import MAX_COUNT
 __all__ = ["as_vector", "as_sent", "encode_vector", "send_vector", "recv_vector",
            "exchange_vector", "allgather_bytes", "allgather_dense_blocks", "block_bounds",
            "split_parts", "split_reduce", "reduce_block", "native_split",
-           "allgather_packed"]
+           "allgather_packed", "send_packed", "allgather_block_values"]
 
 TAG_SPLIT = 21  # phase 1 of the split algorithms
 
@@ -222,6 +222,32 @@ def split_reduce(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
     return received
 
 
+def send_packed(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray, codec: Codec,
+                extra: np.ndarray | None = None):
+    """:func:`split_reduce`'s messages packed (``ctx.ops.encode_split``, a lossless codec) and
+    exchanged in one ``Alltoallv`` (``ctx.ops.alltoallv_packed``, ``extra`` beside the sizes),
+    each counted as the point-to-point path counts its message. Returns
+    ``(receive buffer, displs, sizes, extras)``."""
+    rank, size, ops = ctx.rank, ctx.size, ctx.ops
+    packed = ops.encode_split(codec, vec, bounds)
+    sizes, dense = packed.table[:, pk.NBYTES], packed.table[:, pk.FMT]
+    stats.bytes_sent += int(sizes.sum() - sizes[rank])
+    stats.messages += size - 1
+    stats.dense_messages += int(dense.sum() - dense[rank])
+    return ops.alltoallv_packed(ctx, packed, stats, extra)
+
+
+def allgather_block_values(ctx, block: Part, bounds: np.ndarray, out, stats) -> np.ndarray:
+    """``ctx.ops.allgather_values`` of this rank's dense ``block`` (block j spans
+    ``bounds[j:j+2]``) into ``out`` (fresh when None), counted as one message."""
+    out = ctx.ops.allgather_values(ctx, block.values, bounds, out)
+    moved = (int(bounds[-1]) - block.length) * block.values.dtype.itemsize
+    stats.bytes_sent += moved
+    stats.bytes_received += moved
+    stats.messages += 1
+    return out
+
+
 def reduce_block(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray,
                  codec: Codec, *, sent=None, force_dense: bool = False,
                  intermediate: bool = False) -> Part:
@@ -239,14 +265,7 @@ def reduce_block(ctx, vec: SparseVector, stats: TrafficStats, bounds: np.ndarray
     rank, size, ops = ctx.rank, ctx.size, ctx.ops
     lo, hi = int(bounds[rank]), int(bounds[rank + 1])
     if size > 1 and sent is None and not codec.lossy and native_split(ctx, bounds, codec):
-        packed = ops.encode_split(codec, vec, bounds)
-        sizes = packed.table[:, pk.NBYTES]
-        dense = packed.table[:, pk.FMT]
-        stats.bytes_sent += int(sizes.sum() - sizes[rank])
-        stats.messages += size - 1
-        stats.dense_messages += int(dense.sum() - dense[rank])
-        buf, displs, rsizes, _ = ops.alltoallv_packed(ctx, packed, stats)
-        del packed  # the receive buffer holds the own message
+        buf, displs, rsizes, _ = send_packed(ctx, vec, stats, bounds, codec)
         return ops.fold_packed(buf, displs, rsizes, lo, hi - lo, codec, force_dense,
                                workspace=ctx.workspace, intermediate=intermediate)
     parts = split_reduce(ctx, vec, stats, bounds, codec, sent=sent)

@@ -27,7 +27,7 @@ from mpi4py import MPI
 
 from .._collectives import arith
 from .._collectives.entry import _abort_job
-from .._collectives.exchange import native_split, split_parts
+from .._collectives.exchange import native_split, send_packed, split_parts
 from .._collectives.partition import SPARSE_KIND, note_received
 from .._collectives.partition import memory_of as partition_memory_of
 from .._collectives.ops import PLAIN
@@ -40,7 +40,6 @@ from .._options import Options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
-from .._wire import packed_kernels as pk
 from .._wire.codec import Codec
 from . import select_kernels
 from .rule import KEYS, NOTHING, memory_of, step
@@ -229,13 +228,8 @@ class TopKPlan:
         sizes)`` for ``Ops.fold_packed``."""
         rank, size, ops, codec = ctx.rank, ctx.size, ctx.ops, self._codec
         if native_split(ctx, bounds, codec):
-            packed = ops.encode_split(codec, vec, bounds)
-            sizes, dense = packed.table[:, pk.NBYTES], packed.table[:, pk.FMT]
-            stats.bytes_sent += int(sizes.sum() - sizes[rank])
-            stats.messages += size - 1
-            stats.dense_messages += int(dense.sum() - dense[rank])
-            buf, displs, rsizes, extras = ops.alltoallv_packed(
-                ctx, packed, stats, extra=np.array([int(failed), top], np.int64))
+            buf, displs, rsizes, extras = send_packed(
+                ctx, vec, stats, bounds, codec, np.array([int(failed), top], np.int64))
             return ((buf, displs, rsizes), int(extras[:, 1].max()),
                     failed or bool(extras[:, 0].any()))
         mine = split_parts(vec, bounds)

@@ -29,7 +29,7 @@ from .._wire.packed import scan
 from ._credit import charge_work, modeled
 
 __all__ = ["ModelOps", "work_add", "work_fold", "work_assemble", "packed_items",
-           "coded_indices"]
+           "coded_indices", "coded_in_table"]
 
 
 def _n(x) -> int:
@@ -76,10 +76,13 @@ def packed_items(buf, displs, sizes, codec) -> tuple[np.ndarray, int, bool, bool
         coded = sum(h.count for h in headers if h.fmt == SPARSE and h.index_code != RAW)
         return (np.array([h.count for h in headers], np.int64), coded,
                 any(h.fmt != SPARSE for h in headers), False)
-    counts = table[:, pk.COUNT]
-    sparse = table[:, pk.FMT] == SPARSE
-    coded = sparse & (table[:, pk.CODE] != RAW)
-    return counts, int(counts[coded].sum()), not sparse.all(), True
+    return table[:, pk.COUNT], coded_in_table(table), bool(table[:, pk.FMT].any()), True
+
+
+def coded_in_table(table) -> int:
+    """Indices in a compressed code in the sparse messages of a packed table."""
+    coded = (table[:, pk.FMT] == SPARSE) & (table[:, pk.CODE] != RAW)
+    return int(table[coded, pk.COUNT].sum())
 
 
 class ModelOps:
@@ -136,10 +139,8 @@ class ModelOps:
     def encode_split(self, codec, vec, bounds):
         out = self._inner.encode_split(codec, vec, bounds)
         if modeled():
-            t = out.table
-            coded = (t[:, pk.FMT] == SPARSE) & (t[:, pk.CODE] != RAW)
-            self._charge("encode", out.buf.nbytes, int(t[coded, pk.COUNT].sum()),
-                         per_message="encode_part", messages=t.shape[0])
+            self._charge("encode", out.buf.nbytes, coded_in_table(out.table),
+                         per_message="encode_part", messages=out.table.shape[0])
         return out
 
     def fold_packed(self, buf, displs, sizes, offset, length, codec, force_dense=False, *,

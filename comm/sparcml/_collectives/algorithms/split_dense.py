@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..._model.costmodel import split_phase_one
-from ..exchange import allgather_dense_blocks, reduce_block
+from ..exchange import allgather_block_values, allgather_dense_blocks, reduce_block
 from ..partition import DENSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 from ..._vector import SparseVector
@@ -31,10 +31,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
         for j, gathered in enumerate(allgather_dense_blocks(ctx, block, bounds, codec, stats)):
             ctx.ops.decode(gathered, out=out[bounds[j]:bounds[j + 1]], streaming=streaming)
         return SparseVector.unchecked(vec.dim, None, out)
-    out = ctx.ops.allgather_values(ctx, block.values, bounds, out)
-    stats.bytes_sent += (vec.dim - block.length) * vec.dtype.itemsize
-    stats.bytes_received += (vec.dim - block.length) * vec.dtype.itemsize
-    stats.messages += 1
+    out = allgather_block_values(ctx, block, bounds, out, stats)
     return SparseVector.unchecked(vec.dim, None, out)
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from ... import _kernels as kernels
 from ..._model.costmodel import index_bytes, split_phase_one, union_size
 from ..._vector import SparseVector
-from ..exchange import reduce_block
+from ..exchange import allgather_block_values, reduce_block
 from ..partition import SPARSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
 
@@ -49,11 +49,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
 
 def _dense_blocks(ctx, vec, block, bounds, support, stats, codec):
     """Phase 2 when every block is dense: the values allgathered into the result."""
-    out = ctx.ops.allgather_values(ctx, block.values, bounds, None)
-    moved = (vec.dim - block.length) * vec.dtype.itemsize
-    stats.bytes_sent += moved
-    stats.bytes_received += moved
-    stats.messages += 1
+    out = allgather_block_values(ctx, block, bounds, None, stats)
     if codec.should_be_dense(support, vec.dim):
         return SparseVector.unchecked(vec.dim, None, out)
     # cancellations left too few nonzeros: the result is sparse, as assembling would make it
