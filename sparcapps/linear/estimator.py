@@ -46,6 +46,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import sparcml
+from sparcml import sim
 
 from .collective import collective_errors
 from .errors import CheckpointMismatchError, InputDataError, NotBinaryError
@@ -455,7 +456,11 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def _publish(self) -> None:
         state = self._state
-        self.coef_ = state.coef()[np.newaxis, :]
+        # simulated ranks (sparcml.sim) share one coef_ as they share the weights
+        replicas = sim.Replicas(self._get_comm())
+        self.coef_ = replicas.shared("linear.coef", lambda: state.coef()[np.newaxis, :],
+                                     check=(state.scale, state.intercept)
+                                     if replicas.sharing else None)
         self.intercept_ = np.array([state.intercept if self.fit_intercept else 0.0])
         self.n_iter_ = state.epoch
         self.t_ = state.t
