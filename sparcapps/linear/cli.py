@@ -281,7 +281,10 @@ def run(args, prog: str, comm=None) -> int:
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
     simulated = sparcml.sim.Replicas(comm).simulated
-    environment = capture_environment(comm) if args.output else None
+    if simulated:  # one process: rank 0 alone says where it ran (no P git subprocesses)
+        environment = capture_environment() if args.output and rank == 0 else None
+    else:
+        environment = capture_environment(comm) if args.output else None
     try:
         if args.synth:
             from sparcapps.data import data_home
@@ -395,8 +398,11 @@ def _per_P(path: str, P: int) -> str:
 def mark_simulated(record: dict, comm, args) -> None:
     """Say in ``record`` that its run was simulated, on which network, how compute was
     charged, and that its seconds are virtual."""
+    net, P = comm.network, int(comm.Get_size())
     record["simulated"] = True
-    record["network"] = comm.network.text
+    record["network"] = net.text
+    record["nodes"] = net.node_of(P - 1) + 1
+    record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
     record["compute"] = "given" if args.step_seconds is not None else "model"
     record["config"]["simulate"] = int(comm.Get_size())
     record["metrics"]["time_kind"] = "modeled"

@@ -380,7 +380,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                                  f"set warm_start=False to start from zero")
             state = TrainState(v=np.array(coef, dtype=np.float64), intercept=intercept)
         else:
-            state = TrainState.zeros(self.n_features_in_)
+            state = _zero_state(comm, self.n_features_in_)
         self._state = state
         self._train(X, y_pm, weights, comm, max_iter, tol, monitor)
         return self
@@ -399,7 +399,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         X, y_pm, weights = self._prepare(X, y, comm, classes=classes, reset=first,
                                          sample_weight=sample_weight)
         if first:
-            self._state = TrainState.zeros(self.n_features_in_)
+            self._state = _zero_state(comm, self.n_features_in_)
         # one epoch, no stopping rule (as SGDClassifier.partial_fit)
         self._train(X, y_pm, weights, comm, self._state.epoch + 1, None, monitor)
         return self
@@ -495,6 +495,16 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         # sklearn.multiclass.OneVsRestClassifier wraps it (tested)
         tags.classifier_tags.multi_class = False
         return tags
+
+
+def _zero_state(comm, n_features: int) -> TrainState:
+    """A fresh state; simulated ranks (sparcml.sim) start from one shared zero vector instead
+    of P of them (the engine then moves it into the one shared ``W``)."""
+    replicas = sim.Replicas(comm)
+    if not replicas.sharing:
+        return TrainState.zeros(n_features)
+    v0 = replicas.shared("linear.v0", lambda: np.zeros(int(n_features), dtype=np.float64))
+    return TrainState(v=v0)
 
 
 # dense float64 arrays of n_features values a fit holds at once: the weights, coef_, the
