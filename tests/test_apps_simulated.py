@@ -55,12 +55,34 @@ def test_linear_apps_simulated_equal_mpiexec_bitwise(tmp_path, capsys):
                 for key in EPOCH_KEYS:
                     assert se[key] == re_[key], (name, P, key, se[key], re_[key])
                 assert se["train_seconds"] > 0 and se["comm_seconds"] > 0
+    _report_draws_measured_beside_simulated(tmp_path)
     # across nodes the index coding may change the bytes, never the model
     assert _linear_main([*common(tmp_path), *CONFIGS[0][2], "--simulate", "3", "--network",
                          "100gbit", "--output", str(tmp_path / "nodes.jsonl")],
                         "sparc-linear") == 0
     assert (_records(tmp_path / "nodes.jsonl")[3]["metrics"]["weights_digest"]
             == _records(tmp_path / "real-log-sparse.jsonl")[3]["metrics"]["weights_digest"])
+
+
+def _report_draws_measured_beside_simulated(tmp_path):
+    """sparc-report on the real and simulated records: epoch time and time to accuracy
+    against P, the measured and simulated lines and the dense baseline on one axes."""
+    from sparcapps.report.build import build
+
+    paths = [tmp_path / f"{side}-{name}.jsonl" for side in ("real", "sim")
+             for name in ("log-sparse", "log-dense")]
+    _, problems, figs = build(paths, tmp_path / "report")
+    assert not problems
+    scaling = {f.id: f for f in figs if f.id.startswith("scaling-")}
+    assert {"epoch_time", "time_to_accuracy"} <= {i.split("-")[1] for i in scaling}, scaling
+    for fig in scaling.values():
+        assert len(fig.meta["panels"]) == 1  # one axes: measured, simulated, dense together
+        labels = [line["label"] for line in fig.meta["lines"]]
+        assert any(lb.startswith("dense baseline, measured") for lb in labels), labels
+        assert any(lb.startswith("dense baseline, simulated") for lb in labels), labels
+        styles = {line["label"]: line["linestyle"] for line in fig.meta["lines"]}
+        assert all(styles[lb] == ("--" if "simulated" in lb else "-") for lb in labels)
+        assert fig.meta["xdata"] == [2.0, 3.0, 4.0]
 
 
 def _epoch_seconds(path: Path) -> list[tuple]:

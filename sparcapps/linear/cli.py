@@ -422,8 +422,14 @@ def _estimate(args, P: int):
     data = rows * (nnz_row * 8 + 24)
     nbytes = cell.bytes + data + 32 * N + P * (N // 8 + 16 * min(N, args.batch_size * nnz_row))
     steps = -(-rows * (1 - args.test_fraction) // (args.batch_size * P))
-    return SimPlan(P, nbytes, steps * args.epochs * cell.seconds + rows * nnz_row * 2e-7,
-                   f"{int(steps)} steps per epoch")
+    # real time, fitted on url-like runs at P = 64 and 256 under load 14-17 (2 cores shared
+    # by other jobs): about 0.3 s per rank (its shard, engine, plan, evaluation) and 15 ms
+    # per rank and step; a quiet machine takes several times less
+    seconds = P * (0.3 + 0.015 * steps * args.epochs) + rows * nnz_row * 2e-7
+    if args.algorithm == "dense":  # every rank's N-vector summed each step
+        nbytes += 3 * P * 4 * N
+        seconds += steps * args.epochs * P * N * 2e-9
+    return SimPlan(P, nbytes, seconds, f"{int(steps)} steps per epoch")
 
 
 def _data_shape(args) -> tuple[int, int, int]:

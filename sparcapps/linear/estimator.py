@@ -33,7 +33,6 @@ early weights and a noisy last iterate (see BENCHMARKS.md, Linear models).
 from __future__ import annotations
 
 import numbers
-import time
 import warnings
 
 import numpy as np
@@ -409,12 +408,13 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         engine = self._engine(X, y_pm, weights, comm)  # holds the data: not kept on the estimator
         if self.quantizer is not None and state.quantizer_state is not None:
             self.quantizer.load_state_dict(state.quantizer_state)
-        start = time.perf_counter()
+        # the run's clock: real seconds, or a simulated rank's modeled ones (sparcml.sim)
+        start = sim.clock(comm)
         base_wall = state.wall_seconds
         on_step = None
         if monitor is not None and hasattr(monitor, "on_step"):
             def on_step(s):
-                s.wall_seconds = base_wall + time.perf_counter() - start
+                s.wall_seconds = base_wall + sim.clock(comm) - start
                 if self.quantizer is not None:
                     s.quantizer_state = self.quantizer.state_dict()
                 return bool(monitor.on_step(self, engine, s))
@@ -425,7 +425,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
             if state.step < engine.plan.steps_per_epoch:
                 break  # stopped inside the epoch
             totals = engine.gather_totals(state.partial)
-            state.wall_seconds = base_wall + time.perf_counter() - start
+            state.wall_seconds = base_wall + sim.clock(comm) - start
             data_loss = totals.pop("running_loss")
             record = {"epoch": state.epoch + 1, "wall_seconds": state.wall_seconds,
                       "loss": data_loss + 0.5 * self.alpha * state.squared_norm(),
