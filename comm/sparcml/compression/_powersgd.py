@@ -74,7 +74,7 @@ class PowerSGDCompressor(Compressor):
     """Rank-``rank`` PowerSGD of each parameter matrix of a bucket (of the whole bucket when no
     shapes are given); ``seed``: the first ``Q`` (the same everywhere)."""
 
-    takes_shapes = True  # Compression.allreduce_in passes the bucket's shapes
+    takes_shapes = True  # Compression.allreduce_in passes the bucket's shapes to reduce_in
 
     def __init__(self, rank: int = 4, *, seed: int = 0):
         if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)) \
@@ -122,6 +122,16 @@ class PowerSGDCompressor(Compressor):
         pieces = self.plan(n, shapes)
         return (sum(p.rows * p.r if p.r else p.numel for p in pieces),
                 sum(p.cols * p.r for p in pieces))
+
+    def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
+                          shapes=None) -> float:
+        """Two dense allreduces, of ``rows r`` values per matrix plus the tensors that travel
+        whole and of ``cols r`` per matrix (one allreduce of everything when nothing is
+        compressed)."""
+        first, second = self.allreduce_values(n, shapes)
+        if not second:
+            return model.allreduce(n * itemsize)
+        return model.allreduce(first * itemsize) + model.allreduce(second * itemsize)
 
     def compress(self, x: np.ndarray) -> SparseVector:
         raise CompressionError("PowerSGDCompressor reduces as it compresses: use it through "

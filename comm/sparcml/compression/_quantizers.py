@@ -30,6 +30,8 @@ Bytes are counted in ``stats`` as :class:`sparcml.TrafficStats` counts MPI colle
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from mpi4py import MPI
 
@@ -131,6 +133,11 @@ class SignCompressor(_Stateless, Compressor):
     def num_sent(self, n: int) -> int:
         return n
 
+    def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
+                          shapes=None) -> float:
+        """An ``Allgather`` of ``ceil(n / 8)`` bytes per rank (the packed signs)."""
+        return model.allgather(P * math.ceil(n / 8))
+
     def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True) -> Reduced:
         n = g.shape[0]
         s = g
@@ -216,6 +223,11 @@ class EFSignCompressor(_Stateless, Compressor):
     def num_sent(self, n: int) -> int:
         return n
 
+    def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
+                          shapes=None) -> float:
+        """An ``Allgather`` of ``ceil(n / 8)`` bytes and a scale per rank."""
+        return model.allgather(P * (math.ceil(n / 8) + itemsize))
+
     def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True) -> Reduced:
         n = g.shape[0]
         everyone = _allgather(ctx, self.encode(g), stats)
@@ -277,6 +289,11 @@ class CastCompressor(_Stateless, Compressor):
 
     def num_sent(self, n: int) -> int:
         return n
+
+    def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
+                          shapes=None) -> float:
+        """A dense allreduce of ``2 n`` bytes (16 bits per value)."""
+        return model.allreduce(2 * n)
 
     def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True) -> Reduced:
         words = self.encode(g)

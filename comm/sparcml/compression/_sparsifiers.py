@@ -135,6 +135,14 @@ class RandomKCompressor(_Steps, Compressor):
         return Reduced(SparseVector.unchecked(n, idx, np.asarray(total.values, g.dtype)), sent,
                        idx.size, 0.0)
 
+    def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
+                          shapes=None) -> float:
+        """Shared indices: one dense ``MPI_Allreduce`` of the k values; else the default."""
+        if self.shared:
+            return model.allreduce(self.num_sent(n) * itemsize)
+        return super().predicted_seconds(model, P=P, n=n, sent=sent, itemsize=itemsize,
+                                         quantizer=quantizer, algorithm=algorithm)
+
     def fresh(self) -> "RandomKCompressor":
         return RandomKCompressor(self.density, self.k, seed=self.seed, shared=self.shared)
 
@@ -166,6 +174,14 @@ class ThresholdCompressor(Compressor):
 
     def num_sent(self, n: int) -> int:  # not known in advance: at most n
         return n
+
+    def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
+                          shapes=None) -> float:
+        """The default, for the measured ``sent`` (k is not known in advance)."""
+        if sent is None:
+            raise ValueError("the threshold compressor's k is measured: pass sent=")
+        return super().predicted_seconds(model, P=P, n=n, sent=sent, itemsize=itemsize,
+                                         quantizer=quantizer, algorithm=algorithm)
 
     def __repr__(self) -> str:
         return f"ThresholdCompressor(threshold={self.threshold})"
