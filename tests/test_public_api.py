@@ -3,9 +3,10 @@ nothing else.
 
 Walks every import (top level and inside functions) and every attribute chain on a ``sparcml``
 module or object in ``sparcapps/``, ``scripts/``, ``tests/toy_algorithm.py`` and
-``tests/toy_compressor.py`` (the examples a plug-in author copies), and fails on a private name: a module or name with a
-leading underscore, or a name missing from its module's ``__all__``. And every name of each
-public ``__all__`` exists and has a docstring (a constant: its package docstring names it).
+``tests/toy_compressor.py`` (the examples a plug-in author copies), and fails on a private name: a
+module or name with a leading underscore, or a name missing from its module's ``__all__``. And
+every name of each public ``__all__`` exists and has a docstring (a constant: its package docstring
+names it).
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """A toy allreduce registered through the registry alone (imported by the registry tests).
 
-``toy_reduce_to_root``: every rank sends its dense vector to rank 0, which adds them in rank
-order and sends the sum back. Nothing else in the code base knows it. It calls the
-communicator itself (``ctx.comm.Send``/``Recv``, with the two message tags it declares and the
-registry allocates), not ``ctx.ops``, so it leaves ``routes_through_ops`` False: a plan made
-for it carries its error flag beside each call (tests/mpi_cases/toy_algorithm_plan.py). Written with public
-names only (``tests/test_public_api.py`` checks): what an algorithm author needs is
-:class:`sparcml.Algorithm` (whose docstring states the ``run`` and ``cost`` contracts),
-:func:`sparcml.register` and :meth:`sparcml.SparseVector.unchecked`. Installed as a plugin
-(the entry-point group ``sparcml.algorithms`` naming this module) it is loaded by
-:func:`sparcml.load_plugins`, which the CLIs call.
+``toy_reduce_to_root``: every rank sends its dense vector to rank 0, which adds them in rank order
+and sends the sum back. Nothing else in the code base knows it. It calls the communicator itself
+(``ctx.comm.Send``/``Recv``, with the two message tags it declares and the registry allocates), not
+``ctx.ops``, so it leaves ``routes_through_ops`` False: a plan made for it carries its error flag
+beside each call (tests/mpi_cases/toy_algorithm_plan.py). Written with public names only
+(``tests/test_public_api.py`` checks): what an algorithm author needs is :class:`sparcml.Algorithm`
+(whose docstring states the ``run`` and ``cost`` contracts), :func:`sparcml.register` and
+:meth:`sparcml.SparseVector.unchecked`. Installed as a plugin (the entry-point group
+``sparcml.algorithms`` naming this module) it is loaded by :func:`sparcml.load_plugins`, which the
+CLIs call.
 """
 
 import numpy as np

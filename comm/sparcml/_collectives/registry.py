@@ -54,23 +54,22 @@ class Algorithm:
     each call, so an algorithm that calls ``ctx.comm`` directly cannot leave a failing rank
     alone in the plan's error agreement.
 
-    ``run(ctx, vec, *, stats, codec, out, sent) -> SparseVector`` is called on every rank of
-    the communicator after the ranks agreed on the arguments, for P >= 2 only (P = 1 never
-    reaches it). ``ctx``: the call's context; an algorithm reads ``ctx.comm`` (sparcml's own
-    duplicate of the user's communicator: its messages never meet the user's; send with the
-    declared ``tags``), ``ctx.rank``, ``ctx.size`` and ``ctx.ops`` (the operations that carry
-    a plan's error flag: see ``routes_through_ops``). ``vec``: this rank's input, in the representation of the switch rule
+    ``run(ctx, vec, *, stats, codec, out, sent) -> SparseVector`` is called on every rank of the
+    communicator after the ranks agreed on the arguments, for P >= 2 only (P = 1 never reaches it).
+    ``ctx``: the call's context; an algorithm reads ``ctx.comm`` (sparcml's own duplicate of the
+    user's communicator: its messages never meet the user's; send with the declared ``tags``),
+    ``ctx.rank``, ``ctx.size`` and ``ctx.ops`` (the operations that carry a plan's error flag: see
+    ``routes_through_ops``). ``vec``: this rank's input, in the representation of the switch rule
     unless ``writes_out`` (then as the caller gave it). ``stats``: the
     :class:`~sparcml.TrafficStats` to count this rank's traffic in
-    (:meth:`~sparcml.TrafficStats.add_message` per message sent, ``bytes_received``).
-    ``codec``: sparcml's wire encoding for this call (the built-in algorithms' messages; an
-    algorithm that sends its own may ignore it). ``out``: the caller's buffer for
-    ``writes_out`` algorithms, else None (the entry point copies the result into ``out``).
-    ``sent``: None, except with a quantizer (so never for ``accepts_quantizer=False``), when the
-    built-in algorithms report how the others received this rank's input. It must return the
-    same sum on every rank, as fresh memory (never ``vec``'s arrays nor a view of them): build
-    it with :meth:`SparseVector.unchecked <sparcml.SparseVector.unchecked>` when it is valid by
-    construction (no second validation).
+    (:meth:`~sparcml.TrafficStats.add_message` per message sent, ``bytes_received``). ``codec``:
+    sparcml's wire encoding for this call (the built-in algorithms' messages; an algorithm that
+    sends its own may ignore it). ``out``: the caller's buffer for ``writes_out`` algorithms, else
+    None (the entry point copies the result into ``out``). ``sent``: None, except with a quantizer
+    (so never for ``accepts_quantizer=False``), when the built-in algorithms report how the others
+    received this rank's input. It must return the same sum on every rank, as fresh memory (never
+    ``vec``'s arrays nor a view of them): build it with :meth:`SparseVector.unchecked
+    <sparcml.SparseVector.unchecked>` when it is valid by construction (no second validation).
 
     ``cost(model, *, P, N, k, K, q, s_idx, s_val) -> seconds``: the predicted time for P >= 2
     ranks, dimension N, k items per input, K in the result (None: estimate it from the overlap

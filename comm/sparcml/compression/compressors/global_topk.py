@@ -1,4 +1,4 @@
-"""``global-topk``: the ``--density`` largest of the sum over ranks (:func:`sparcml.topk_allreduce`).
+"""``global-topk``: the ``--density`` largest of the sum over ranks (``topk_allreduce``).
 
 The class: :class:`sparcml.compression.GlobalTopKCompressor` (``compression/_objects.py``), its
 cost the default (the global top-k step of the cost model).
