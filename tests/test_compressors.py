@@ -486,6 +486,10 @@ def test_build_cannot_fall_through_and_refuses_unknown_parameters():
             "-", "_")), name  # one module per compressor, named after it
         c = build(name, threshold=1.0)
         kinds.add((type(c.compressor).__name__, repr(c.compressor), repr(c.quantizer)))
+        # the class (and so its cost) in a compressor's module, or the base ones of _objects
+        home = type(c.compressor).__module__
+        assert home.startswith("sparcml.compression.compressors.") or \
+            home == "sparcml.compression._objects", (name, home)
     assert len(kinds) == len(compressor_names()), "two names built the same compression"
     with pytest.raises(sparcml.CompressionError, match="unknown compressor parameter 'densty'"):
         build("topk", densty=0.1)

@@ -12,15 +12,19 @@ registry (:mod:`sparcml.compression._registry`): ``COMPRESSORS`` names them for
 
 from ._objects import (Compression, Compressor, TopKCompressor, GlobalTopKCompressor,
                        NoneCompressor, Memory, ResidualMemory, NoneMemory, Reduced, assemble_parts)
-from ._sparsifiers import (RandomKCompressor, ThresholdCompressor, DGCCompressor, DGCMemory,
-                           key_seed)
-from ._quantizers import (SignCompressor, EFSignCompressor, CastCompressor, terngrad, pack_signs,
-                          unpack_signs, to_bf16, from_bf16)
-from ._powersgd import (PowerSGDCompressor, matrix_shape, orthogonalize)
+from ._common import key_seed, pack_signs, unpack_signs
 from ._registry import (BITS, CHUNK, COMPRESSORS, DENSITY, MOMENTUM, SEED, CompressorSpec,
                         Param, build, compressor_names, compressor_params, get_compressor,
                         register_compressor, unregister_compressor)
-from . import compressors  # noqa: F401  the built-in ones register on import
+# the built-in compressors, one module each (importing the package registers them all)
+from .compressors.randomk import RandomKCompressor
+from .compressors.threshold import ThresholdCompressor
+from .compressors.dgc import DGCCompressor, DGCMemory
+from .compressors.signsgd import SignCompressor
+from .compressors.efsignsgd import EFSignCompressor
+from .compressors.fp16 import CastCompressor, to_bf16, from_bf16
+from .compressors.terngrad import terngrad
+from .compressors.powersgd import PowerSGDCompressor, matrix_shape, orthogonalize
 from ._cost import predicted_seconds
 
 __all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor", "NoneCompressor",

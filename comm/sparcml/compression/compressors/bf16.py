@@ -7,7 +7,7 @@ its cost (a dense allreduce of 2 bytes per value).
 from __future__ import annotations
 
 from .._objects import Compression
-from .._quantizers import CastCompressor
+from .fp16 import CastCompressor
 from .._registry import CompressorSpec, memory_of, register_compressor
 
 

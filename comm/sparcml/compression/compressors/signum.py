@@ -7,7 +7,7 @@ The class: :class:`sparcml.compression.SignCompressor` with a momentum
 from __future__ import annotations
 
 from .._objects import Compression, NoneMemory
-from .._quantizers import SignCompressor
+from .signsgd import SignCompressor
 from .._registry import MOMENTUM, CompressorSpec, register_compressor
 
 
