@@ -412,6 +412,8 @@ def _estimate(args, P: int):
     """What ``--simulate P`` takes (:class:`sparcapps.simapp.SimPlan`): the data once, one
     shared copy of the weights (and coef_), each rank's marks and support scratch, and one
     reduction of the step's gradient (sparc-bench's estimate of one allreduce cell)."""
+    from sparcml import DENSE_BASELINE
+
     from sparcapps.bench.sim_estimate import estimate
     from sparcapps.simapp import SimPlan
 
@@ -426,7 +428,7 @@ def _estimate(args, P: int):
     # by other jobs): about 0.3 s per rank (its shard, engine, plan, evaluation) and 15 ms
     # per rank and step; a quiet machine takes several times less
     seconds = P * (0.3 + 0.015 * steps * args.epochs) + rows * nnz_row * 2e-7
-    if args.algorithm == "dense":  # every rank's N-vector summed each step
+    if args.algorithm == DENSE_BASELINE:  # every rank's N-vector summed each step
         nbytes += 3 * P * 4 * N
         seconds += steps * args.epochs * P * N * 2e-9
     return SimPlan(P, nbytes, seconds, f"{int(steps)} steps per epoch")
