@@ -22,7 +22,7 @@ import sys
 import time
 
 __all__ = ["add_simulate_arguments", "check_simulate_arguments", "run_simulated",
-           "normalize_network", "SimPlan"]
+           "normalize_network", "SimPlan", "mark_simulated"]
 
 
 def add_simulate_arguments(p: argparse.ArgumentParser, *, step_unit: str = "step") -> None:
@@ -92,6 +92,17 @@ def check_simulate_arguments(parser, args) -> None:
         parser.error("--simulate runs every rank in this one process; start it without "
                      "mpiexec")
     args.network = normalize_network(parser, args.network or "10gbit", max(args.simulate))
+
+
+def mark_simulated(record: dict, comm, args) -> None:
+    """Say in ``record`` that its run was simulated, on which network, how compute was
+    charged (``"given"``: ``--step-seconds``, ``"model"``: calibrated rates), and that its
+    seconds are virtual."""
+    record["simulated"] = True
+    record["network"] = comm.network.text
+    record["compute"] = "given" if args.step_seconds is not None else "model"
+    record["config"]["simulate"] = int(comm.Get_size())
+    record["metrics"]["time_kind"] = "modeled"
 
 
 class SimPlan:

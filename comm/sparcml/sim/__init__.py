@@ -29,8 +29,9 @@ Exact: every message is produced by sparcml's own encoding and delivered byte fo
 results, bytes per rank, message counts and fill-in are those of a real run (tested bitwise
 against ``mpiexec`` at P = 2, 4, 8). MPI collectives (``Allreduce``, ``Allgather(v)``,
 ``Bcast``) are computed directly from the ranks' buffers: data exact, their internal messages
-not enacted but charged by the model below. The dense ``Allreduce`` sums in rank order, so
-the ``dense`` baseline may differ from MPICH's in the last bits.
+not enacted but charged by the model below. The ``Allreduce`` combines the ranks' buffers in
+MPICH's order (pairs, then a balanced tree), so a floating-point sum, the ``dense`` baseline
+included, has MPICH's bits (Open MPI's may differ in the last bits).
 
 Modeled time: each rank has a virtual clock.
 

@@ -10,7 +10,7 @@ own communicator object); the handles of one communicator share a group in the
 - point-to-point on bytes or typed NumPy buffers: ``Isend``, ``Send``, ``Irecv``, ``Recv``,
   ``Mprobe``/``Improbe`` + ``Message.Irecv``/``Message.Recv``, with ``ANY_SOURCE``/``ANY_TAG``
   and MPI's non-overtaking order per source;
-- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN, user-defined ``MPI.Op.Create``;
+- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN, BOR, BAND, user-defined ``MPI.Op.Create``;
   ``IN_PLACE``), ``Exscan``, ``Allgather``,
   ``Allgatherv``, ``Alltoall``, ``Alltoallv``, ``Gather``, ``Gatherv``, ``Bcast`` and their
   ``I``-forms, and the pickle-based ``allreduce``, ``allgather``, ``bcast``, ``barrier``. Each
@@ -74,15 +74,42 @@ def _vspec(spec):
 
 
 _OPS = {"sum": (np.add, lambda a, b: a + b), "max": (np.maximum, max),
-        "min": (np.minimum, min)}
+        "min": (np.minimum, min), "bor": (np.bitwise_or, lambda a, b: a | b),
+        "band": (np.bitwise_and, lambda a, b: a & b)}
 
 
 def _op_name(op) -> str:
-    for name, mpi_op in (("sum", MPI.SUM), ("max", MPI.MAX), ("min", MPI.MIN)):
+    for name, mpi_op in (("sum", MPI.SUM), ("max", MPI.MAX), ("min", MPI.MIN),
+                         ("bor", MPI.BOR), ("band", MPI.BAND)):
         if op == mpi_op:
             return name
     raise NotImplementedError(f"sparcml.sim: reduction {op!r} is not simulated "
-                              f"(SUM, MAX, MIN are)")
+                              f"(SUM, MAX, MIN, BOR, BAND are)")
+
+
+def _mpich_tree(parts: list, ufunc) -> np.ndarray:
+    """``ufunc`` over ``parts`` in the order of MPICH's ``MPI_Allreduce`` (recursive doubling
+    and Rabenseifner's algorithm alike): with ``pof2`` the largest power of two <= P and
+    ``rem = P - pof2``, ranks 2i and 2i+1 (i < rem) combine first, then the ``pof2`` values
+    as a balanced binary tree. So a floating-point sum has MPICH's bits (tested against
+    ``mpiexec`` at P = 2-7), not those of a sum in rank order. O(log P) temporaries."""
+    P = len(parts)
+    pof2 = 1 << (P.bit_length() - 1)
+    rem = P - pof2
+
+    def leaf(j):  # a new array: the tree sums into it
+        if j < rem:
+            return ufunc(parts[2 * j], parts[2 * j + 1])
+        return parts[j + rem].copy()
+
+    def tree(lo, hi):
+        if hi - lo == 1:
+            return leaf(lo)
+        mid = (lo + hi) // 2
+        left = tree(lo, mid)
+        return ufunc(left, tree(mid, hi), out=left)
+
+    return tree(0, pof2)
 
 
 class SimRequest(MPI.Request):
@@ -365,10 +392,7 @@ class SimComm:
             ufunc, _ = _OPS[_op_name(op)]
 
             def combine(parts):
-                acc = parts[0].copy()
-                for p in parts[1:]:
-                    ufunc(acc, p, out=acc)
-                return acc
+                return _mpich_tree(parts, ufunc)
 
         gamma = self._world.gamma_add
         result = self._collective(mine, combine, lambda r, a, b: cc.allreduce_time(
