@@ -315,40 +315,46 @@ class StepCharge:
 
 # -- the CLI side ------------------------------------------------------------------------------
 
-def _steps_per_epoch(args, task_len: int, P: int) -> int:
-    return max(0, (task_len // P) // args.batch_size)
-
-
 def estimate(app: str, args, P: int, *, n_params: int, train_examples: int, rates: dict):
     """What ``--simulate P`` takes (:class:`sparcapps.simapp.SimPlan`): memory (the process,
-    the data and one model with its momentum, then per rank its gradient, bucket buffer,
-    residual, a share of activations and a thread's stacks) and real time (every rank's
-    calibrated step on this machine's cores, and the simulator's work per message)."""
+    the data, one model with its momentum, then per rank its gradient, bucket buffer and what
+    its reduction holds: residual, compensated gradient, result, workspaces) and real time
+    (every rank's calibrated step shared by this machine's cores, and the reduction's passes
+    over the gradient per rank). Fitted on this machine: BENCHMARKS.md, "The deep apps on
+    simulated ranks"."""
     import os
 
     from sparcapps.simapp import SimPlan
 
     N = int(n_params)
-    residual = 0 if args.dense or args.no_error_feedback else 1
-    per_rank = 4 * N * (2 + residual) + _RANK_BYTES
-    shared = 4 * N * 2 + _BASE_BYTES
-    nbytes = shared + P * per_rank
+    sparse_ef = not (args.dense or args.no_error_feedback)
+    per_rank = 4 * N * (_VECTORS_SPARSE if sparse_ef else _VECTORS_OTHER) + _RANK_BYTES
+    data = int(1.25 * train_examples * _DATA_BYTES.get(args.dataset, 256))
+    nbytes = _BASE_BYTES + 8 * N + data + P * per_rank
     if args.dataset != "ptb":
-        steps = _steps_per_epoch(args, train_examples, P)
+        steps = (train_examples // P) // args.batch_size
     else:
-        steps = max(0, train_examples // P // args.batch_size // args.bptt)
-    cores = max(1, min(P, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                       else (os.cpu_count() or 1)))
-    per_step = P * (rates["forward_backward"] + rates["flatten"] + rates["select"]) / cores \
-        + rates["update"] + P * _SIM_STEP_SECONDS
+        steps = (train_examples // P // args.batch_size - 1) // args.bptt
+    steps = max(0, steps)
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    cores = max(1, min(P, cores))
+    per_step = (P * (rates["forward_backward"] + rates["flatten"] + rates["select"]) / cores
+                + rates["update"] + P * (_SIM_STEP_SECONDS + _SIM_VALUE_SECONDS * N))
     seconds = steps * args.epochs * per_step + P * _SIM_RANK_SECONDS
     return SimPlan(P, nbytes, seconds, f"{steps} steps per epoch, {N:,} parameters")
 
 
-# fitted on this machine (BENCHMARKS.md, "deep apps on simulated ranks")
-_BASE_BYTES = 600 << 20     # the interpreter, torch, sparcml, Numba's compiled kernels
-_RANK_BYTES = 6 << 20       # a rank's threads, its communicator contexts and workspaces
+# fitted on this machine from peak RSS at P = 16 and 64, widths 16 and 64 (BENCHMARKS.md)
+_BASE_BYTES = 640 << 20     # the interpreter, torch, sparcml, Numba's compiled kernels
+_RANK_BYTES = 1 << 20       # a rank's threads, its communicator contexts
+_VECTORS_SPARSE = 6         # gradient-sized float32 vectors per rank, top-k with residuals
+_VECTORS_OTHER = 5          # dense (the simulated Allreduce holds every rank's copy), no EF
+_DATA_BYTES = {"digits": 256, "cifar10": 12288, "ptb": 24}  # per example (ptb: per token)
 _SIM_STEP_SECONDS = 0.01    # the simulator's and the optimizer's Python per rank and step
+_SIM_VALUE_SECONDS = 2e-8   # the reduction's passes over each gradient value, per rank
 _SIM_RANK_SECONDS = 0.2     # building a rank: its model, optimizer, agreement
 
 
