@@ -33,6 +33,8 @@ for name, (app, options) in CONFIGS.items():
 app, options = CONFIGS["cnn-sparse"]
 assert APPS[app].main(options + ["--simulate", "3", "--network", NET,
                                  "--output", f"{{d}}/again.sim.jsonl"]) == 0
+assert APPS[app].main(options + ["--simulate", "2", "--network", NET, "--step-seconds", "0.05",
+                                 "--compute-scale", "2", "--output", f"{{d}}/given.sim.jsonl"]) == 0
 assert APPS[app].main(options + ["--simulate", "64", "--sim-memory", "0.01"]) == 2
 print("SIMULATED OK", flush=True)
 """
@@ -85,6 +87,13 @@ def test_simulated_deep_apps_equal_mpiexec_bitwise(tmp_path):
     for key in ("epoch_seconds", "comm_seconds", "compute_seconds", "wall_seconds"):
         assert again["metrics"]["epochs"][0][key] == first["metrics"]["epochs"][0][key], key
     assert again["timings"] == first["timings"]
+    # --step-seconds S --compute-scale F: each step's compute is S x F, the weights unchanged
+    (given,) = read(tmp_path / "given.sim.jsonl")
+    epoch = given["metrics"]["epochs"][0]
+    assert given["compute"] == "given" and given["metrics"]["params_sha256"] == \
+        {rec["P"]: rec for rec in read(tmp_path / "cnn-sparse.sim.jsonl")}[2]["metrics"][
+            "params_sha256"]
+    assert epoch["compute_seconds"] == pytest.approx(epoch["steps"] * 0.05 * 2, rel=1e-9)
     # sparse sends fewer bytes than dense, and the modeled epoch says so
     sparse = first["metrics"]["epochs"][0]
     dense = {rec["P"]: rec for rec in read(tmp_path / "cnn-dense.sim.jsonl")}[3]

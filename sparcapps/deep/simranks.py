@@ -48,8 +48,8 @@ import hashlib
 import json
 import time
 
-__all__ = ["SharedStep", "shared_data", "share_model", "step_rates", "StepCharge",
-           "estimate", "simulated_main", "RATES_VERSION"]
+__all__ = ["SharedStep", "shared_data", "build_model_once", "share_model", "step_rates",
+           "StepCharge", "estimate", "simulated_main", "RATES_VERSION"]
 
 RATES_VERSION = 1
 RATE_NAMES = ("forward_backward", "flatten", "select", "update")
@@ -90,9 +90,7 @@ def share_model(replicas, model) -> list:
 
     params = list(model.parameters())
     mine = [p.detach().numpy() for p in params]
-    shared = replicas.shared(
-        "deep.params", lambda: [torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad)
-                                for p in params], check=mine)
+    shared = replicas.shared("deep.params", lambda: _shared_params(params), check=mine)
     with torch.no_grad():
         for p, s in zip(params, shared):
             p.data = s.data
@@ -139,7 +137,7 @@ def _shared_step_class():
             self._shared = [p for g in self._inner.param_groups for p in g["params"]]
             self._params = params
             if [p.data_ptr() for p in params] != [s.data_ptr() for s in self._shared]:
-                raise sim_error()(
+                raise _diverged()(
                     "a simulated rank's parameters are not the shared weights (build the "
                     "model with build_model_once before its optimizer)")
 
@@ -167,15 +165,14 @@ def _shared_step_class():
     return _CLASS
 
 
-def sim_error():
+def _diverged():
     from sparcml.sim import ReplicaDivergedError
 
     return ReplicaDivergedError
 
 
 def _shared_params(params):
-    """The ``Parameter`` objects the shared update steps: aliases of the ranks' storage (which
-    :func:`share_model` made one)."""
+    """New ``Parameter`` objects aliasing the storage of ``params`` (no copy)."""
     import torch
 
     return [torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad) for p in params]
@@ -184,9 +181,12 @@ def _shared_params(params):
 # -- modeled compute --------------------------------------------------------------------------
 
 def _config_key(app: str, args) -> dict:
+    """What the step's rates depend on (the calibration's cache key)."""
     keys = ("dataset", "width", "depth", "batch_size", "bptt", "threads", "dense", "density",
             "bits", "no_error_feedback", "bucket_mb", "topk_bucket_size", "global_topk",
             "compressor", "momentum", "weight_decay", "clip", "algorithm")
+    if getattr(args, "compressor", None):
+        keys += ("threshold", "powersgd_rank", "shared_indices", "clip_norm")
     return {"app": app, **{k: getattr(args, k, None) for k in keys}}
 
 

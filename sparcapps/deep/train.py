@@ -42,6 +42,10 @@ writes a checkpoint inside the epoch (the step reached, each rank's running sums
 task's carried state, such as an LSTM's hidden state) and exits with status 128 + the signal's
 number; ``--resume`` continues from that step, bitwise as well. The resumed epoch's
 communication figures (bytes, seconds per step) cover the steps after the resume.
+
+``--simulate P [P ...] --network SPEC`` runs this same loop on P simulated ranks in one
+process (:mod:`sparcapps.deep.simranks`): one shared model and SGD state, each step charged its
+modeled compute (``run_app(..., comm=, charge=)``), every second recorded virtual.
 """
 
 from __future__ import annotations
