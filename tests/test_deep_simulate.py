@@ -1,6 +1,7 @@
 """sparc-cnn / sparc-lstm ``--simulate P``: the same weights, losses and accuracies as
 ``mpiexec -n P``, bit for bit (P = 2, 3, 4; top-k + 4-bit QSGD and dense), modeled times that
-do not change from one run to the next, the estimate printed, and bad combinations refused.
+do not change from one run to the next, the estimate printed, bad combinations refused, and
+one shared model updated once per step (divergent ranks refused).
 
 Runs: one mpiexec job per P (tests/mpi_cases/deep_simulate.py runs the four configurations),
 one process for every simulated run (no MPI launch)."""
@@ -132,3 +133,46 @@ def test_simulate_refuses_bad_combinations(argv, message, capsys):
         assert exc.value.code == 2
         err = capsys.readouterr().err
         assert message in err, err
+
+
+def test_ranks_share_one_model_and_apply_each_update_once():
+    """sparcapps.deep.simranks on 3 simulated ranks: every rank's parameters alias one storage,
+    an SGD step with momentum is applied once (not 3 times), and ranks whose averaged
+    gradients differ raise ReplicaDivergedError instead of training on one rank's."""
+    import torch
+    from sparcml import sim
+
+    from sparcapps.deep.simranks import SharedStep, build_model_once
+
+    class Task:
+        def __init__(self):
+            self.model = torch.nn.Linear(3, 2)
+
+    def body(comm, diverge):
+        task = build_model_once(comm, 7, Task)
+        opt = SharedStep.make(comm, task.model, torch.optim.SGD, lr=0.5, momentum=0.9,
+                              weight_decay=0.0)
+        before = [p.detach().clone() for p in task.model.parameters()]
+        for p in task.model.parameters():
+            p.grad = torch.full_like(p, 1.0 + (comm.Get_rank() if diverge else 0))
+        comm.Barrier()
+        opt.step()
+        comm.Barrier()
+        return ([p.data_ptr() for p in task.model.parameters()],
+                [(p.detach() - b).numpy().copy() for p, b in zip(task.model.parameters(),
+                                                                  before)])
+
+    res = sim.run(3, body, args=(False,), network="1x10gbit,ppn=3", timeout=60)
+    ptrs = [r[0] for r in res.results]
+    assert ptrs[0] == ptrs[1] == ptrs[2]
+    for _, deltas in res.results:  # SGD's first step: -lr * g, once
+        for d in deltas:
+            assert (d == -0.5).all(), d
+    with pytest.raises(sim.SimulationError) as exc:
+        sim.run(3, body, args=(True,), network="1x10gbit,ppn=3", timeout=60)
+    assert isinstance(exc.value.__cause__, sim.ReplicaDivergedError), exc.value
+    # a real rank (no simulation): the plain optimizer over its own parameters
+    from mpi4py import MPI
+
+    plain = SharedStep.make(MPI.COMM_SELF, torch.nn.Linear(2, 1), torch.optim.SGD, lr=0.1)
+    assert type(plain) is torch.optim.SGD
