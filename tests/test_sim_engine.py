@@ -3,6 +3,9 @@ MPICH's summation order (a float sum with MPICH's bits), the bitwise operations 
 DistributedOptimizer's flags use, and modeled times that do not depend on the machine's timing
 when a rank reduces on its non-blocking engine's thread."""
 
+import threading
+import time
+
 import numpy as np
 import pytest
 from mpi4py import MPI
@@ -50,7 +53,8 @@ def test_allreduce_sums_in_mpichs_order(P):
 
 def test_modeled_time_on_the_engine_thread_is_the_same_every_run():
     """A rank that reduces on its non-blocking engine (as DistributedOptimizer does): its
-    kernels charged as the rank's, nothing measured, so three runs give the same clocks."""
+    kernels charged as the rank's, nothing measured, so three runs give the same clocks; the
+    engine's thread ends with its rank."""
     from sparcml import QSGD
     from sparcml._runtime.nonblocking import submit
     from sparcml.compression import Compression, ResidualMemory, TopKCompressor
@@ -67,9 +71,15 @@ def test_modeled_time_on_the_engine_thread_is_the_same_every_run():
                 c.reduce(x, 0, comm)
         return comm.clock()
 
+    threads = threading.active_count()
     runs = [sim.run(3, body, args=(True,), network="1x10gbit,ppn=3", timeout=60).times
             for _ in range(3)]
     assert runs[0] == runs[1] == runs[2]
+    # each rank's engine thread ended with its rank (not 9 threads waiting forever)
+    deadline = time.monotonic() + 10
+    while threading.active_count() > threads and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert threading.active_count() <= threads
     blocking = sim.run(3, body, args=(False,), network="1x10gbit,ppn=3", timeout=60).times
     # the same kernels are charged on either thread: the clocks agree to within the calls'
     # Python (a call through the engine is charged like one on the rank's own thread)
