@@ -354,8 +354,8 @@ _VECTORS_SPARSE = 6         # gradient-sized float32 vectors per rank, top-k wit
 _VECTORS_OTHER = 5          # dense (the simulated Allreduce holds every rank's copy), no EF
 _DATA_BYTES = {"digits": 256, "cifar10": 12288, "ptb": 24}  # per example (ptb: per token)
 _SIM_STEP_SECONDS = 0.01    # the simulator's and the optimizer's Python per rank and step
-_SIM_VALUE_SECONDS = 2e-8   # the reduction's passes over each gradient value, per rank
-_SIM_RANK_SECONDS = 0.2     # building a rank: its model, optimizer, agreement
+_SIM_VALUE_SECONDS = 8e-8   # the reduction's passes over each gradient value, per rank
+_SIM_RANK_SECONDS = 0.3     # building a rank: its model, optimizer, agreement
 
 
 def _train_examples(app: str, args, make_task) -> tuple[int, int]:
