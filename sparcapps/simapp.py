@@ -95,13 +95,17 @@ def check_simulate_arguments(parser, args) -> None:
 
 
 def mark_simulated(record: dict, comm, args) -> None:
-    """Say in ``record`` that its run was simulated, on which network, how compute was
-    charged (``"given"``: ``--step-seconds``, ``"model"``: calibrated rates), and that its
-    seconds are virtual."""
+    """Say in ``record`` that its run was simulated, on which network (its nodes and ranks
+    per node), how compute was charged (``"given"``: ``--step-seconds``, ``"model"``:
+    calibrated rates), and that its seconds are virtual. (``sparcapps.linear.cli`` has the
+    same function; one of the two can import the other.)"""
+    net, P = comm.network, int(comm.Get_size())
     record["simulated"] = True
-    record["network"] = comm.network.text
+    record["network"] = net.text
+    record["nodes"] = net.node_of(P - 1) + 1
+    record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
     record["compute"] = "given" if args.step_seconds is not None else "model"
-    record["config"]["simulate"] = int(comm.Get_size())
+    record["config"]["simulate"] = P
     record["metrics"]["time_kind"] = "modeled"
 
 

@@ -222,7 +222,7 @@ def _measure(app: str, args, make_task) -> dict:
     import torch
     from mpi4py import MPI
 
-    from .train import compression_from_args
+    from .train import _own_momentum, compression_from_args
 
     torch.set_num_threads(args.threads)
     timer = time.thread_time if args.threads == 1 else time.process_time
@@ -274,8 +274,8 @@ def _measure(app: str, args, make_task) -> dict:
                     compression.memory.update(g, key, vec)
 
             select = _best(compress, timer)
-    own_momentum = getattr(args, "compressor", None) in ("dgc", "signum") and not args.dense
-    opt = torch.optim.SGD(params, lr=1e-12, momentum=0.0 if own_momentum else args.momentum,
+    momentum = 0.0 if _own_momentum(args) else args.momentum
+    opt = torch.optim.SGD(params, lr=1e-12, momentum=momentum,
                           weight_decay=args.weight_decay)
 
     def update():

@@ -281,7 +281,10 @@ def run(args, prog: str, comm=None) -> int:
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
     simulated = sparcml.sim.Replicas(comm).simulated
-    environment = capture_environment(comm) if args.output else None
+    if simulated:  # one process: rank 0 alone says where it ran (no P git subprocesses)
+        environment = capture_environment() if args.output and rank == 0 else None
+    else:
+        environment = capture_environment(comm) if args.output else None
     try:
         if args.synth:
             from sparcapps.data import data_home
@@ -395,8 +398,11 @@ def _per_P(path: str, P: int) -> str:
 def mark_simulated(record: dict, comm, args) -> None:
     """Say in ``record`` that its run was simulated, on which network, how compute was
     charged, and that its seconds are virtual."""
+    net, P = comm.network, int(comm.Get_size())
     record["simulated"] = True
-    record["network"] = comm.network.text
+    record["network"] = net.text
+    record["nodes"] = net.node_of(P - 1) + 1
+    record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
     record["compute"] = "given" if args.step_seconds is not None else "model"
     record["config"]["simulate"] = int(comm.Get_size())
     record["metrics"]["time_kind"] = "modeled"
@@ -406,6 +412,8 @@ def _estimate(args, P: int):
     """What ``--simulate P`` takes (:class:`sparcapps.simapp.SimPlan`): the data once, one
     shared copy of the weights (and coef_), each rank's marks and support scratch, and one
     reduction of the step's gradient (sparc-bench's estimate of one allreduce cell)."""
+    from sparcml import DENSE_BASELINE
+
     from sparcapps.bench.sim_estimate import estimate
     from sparcapps.simapp import SimPlan
 
@@ -416,8 +424,14 @@ def _estimate(args, P: int):
     data = rows * (nnz_row * 8 + 24)
     nbytes = cell.bytes + data + 32 * N + P * (N // 8 + 16 * min(N, args.batch_size * nnz_row))
     steps = -(-rows * (1 - args.test_fraction) // (args.batch_size * P))
-    return SimPlan(P, nbytes, steps * args.epochs * cell.seconds + rows * nnz_row * 2e-7,
-                   f"{int(steps)} steps per epoch")
+    # real time, fitted on url-like runs at P = 64 and 256 under load 14-17 (2 cores shared
+    # by other jobs): about 0.3 s per rank (its shard, engine, plan, evaluation) and 15 ms
+    # per rank and step; a quiet machine takes several times less
+    seconds = P * (0.3 + 0.015 * steps * args.epochs) + rows * nnz_row * 2e-7
+    if args.algorithm == DENSE_BASELINE:  # every rank's N-vector summed each step
+        nbytes += 3 * P * 4 * N
+        seconds += steps * args.epochs * P * N * 2e-9
+    return SimPlan(P, nbytes, seconds, f"{int(steps)} steps per epoch")
 
 
 def _data_shape(args) -> tuple[int, int, int]:

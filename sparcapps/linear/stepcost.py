@@ -75,13 +75,13 @@ def _line(t_small, t_large, w_small, w_large) -> tuple[float, float]:
     return per, max(t_small - per * w_small, 0.0)
 
 
-def _engine(direct: bool):
+def _engine(engine_class, direct: bool):
     import scipy.sparse as sp
     from mpi4py import MPI
+    from sparcml import DENSE_BASELINE
 
     from .schedule import Schedule
     from .state import TrainState
-    from .trainer import DataParallelSGD
 
     rng = np.random.default_rng(0)
     cols = rng.integers(0, CALIBRATION_FEATURES, size=_ROWS * _NNZ_PER_ROW)
@@ -90,20 +90,20 @@ def _engine(direct: bool):
                       shape=(_ROWS, CALIBRATION_FEATURES))
     X.sum_duplicates()
     y = np.where(rng.random(_ROWS) < 0.5, -1.0, 1.0).astype(np.float32)
-    engine = DataParallelSGD(X, y, MPI.COMM_SELF, loss="log",
+    engine = engine_class(X, y, MPI.COMM_SELF, loss="log",
                              schedule=Schedule("optimal", alpha=1e-4, eta0=0.0, power_t=0.5),
                              alpha=1e-4, fit_intercept=True, global_batch=256, seed=0,
-                             shuffle=True, algorithm="dense", direct=direct)
+                             shuffle=True, algorithm=DENSE_BASELINE, direct=direct)
     state = TrainState.zeros(CALIBRATION_FEATURES)
     state.v[:] = rng.standard_normal(CALIBRATION_FEATURES) * 1e-3
     engine.attach(state)
     return engine, state, X
 
 
-def _measure_general() -> dict:
+def _measure_general(engine_class) -> dict:
     from sparcml import SparseVector
 
-    engine, state, X = _engine(direct=False)
+    engine, state, X = _engine(engine_class, direct=False)
     rng = np.random.default_rng(1)
     rows_small, rows_large = rng.permutation(_ROWS)[:16], rng.permutation(_ROWS)[:2048]
     entries = np.diff(X.indptr)
@@ -133,8 +133,8 @@ def _measure_general() -> dict:
             "update_dense": update_dense, "update_fixed": update_fixed}
 
 
-def _measure_direct() -> dict:
-    engine, state, X = _engine(direct=True)
+def _measure_direct(engine_class) -> dict:
+    engine, state, X = _engine(engine_class, direct=True)
     rows, bounds = engine.plan.epoch(0)
     entries = np.diff(X.indptr)[rows]
     cum = np.concatenate([[0], np.cumsum(entries)])
@@ -154,28 +154,27 @@ def _measure_direct() -> dict:
                           int(cum[bounds[many]]))))
 
 
-def _measure() -> dict:
-    return {**_measure_general(), **_measure_direct()}
-
-
-def step_cost_rates() -> dict:
+def step_cost_rates(engine_class) -> dict:
     """This machine's rates (seconds per unit; see the module docstring), measured once (about
-    a second) and cached."""
-    return sim.cached_rates("linear-step", _measure, version=RATES_VERSION, names=RATE_NAMES)
+    a second) on ``engine_class`` (:class:`~.trainer.DataParallelSGD`, passed in: the engine
+    imports this module) and cached."""
+    return sim.cached_rates(
+        "linear-step", lambda: {**_measure_general(engine_class), **_measure_direct(engine_class)},
+        version=RATES_VERSION, names=RATE_NAMES)
 
 
 class StepCost:
     """The modeled compute of a step's parts (seconds); ``step_seconds``: one figure per step
     instead (split between gradient and update as the rates would), ``None``: the rates."""
 
-    def __init__(self, step_seconds: float | None = None):
+    def __init__(self, engine_class, step_seconds: float | None = None):
         self.step_seconds = step_seconds
-        self.rates = step_cost_rates() if step_seconds is None else None
+        self.rates = step_cost_rates(engine_class) if step_seconds is None else None
 
     @classmethod
-    def of(cls, comm) -> "StepCost":
-        """The cost model of this rank's steps (:func:`fixed_step_seconds` when set)."""
-        return cls(_STEP_SECONDS.get())
+    def of(cls, engine_class) -> "StepCost":
+        """The cost model of this thread's steps (:func:`fixed_step_seconds` when set)."""
+        return cls(engine_class, _STEP_SECONDS.get())
 
     def gradient(self, entries: int) -> float:
         r = self.rates

@@ -95,7 +95,7 @@ class DataParallelSGD:
         if self._replicas.simulated:
             from .stepcost import StepCost
 
-            self._cost = StepCost.of(comm)
+            self._cost = StepCost.of(DataParallelSGD)
         self.kind = K.LOSS_CODES[loss]
         self.schedule = schedule
         self.alpha = float(alpha)

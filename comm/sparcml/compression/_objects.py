@@ -76,6 +76,7 @@ from .._quant.qsgd import QSGD
 from .._collectives.registry import AUTO, check_algorithm_options
 from .._topk.local import TopK
 from .._vector import VALUE_DTYPES, SparseVector
+from ._cost import allreduce_seconds
 
 __all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor",
            "NoneCompressor", "Memory",
@@ -103,6 +104,27 @@ class Compressor(ABC):
     serves every bucket and thread."""
 
     lossless: bool = False
+    #: True: :meth:`Compression.allreduce_in` passes ``shapes=`` (the shapes of the tensors a
+    #: bucket concatenates) to its ``reduce_in`` hook, for compressors that work per tensor
+    takes_shapes: bool = False
+
+    def default_memory(self) -> "Memory | None":
+        """The memory a :class:`Compression` of this compressor gets when none is given; None:
+        :class:`ResidualMemory` when something is lost (not :attr:`lossless`, or a quantizer),
+        else :class:`NoneMemory`."""
+        return None
+
+    def predicted_seconds(self, model, *, P: int, n: int, sent: float | None, itemsize: int,
+                          quantizer, algorithm: str, shapes=None) -> float:
+        """Its cost: the seconds of one reduction of a bucket of ``n`` values at ``P >= 2``
+        ranks under the :class:`~sparcml.CostModel` ``model`` (``sent``: values a rank sends,
+        measured, or None for what the options give; ``quantizer`` and ``algorithm``: the
+        bundle's). By default the sparse allreduce of ``sent`` values through ``algorithm``
+        (the dense ``MPI_Allreduce`` for a lossless compressor without quantizer, the global
+        top-k step when :meth:`global_k` keeps a number); a compressor with its own wire
+        format overrides it (:func:`sparcml.compression.predicted_seconds` calls it)."""
+        return allreduce_seconds(self, model, P=P, n=n, sent=sent, itemsize=itemsize,
+                                 quantizer=quantizer, algorithm=algorithm)
 
     @abstractmethod
     def compress(self, x: np.ndarray) -> SparseVector:
@@ -148,7 +170,8 @@ class Compressor(ABC):
     # :meth:`Compression.allreduce_in` when the choice depends on the rank, the key or a step;
     # ``reduce_in(ctx, g, key, *, stats, check) -> Reduced``: the whole reduction of the
     # compensated ``g`` (its own wire format: signs, 16-bit floats, low-rank factors); the
-    # bundle then updates the memory with the ``sent`` it reports.
+    # bundle then updates the memory with the ``sent`` it reports (with ``shapes=`` when the
+    # class declares :attr:`takes_shapes`).
 
 
 class NoneCompressor(_NoOptions, Compressor):
@@ -470,7 +493,7 @@ class Compression:
         if quantizer is not None and not isinstance(quantizer, QSGD):
             raise IncompatibleOptionsError(f"quantizer must be a sparcml.QSGD or None, got "
                                            f"{quantizer!r}; e.g. quantizer=sparcml.QSGD(4)")
-        if memory is None and hasattr(compressor, "default_memory"):
+        if memory is None:
             memory = compressor.default_memory()
         if memory is None:
             lossy = not compressor.lossless or quantizer is not None
@@ -555,8 +578,7 @@ class Compression:
         g = self.memory.compensate(x, key)
         reduce = getattr(self.compressor, "reduce_in", None)
         if reduce is not None:
-            per_tensor = {"shapes": shapes} if getattr(self.compressor, "takes_shapes",
-                                                       False) else {}
+            per_tensor = {"shapes": shapes} if self.compressor.takes_shapes else {}
             red = reduce(ctx, g, key, stats=stats, check=check, **per_tensor)
             t1 = time.perf_counter()
             self.memory.update(g, key, red.sent)

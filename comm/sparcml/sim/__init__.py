@@ -29,9 +29,11 @@ Exact: every message is produced by sparcml's own encoding and delivered byte fo
 results, bytes per rank, message counts and fill-in are those of a real run (tested bitwise
 against ``mpiexec`` at P = 2, 4, 8). MPI collectives (``Allreduce``, ``Allgather(v)``,
 ``Bcast``) are computed directly from the ranks' buffers: data exact, their internal messages
-not enacted but charged by the model below. The ``Allreduce`` combines the ranks' buffers in
-MPICH's order (pairs, then a balanced tree), so a floating-point sum, the ``dense`` baseline
-included, has MPICH's bits (Open MPI's may differ in the last bits).
+not enacted but charged by the model below. A predefined ``Allreduce`` combines the ranks'
+arrays in the order of MPICH's recursive doubling / halving (pairs at distance 1 first, the
+ranks beyond the power of two folded in before), so the ``dense`` baseline's float sums equal
+MPICH's bit for bit (tested through the apps at P = 2-4, and seen at 5, 6, 8); another MPI
+library may associate differently.
 
 Modeled time: each rank has a virtual clock.
 

@@ -59,6 +59,24 @@ def _array(spec) -> np.ndarray | None:
     return np.asarray(arr)
 
 
+def _mpich_order(parts: list, ufunc) -> np.ndarray:
+    """``ufunc`` over the ranks' arrays associated as MPICH's allreduce does (recursive
+    doubling, and Rabenseifner's recursive halving, whose first partners are also at distance
+    1): with ``rem = P - pof2``, ranks ``2i`` and ``2i+1`` below ``2 rem`` are folded first,
+    then the ``pof2`` partial results are combined pairwise, ``(0, 1), (2, 3), ...``, then
+    their pairs, and so on. Floating-point sums thus equal a real MPICH run's bit for bit
+    (IEEE addition is commutative, not associative: the order within a pair is immaterial)."""
+    P = len(parts)
+    if P == 1:
+        return parts[0].copy()
+    pof2 = 1 << (P.bit_length() - 1)
+    rem = P - pof2
+    vals = [ufunc(parts[2 * i], parts[2 * i + 1]) for i in range(rem)] + list(parts[2 * rem:])
+    while len(vals) > 1:
+        vals = [ufunc(vals[i], vals[i + 1]) for i in range(0, len(vals), 2)]
+    return vals[0] if vals[0] is not parts[-1] else vals[0].copy()
+
+
 def _bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
@@ -85,31 +103,6 @@ def _op_name(op) -> str:
             return name
     raise NotImplementedError(f"sparcml.sim: reduction {op!r} is not simulated "
                               f"(SUM, MAX, MIN, BOR, BAND are)")
-
-
-def _mpich_tree(parts: list, ufunc) -> np.ndarray:
-    """``ufunc`` over ``parts`` in the order of MPICH's ``MPI_Allreduce`` (recursive doubling
-    and Rabenseifner's algorithm alike): with ``pof2`` the largest power of two <= P and
-    ``rem = P - pof2``, ranks 2i and 2i+1 (i < rem) combine first, then the ``pof2`` values
-    as a balanced binary tree. So a floating-point sum has MPICH's bits (tested against
-    ``mpiexec`` at P = 2-7), not those of a sum in rank order. O(log P) temporaries."""
-    P = len(parts)
-    pof2 = 1 << (P.bit_length() - 1)
-    rem = P - pof2
-
-    def leaf(j):  # a new array: the tree sums into it
-        if j < rem:
-            return ufunc(parts[2 * j], parts[2 * j + 1])
-        return parts[j + rem].copy()
-
-    def tree(lo, hi):
-        if hi - lo == 1:
-            return leaf(lo)
-        mid = (lo + hi) // 2
-        left = tree(lo, mid)
-        return ufunc(left, tree(mid, hi), out=left)
-
-    return tree(0, pof2)
 
 
 class SimRequest(MPI.Request):
@@ -392,7 +385,7 @@ class SimComm:
             ufunc, _ = _OPS[_op_name(op)]
 
             def combine(parts):
-                return _mpich_tree(parts, ufunc)
+                return _mpich_order(parts, ufunc)
 
         gamma = self._world.gamma_add
         result = self._collective(mine, combine, lambda r, a, b: cc.allreduce_time(

@@ -95,12 +95,14 @@ def _same(a, b) -> str | None:
         if a.size and a.__array_interface__["data"][0] == b.__array_interface__["data"][0] \
                 and a.strides == b.strides:
             return None
-        # bitwise: -0.0 differs from 0.0 and NaNs compare by their bits
+        # bitwise: -0.0 differs from 0.0 and NaNs compare by their bits; in slices, so that
+        # no temporary as large as the arrays is made
         if a.flags.c_contiguous and b.flags.c_contiguous and a.dtype.kind in "fciub":
-            equal = np.array_equal(a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8))
+            a, b = a.reshape(-1).view(np.uint8), b.reshape(-1).view(np.uint8)
         else:
-            equal = np.array_equal(a, b)
-        if equal:
+            a, b = a.reshape(-1), b.reshape(-1)
+        step = 1 << 20
+        if all(np.array_equal(a[i:i + step], b[i:i + step]) for i in range(0, a.size, step)):
             return None
         return f"arrays of shape {a.shape} differ"
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
