@@ -22,7 +22,7 @@ import sys
 import time
 
 __all__ = ["add_simulate_arguments", "check_simulate_arguments", "run_simulated",
-           "normalize_network", "SimPlan"]
+           "normalize_network", "SimPlan", "mark_simulated"]
 
 
 def add_simulate_arguments(p: argparse.ArgumentParser, *, step_unit: str = "step") -> None:
@@ -92,6 +92,21 @@ def check_simulate_arguments(parser, args) -> None:
         parser.error("--simulate runs every rank in this one process; start it without "
                      "mpiexec")
     args.network = normalize_network(parser, args.network or "10gbit", max(args.simulate))
+
+
+def mark_simulated(record: dict, comm, args) -> None:
+    """Say in ``record`` that its run was simulated, on which network (its nodes and ranks
+    per node), how compute was charged (``"given"``: ``--step-seconds``, ``"model"``:
+    calibrated rates), and that its seconds are virtual. (``sparcapps.linear.cli`` has the
+    same function; one of the two can import the other.)"""
+    net, P = comm.network, int(comm.Get_size())
+    record["simulated"] = True
+    record["network"] = net.text
+    record["nodes"] = net.node_of(P - 1) + 1
+    record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
+    record["compute"] = "given" if args.step_seconds is not None else "model"
+    record["config"]["simulate"] = P
+    record["metrics"]["time_kind"] = "modeled"
 
 
 class SimPlan:

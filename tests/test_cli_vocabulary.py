@@ -369,6 +369,10 @@ def test_help_names_real_tools_and_their_flags(prog):
                 assert flag in _flags_of(tool), f"{p.prog} --help: {tool} has no {flag}"
 
 
+SIMULATION_OPTIONS = ("--simulate", "--network", "--compute-scale", "--step-seconds",
+                      "--sim-memory", "--sim-timeout")
+
+
 def test_no_help_copied_across_tools():
     """The same flag with the same help in two tools is either one of the vocabulary's flags
     (defined once) or the same option of the same kind of tool (the linear apps, the deep
@@ -386,10 +390,11 @@ def test_no_help_copied_across_tools():
                     seen.setdefault((flag, action.help), set()).add(prog)
     for (flag, _), progs in seen.items():
         if len(progs) > 1:
-            # options of the same meaning in training and benchmark tools alike
+            # options of the same meaning in training and benchmark tools alike; the training
+            # apps' simulation options (defined once: sparcapps.simapp.add_simulate_arguments)
             assert any(progs <= f for f in families) or flag in (
                 "--quantize-sparse", "--no-progress", "--bucket-mb", "--partitions",
-                "--index-coding"), \
+                "--index-coding") or flag in SIMULATION_OPTIONS, \
                 f"{flag}: the same help in {sorted(progs)}"
 
 

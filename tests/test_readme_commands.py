@@ -93,6 +93,8 @@ PLAN = [
      "tests/test_deep_apps.py::test_apps_end_to_end_on_two_ranks"),
     ("README.md", "mpiexec -n 4 sparc-lstm", "ELSEWHERE",
      "tests/test_deep_apps.py::test_apps_end_to_end_on_two_ranks"),
+    ("README.md", "sparc-cnn --density 0.01 --bits 4 --batch-size 8 --epochs 1 --simulate",
+     "ELSEWHERE", "tests/test_deep_simulate.py::test_simulated_deep_apps_equal_mpiexec_bitwise"),
     ("README.md", "sparc-data list", "RUN", ({}, [])),
     ("README.md", "sparc-data fetch url", "CANNOT", "`fetch` and `convert` need the network"),
     ("README.md", "sparc-data convert url", "CANNOT", "`fetch` and `convert` need the network"),

@@ -23,27 +23,38 @@ def build_parser():
 
 
 def make_task(args, comm):
-    """The model and this rank's data for ``args`` (collective only through nothing)."""
+    """The model and this rank's data for ``args`` (collective only through nothing; the data
+    are loaded once for all simulated ranks)."""
     from .data import load_cifar10, load_digits_split
     from .models import DigitsCNN, ResNetCifar
+    from .simranks import shared_data
     from .train import ClassifyTask
 
     if args.dataset == "digits":
-        data = load_digits_split()
+        data = shared_data(comm, "digits", load_digits_split)
         model = DigitsCNN(args.width, args.depth)
     else:
         from sparcapps.data import data_home
 
-        data = load_cifar10(data_home(args.data_home) / "cifar10")
+        root = data_home(args.data_home) / "cifar10"
+        data = shared_data(comm, ("cifar10", str(root)), lambda: load_cifar10(root))
         model = ResNetCifar(args.width, args.depth)
     return ClassifyTask(model, *data, rank=comm.Get_rank(), size=comm.Get_size(),
                         batch_size=args.batch_size, seed=args.seed)
 
 
 def main(argv=None) -> int:
+    from sparcapps.simapp import check_simulate_arguments
+
     from .train import run_app
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_simulate_arguments(parser, args)
+    if args.simulate:
+        from .simranks import simulated_main
+
+        return simulated_main(APP, args, parser, make_task)
     return run_app(APP, args, make_task)
 
 

@@ -30,25 +30,35 @@ def build_parser():
 def make_task(args, comm):
     from .data import load_digits_split, load_ptb
     from .models import SeqLSTM, WordLM
+    from .simranks import shared_data
     from .train import ClassifyTask, LanguageModelTask
 
     rank, size = comm.Get_rank(), comm.Get_size()
     if args.dataset == "digits":
         model = SeqLSTM(args.width, args.depth)
-        return ClassifyTask(model, *load_digits_split(), rank=rank, size=size,
-                            batch_size=args.batch_size, seed=args.seed)
+        return ClassifyTask(model, *shared_data(comm, "digits", load_digits_split), rank=rank,
+                            size=size, batch_size=args.batch_size, seed=args.seed)
     from sparcapps.data import data_home
 
-    corpus = load_ptb(data_home(args.data_home) / "ptb")
+    root = data_home(args.data_home) / "ptb"
+    corpus = shared_data(comm, ("ptb", str(root)), lambda: load_ptb(root))
     model = WordLM(len(corpus.vocab), args.width, args.depth)
     return LanguageModelTask(model, corpus, rank=rank, size=size, batch_size=args.batch_size,
                              bptt=args.bptt, clip=args.clip)
 
 
 def main(argv=None) -> int:
+    from sparcapps.simapp import check_simulate_arguments
+
     from .train import run_app
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    check_simulate_arguments(parser, args)
+    if args.simulate:
+        from .simranks import simulated_main
+
+        return simulated_main(APP, args, parser, make_task)
     return run_app(APP, args, make_task)
 
 

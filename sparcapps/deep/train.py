@@ -42,6 +42,10 @@ writes a checkpoint inside the epoch (the step reached, each rank's running sums
 task's carried state, such as an LSTM's hidden state) and exits with status 128 + the signal's
 number; ``--resume`` continues from that step, bitwise as well. The resumed epoch's
 communication figures (bytes, seconds per step) cover the steps after the resume.
+
+``--simulate P [P ...] --network SPEC`` runs this same loop on P simulated ranks in one
+process (:mod:`sparcapps.deep.simranks`): one shared model and SGD state, each step charged its
+modeled compute (``run_app(..., comm=, charge=)``), every second recorded virtual.
 """
 
 from __future__ import annotations
@@ -128,6 +132,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--run-id", default=None, metavar="ID",
                    help="a label kept in the record's config (sparc-deep-accuracy gives each "
                         "run its own, to find that run's record in a shared file)")
+    from sparcapps.simapp import add_simulate_arguments
+
+    add_simulate_arguments(p, step_unit="step (forward, backward, selection, update)")
     return p
 
 
@@ -175,14 +182,18 @@ def params_digest(model) -> str:
     return h.hexdigest()
 
 
-def run_app(app: str, args, make_task) -> int:
-    """Train ``make_task(args, comm)``'s model data-parallel over ``COMM_WORLD``; see the
-    module docstring. Collective: every rank calls. Returns 0, 2 for bad options, or 128 + the
-    signal's number when a stop signal interrupted training (after a checkpoint)."""
+def run_app(app: str, args, make_task, *, comm=None, charge=None) -> int:
+    """Train ``make_task(args, comm)``'s model data-parallel over ``comm`` (default
+    ``COMM_WORLD``); see the module docstring. Collective: every rank calls. Returns 0, 2 for
+    bad options, or 128 + the signal's number when a stop signal interrupted training (after a
+    checkpoint). On a simulated rank (:mod:`sparcapps.deep.simranks`) ``charge`` is the
+    :class:`~sparcapps.deep.simranks.StepCharge` of each step's modeled compute."""
+    if comm is not None:
+        return _run(app, args, make_task, comm, charge)
     from sparcml import abort_on_error
 
     with abort_on_error():
-        return _run(app, args, make_task)
+        return _run(app, args, make_task, None, None)
 
 
 def _check_args(args) -> list[str]:
@@ -225,26 +236,42 @@ def _check_args(args) -> list[str]:
     return problems
 
 
-def _run(app, args, make_task) -> int:
+class _NoSignals:
+    """A simulation is not a Slurm job: no signal stops it (and threads cannot take them)."""
+
+    signum = None
+    signal_name = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def poll(self) -> bool:
+        return False
+
+
+def _run(app, args, make_task, comm, charge) -> int:
     from mpi4py import MPI
 
     from sparcapps.interrupt import StopOnSignal
 
-    comm = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD if comm is None else comm
     problems = _check_args(args)
     if problems:
         if comm.Get_rank() == 0:
             print(f"{app}: " + "; ".join(problems), file=sys.stderr)
         return 2
     try:
-        run = _build(app, args, make_task, comm)
+        run = _build(app, args, make_task, comm, charge)
     except _UserError as exc:  # the same on every rank: one line on rank 0, exit status 2
         if comm.Get_rank() == 0:
             print(f"{app}: error: {exc}", file=sys.stderr, flush=True)
         return 2
     if run.start_epoch >= args.epochs and not run.skip:
         return _finished(run)
-    stopper = StopOnSignal(comm)
+    stopper = _NoSignals() if run.simulated else StopOnSignal(comm)
     with stopper:
         for epoch in range(run.start_epoch, args.epochs):
             before = run.opt.stats.snapshot()
@@ -257,7 +284,7 @@ def _run(app, args, make_task) -> int:
             if every and (epoch + 1) % every == 0:
                 save_checkpoint(run.ckpt_path, comm, app=app, args=args, epoch=epoch + 1,
                                 model=run.model, opt=run.opt, history=run.history,
-                                wall=time.perf_counter() - run.t_start)
+                                wall=run.clock() - run.t_start)
     if run.progress is not None:
         run.progress.close()
     return _record_run(run)
@@ -285,24 +312,32 @@ class _Run:
     resumed_partial: dict | None = None
     step_times: list = field(default_factory=list)
     t_start: float = 0.0
+    clock: object = time.perf_counter  # the rank's virtual clock on simulated ranks
+    charge: object = None         # simranks.StepCharge: modeled compute per step (simulated)
+    simulated: bool = False
 
 
-def _build(app, args, make_task, comm) -> _Run:
+def _build(app, args, make_task, comm, charge=None) -> _Run:
     """The task, its model (rank 0's parameters everywhere), the DistributedOptimizer, the
-    state of a resumed checkpoint, the environment and the progress bar. Collective."""
+    state of a resumed checkpoint, the environment and the progress bar. Collective. On
+    simulated ranks the model's weights and the SGD's state are one shared copy
+    (:mod:`.simranks`)."""
     import torch
 
     import sparcml.torch as st
+    from sparcml import sim
     from sparcapps.records import capture_environment
 
+    from .simranks import SharedStep, build_model_once
+
     torch.set_num_threads(args.threads)
-    torch.manual_seed(args.seed)
-    task = _collectively(comm, lambda: make_task(args, comm))
+    task = _collectively(comm, lambda: build_model_once(comm, args.seed,
+                                                         lambda: make_task(args, comm)))
     model = task.model
     st.broadcast_parameters(model, comm=comm)
     # DGC and signum apply --momentum inside the compression: the SGD runs without
     own_momentum = _own_momentum(args)
-    inner = torch.optim.SGD(model.parameters(), lr=args.lr,
+    inner = SharedStep.make(comm, model, torch.optim.SGD, lr=args.lr,
                             momentum=0.0 if own_momentum else args.momentum,
                             weight_decay=args.weight_decay)
     opt = st.DistributedOptimizer(
@@ -311,7 +346,9 @@ def _build(app, args, make_task, comm) -> _Run:
         comm=comm, seed=args.seed)
     n_params = sum(p.numel() for p in model.parameters() if p.requires_grad)
     run = _Run(app, args, comm, task, model, opt, n_params,
-               ckpt_path=args.checkpoint or f"{app}.ckpt", env={})
+               ckpt_path=args.checkpoint or f"{app}.ckpt", env={},
+               clock=lambda: sim.clock(comm), charge=charge,
+               simulated=sim.Replicas(comm).simulated)
     wall_offset = 0.0
     if args.resume:
         ckpt = _collectively(comm, lambda: load_checkpoint(args.resume, comm, app=app,
@@ -339,7 +376,7 @@ def _build(app, args, make_task, comm) -> _Run:
             from tqdm import tqdm
 
             run.progress = tqdm(unit="step", disable=None, dynamic_ncols=True)
-    run.t_start = time.perf_counter() - wall_offset
+    run.t_start = run.clock() - wall_offset
     return run
 
 
@@ -354,6 +391,7 @@ class _Epoch:
     count: float = 0.0
     seconds: float = 0.0
     steps_done: int = 0           # batches of the epoch done (a resumed epoch's included)
+    sync_seconds: float = 0.0     # in synchronize() (simulated: virtual; real: as stats)
     batches: int = 0
     stopped: bool = False         # a stop signal ended the epoch after steps_done batches
 
@@ -362,28 +400,38 @@ def _train_epoch(run: _Run, epoch: int, stopper) -> _Epoch:
     """The steps of one epoch on every rank; stops early, on every rank after the same step,
     when ``stopper`` says so. Collective."""
     import torch
+    from sparcml import sim
 
     args, task, opt, progress = run.args, run.task, run.opt, run.progress
+    clock, charge = run.clock, run.charge
     batches = task.start_epoch(epoch)
     if progress is not None and progress.total is None:
         progress.reset(total=len(batches) * (args.epochs - run.start_epoch) - run.skip)
     done = _Epoch(batches=len(batches))
-    t_epoch = time.perf_counter()
+    t_epoch = clock()
     if run.skip:  # resuming inside this epoch: its first batches are done
         done.steps_done, run.skip = run.skip, 0
         done.loss_sum, done.correct, done.count, seconds = run.resumed_partial["sums"]
         t_epoch -= seconds
         task.restore(run.resumed_partial["carry"])
     for i in range(done.steps_done, len(batches)):
-        t0 = time.perf_counter()
+        t0 = clock()
+        if charge is not None:  # simulated: the step's modeled compute, on the clock before
+            sim.charge(charge.before_backward)  # the comm thread starts the reduction
+            t_sync = clock()  # (a reading while that thread runs would depend on timing)
         loss, c, n = task.loss(batches[i])
         loss.backward()
+        if charge is None:
+            t_sync = clock()
         opt.synchronize()
+        done.sync_seconds += clock() - t_sync
         if task.clip:
             torch.nn.utils.clip_grad_norm_(run.model.parameters(), task.clip)
+        if charge is not None:
+            sim.charge(charge.before_update)
         opt.step()
         opt.zero_grad()
-        run.step_times.append(time.perf_counter() - t0)
+        run.step_times.append(clock() - t0)
         done.loss_sum += float(loss.detach()) * n
         done.correct += c
         done.count += n
@@ -393,7 +441,7 @@ def _train_epoch(run: _Run, epoch: int, stopper) -> _Epoch:
         if stopper.poll():  # collective: every rank stops after this same step
             done.stopped = True
             break
-    done.seconds = time.perf_counter() - t_epoch
+    done.seconds = clock() - t_epoch
     return done
 
 
@@ -403,7 +451,7 @@ def _stop_inside_epoch(run: _Run, epoch: int, done: _Epoch, stopper) -> None:
                "carry": run.task.carry()}
     save_checkpoint(run.ckpt_path, run.comm, app=run.app, args=run.args, epoch=epoch,
                     model=run.model, opt=run.opt, history=run.history,
-                    wall=time.perf_counter() - run.t_start, step=done.steps_done,
+                    wall=run.clock() - run.t_start, step=done.steps_done,
                     partial=partial)
     if run.progress is not None:
         run.progress.close()
@@ -422,9 +470,15 @@ def _record_epoch(run: _Run, epoch: int, done: _Epoch, stats) -> dict:
     ev = run.task.evaluate(comm)
     sums = reduce_numbers(comm, [done.loss_sum, done.correct, done.count, stats.bytes_sent,
                                  stats.sent_values, stats.result_values, stats.values])
-    slowest = reduce_numbers(comm, [done.seconds, stats.wait_seconds, stats.flatten_seconds,
-                                    stats.compress_seconds], "max")
-    rec = {"epoch": epoch + 1, "wall_seconds": time.perf_counter() - run.t_start,
+    if run.charge is not None:  # simulated: virtual seconds (stats' are this host's wall time)
+        steps = done.steps_done
+        timed = [done.seconds, done.sync_seconds, run.charge.flatten * steps,
+                 run.charge.select * steps]
+    else:
+        timed = [done.seconds, stats.wait_seconds, stats.flatten_seconds,
+                 stats.compress_seconds]
+    slowest = reduce_numbers(comm, timed, "max")
+    rec = {"epoch": epoch + 1, "wall_seconds": run.clock() - run.t_start,
            "loss": sums[0] / sums[2], "train_accuracy": sums[1] / sums[2], **ev,
            "epoch_seconds": slowest[0], "comm_seconds": slowest[1],
            "flatten_seconds": slowest[2], "compress_seconds": slowest[3],
@@ -486,6 +540,12 @@ def _record_run(run: _Run) -> int:
                 bytes={"sent_per_step": bytes_per_step, "dense_per_step": dense_per_step,
                        "ratio_dense_over_sent": dense_per_step / bytes_per_step
                        if bytes_per_step else None})
+            if run.simulated:
+                from sparcapps.simapp import mark_simulated
+
+                mark_simulated(record, comm, args)
+                record["metrics"]["virtual_seconds"] = sum(h["epoch_seconds"]
+                                                           for h in run.history)
             append_record(args.output, record)
     if not same:
         raise RuntimeError("parameters differ across ranks at the end of training")

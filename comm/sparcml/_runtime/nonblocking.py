@@ -72,12 +72,20 @@ class Engine:
     """The communication thread of one communicator (see module docstring)."""
 
     def __init__(self, ctx: CommContext):
+        from ..sim._credit import helper_scope
+
         self.ctx = ctx
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="sparcml-comm", daemon=True)
+        # on a simulated rank, the thread's compute is the rank's (sparcml.sim)
+        self._thread = threading.Thread(target=self._run, args=(helper_scope(),),
+                                        name="sparcml-comm", daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, scope) -> None:
+        with scope:
+            self._loop()
+
+    def _loop(self) -> None:
         while True:
             item = self._queue.get()
             if item is None:

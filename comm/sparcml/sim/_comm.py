@@ -10,7 +10,7 @@ own communicator object); the handles of one communicator share a group in the
 - point-to-point on bytes or typed NumPy buffers: ``Isend``, ``Send``, ``Irecv``, ``Recv``,
   ``Mprobe``/``Improbe`` + ``Message.Irecv``/``Message.Recv``, with ``ANY_SOURCE``/``ANY_TAG``
   and MPI's non-overtaking order per source;
-- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN, user-defined ``MPI.Op.Create``;
+- collectives: ``Barrier``, ``Allreduce`` (SUM, MAX, MIN, BOR, BAND, user-defined ``MPI.Op.Create``;
   ``IN_PLACE``), ``Exscan``, ``Allgather``,
   ``Allgatherv``, ``Alltoall``, ``Alltoallv``, ``Gather``, ``Gatherv``, ``Bcast`` and their
   ``I``-forms, and the pickle-based ``allreduce``, ``allgather``, ``bcast``, ``barrier``. Each
@@ -92,15 +92,17 @@ def _vspec(spec):
 
 
 _OPS = {"sum": (np.add, lambda a, b: a + b), "max": (np.maximum, max),
-        "min": (np.minimum, min)}
+        "min": (np.minimum, min), "bor": (np.bitwise_or, lambda a, b: a | b),
+        "band": (np.bitwise_and, lambda a, b: a & b)}
 
 
 def _op_name(op) -> str:
-    for name, mpi_op in (("sum", MPI.SUM), ("max", MPI.MAX), ("min", MPI.MIN)):
+    for name, mpi_op in (("sum", MPI.SUM), ("max", MPI.MAX), ("min", MPI.MIN),
+                         ("bor", MPI.BOR), ("band", MPI.BAND)):
         if op == mpi_op:
             return name
     raise NotImplementedError(f"sparcml.sim: reduction {op!r} is not simulated "
-                              f"(SUM, MAX, MIN are)")
+                              f"(SUM, MAX, MIN, BOR, BAND are)")
 
 
 class SimRequest(MPI.Request):

@@ -17,10 +17,10 @@ from __future__ import annotations
 import gc
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 __all__ = ["rank_scope", "sharing", "credit_of", "charge", "discount", "gc_pauses_discounted",
-           "modeled", "charge_work"]
+           "modeled", "charge_work", "helper_scope"]
 
 _local = threading.local()
 
@@ -78,6 +78,18 @@ def rank_scope(share: bool, model: bool = False):
         _local.share = False
         _local.rank = False
         _local.model = False
+
+
+def helper_scope():
+    """For a thread that a simulated rank starts to work for it (its non-blocking engine):
+    a context manager, entered in that thread, under which its compute is accounted as the
+    rank's is (modeled or measured; without sharing: the memoized operations are the rank
+    threads'). Outside a rank: does nothing. Without it the helper's kernels went uncharged
+    and, under modeled compute, its receives' measured copy time was taken off the rank's
+    clock, which made modeled times depend on the machine's timing."""
+    if not getattr(_local, "rank", False):
+        return nullcontext()
+    return rank_scope(False, model=getattr(_local, "model", False))
 
 
 def _gc_phase(phase: str, info: dict) -> None:

@@ -58,6 +58,17 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def _close_engines(comm) -> None:
+    """End the non-blocking engine threads of the rank's contexts (a DistributedOptimizer's
+    communication thread): a real rank's end with the process, a simulated one's would
+    otherwise wait forever, holding its context's workspaces into the next simulation."""
+    for value in list(comm._attrs.values()):
+        engine = getattr(value, "engine", None)
+        if engine is not None:
+            engine.close()
+            value.engine = None
+
+
 def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (),
         tokens: int | None = None, compute_scale: float = 1.0,
         timeout: float | None = None, share: bool = True,
@@ -118,7 +129,10 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
             with rank_scope(share, model=rates is not None):
                 with world.lock:
                     world.leave(st)
-                out = fn(comm, *args)
+                try:
+                    out = fn(comm, *args)
+                finally:
+                    _close_engines(comm)
                 with world.lock:
                     world.enter(st)
                     st.clock = max(st.clock, st.send_done)
