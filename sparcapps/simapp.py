@@ -97,8 +97,7 @@ def check_simulate_arguments(parser, args) -> None:
 def mark_simulated(record: dict, comm, args) -> None:
     """Say in ``record`` that its run was simulated, on which network (its nodes and ranks
     per node), how compute was charged (``"given"``: ``--step-seconds``, ``"model"``:
-    calibrated rates), and that its seconds are virtual. (``sparcapps.linear.cli`` has the
-    same function; one of the two can import the other.)"""
+    calibrated rates), and that its seconds are virtual."""
     net, P = comm.network, int(comm.Get_size())
     record["simulated"] = True
     record["network"] = net.text

@@ -56,7 +56,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     check_simulate_arguments(parser, args)
     if args.simulate:
-        from .simranks import simulated_main
+        from .train import simulated_main
 
         return simulated_main(APP, args, parser, make_task)
     return run_app(APP, args, make_task)

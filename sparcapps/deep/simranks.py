@@ -49,7 +49,7 @@ import json
 import time
 
 __all__ = ["SharedStep", "shared_data", "build_model_once", "share_model", "step_rates",
-           "StepCharge", "estimate", "simulated_main", "RATES_VERSION"]
+           "StepCharge", "estimate", "train_examples", "RATES_VERSION"]
 
 RATES_VERSION = 1
 RATE_NAMES = ("forward_backward", "flatten", "select", "update")
@@ -182,12 +182,13 @@ def _shared_params(params):
 
 def _config_key(app: str, args) -> dict:
     """What the step's rates depend on (the calibration's cache key)."""
-    keys = ("dataset", "width", "depth", "batch_size", "bptt", "threads", "dense", "density",
+    keys = ("dataset", "width", "depth", "batch_size", "bptt", "threads", "density",
             "bits", "no_error_feedback", "bucket_mb", "topk_bucket_size", "global_topk",
             "compressor", "momentum", "weight_decay", "clip", "algorithm")
     if getattr(args, "compressor", None):
         keys += ("threshold", "powersgd_rank", "shared_indices", "clip_norm")
-    return {"app": app, **{k: getattr(args, k, None) for k in keys}}
+    return {"app": app, "dense_baseline": bool(args.dense),
+            **{k: getattr(args, k, None) for k in keys}}
 
 
 def _best(fn, timer) -> float:
@@ -222,7 +223,7 @@ def _measure(app: str, args, make_task) -> dict:
     import torch
     from mpi4py import MPI
 
-    from .train import _own_momentum, compression_from_args
+    from .comm_options import _own_momentum, compression_from_args
 
     torch.set_num_threads(args.threads)
     timer = time.thread_time if args.threads == 1 else time.process_time
@@ -358,7 +359,7 @@ _SIM_VALUE_SECONDS = 8e-8   # the reduction's passes over each gradient value, p
 _SIM_RANK_SECONDS = 0.3     # building a rank: its model, optimizer, agreement
 
 
-def _train_examples(app: str, args, make_task) -> tuple[int, int]:
+def train_examples(app: str, args, make_task) -> tuple[int, int]:
     """(parameters, training examples or tokens) of the run, from one rank-0 task."""
     import torch
     from mpi4py import MPI
@@ -369,34 +370,3 @@ def _train_examples(app: str, args, make_task) -> tuple[int, int]:
     if hasattr(task, "y"):
         return n, len(task.y)
     return n, sum(x.size for x in task.xs)
-
-
-def simulated_main(app: str, args, parser, make_task) -> int:
-    """``--simulate``: check the options, calibrate, estimate and run each P (see the module
-    docstring); the worst exit status."""
-    from sparcapps.simapp import run_simulated
-
-    from .data import DeepDataError
-    from .train import _check_args, run_app
-    from .usage import ModelOptionsError
-
-    if args.resume or args.checkpoint_every_epochs:
-        parser.error("--simulate does not checkpoint or resume (a simulated run is short and "
-                     "deterministic: run it again)")
-    problems = _check_args(args)
-    if problems:
-        print(f"{app}: " + "; ".join(problems), file=__import__("sys").stderr)
-        return 2
-    try:
-        n_params, examples = _train_examples(app, args, make_task)
-        rates = step_rates(app, args, make_task)
-    except (DeepDataError, ModelOptionsError) as exc:
-        print(f"{app}: error: {' '.join(str(exc).split())}", file=__import__("sys").stderr)
-        return 2
-    charge = StepCharge(rates, args.step_seconds)
-
-    def body(comm):
-        return run_app(app, args, make_task, comm=comm, charge=charge)
-
-    return run_simulated(app, args, body, lambda P: estimate(
-        app, args, P, n_params=n_params, train_examples=examples, rates=rates))

@@ -59,13 +59,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from .comm_options import _own_momentum, compression_from_args
 from .usage import UsageError as _UserError
 from .usage import collectively as _collectively
 from .usage import finished as _finished
 from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
 
 __all__ = ["build_parser", "run_app", "compression_from_args", "ClassifyTask",
-           "LanguageModelTask", "CheckpointError", "params_digest"]
+           "LanguageModelTask", "CheckpointError", "params_digest", "simulated_main"]
 
 
 def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], width: int,
@@ -136,42 +137,6 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
 
     add_simulate_arguments(p, step_unit="step (forward, backward, selection, update)")
     return p
-
-
-def compression_from_args(args):
-    """The :class:`sparcml.compression.Compression` the communication options ask for."""
-    from sparcml import QSGD
-    from sparcml.compression import (Compression, GlobalTopKCompressor, NoneMemory,
-                                     ResidualMemory, TopKCompressor)
-
-    from sparcapps.cli_args import options_from_args
-
-    options = options_from_args(args)
-    if args.dense:
-        return Compression.none(options=options)
-    if getattr(args, "compressor", None):
-        from sparcml.compression import build
-
-        from sparcapps.cli_args import compressor_params_from_args
-
-        return build(args.compressor, **compressor_params_from_args(args),
-                     error_feedback=not args.no_error_feedback,
-                     algorithm=args.algorithm).with_options(options)
-    compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
-        else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
-    return Compression(compressor,
-                       quantizer=QSGD(args.bits) if args.bits else None,
-                       memory=NoneMemory() if args.no_error_feedback else ResidualMemory(),
-                       algorithm=args.algorithm, options=options)
-
-
-def _own_momentum(args) -> bool:
-    """Whether the compressor applies the optimizer's --momentum itself (its registry record's
-    ``own_momentum``): the SGD then runs without momentum."""
-    from sparcml.compression import get_compressor
-
-    name = getattr(args, "compressor", None)
-    return bool(name) and not args.dense and get_compressor(name).own_momentum
 
 
 def params_digest(model) -> str:
@@ -550,3 +515,34 @@ def _record_run(run: _Run) -> int:
     if not same:
         raise RuntimeError("parameters differ across ranks at the end of training")
     return 0
+
+
+def simulated_main(app: str, args, parser, make_task) -> int:
+    """``--simulate``: check the options, calibrate, estimate and run each P (see the module
+    docstring); the worst exit status."""
+    from sparcapps.simapp import run_simulated
+
+    from .data import DeepDataError
+    from .simranks import StepCharge, estimate, step_rates, train_examples
+    from .usage import ModelOptionsError
+
+    if args.resume or args.checkpoint_every_epochs:
+        parser.error("--simulate does not checkpoint or resume (a simulated run is short and "
+                     "deterministic: run it again)")
+    problems = _check_args(args)
+    if problems:
+        print(f"{app}: " + "; ".join(problems), file=__import__("sys").stderr)
+        return 2
+    try:
+        n_params, examples = train_examples(app, args, make_task)
+        rates = step_rates(app, args, make_task)
+    except (DeepDataError, ModelOptionsError) as exc:
+        print(f"{app}: error: {' '.join(str(exc).split())}", file=__import__("sys").stderr)
+        return 2
+    charge = StepCharge(rates, args.step_seconds)
+
+    def body(comm):
+        return run_app(app, args, make_task, comm=comm, charge=charge)
+
+    return run_simulated(app, args, body, lambda P: estimate(
+        app, args, P, n_params=n_params, train_examples=examples, rates=rates))

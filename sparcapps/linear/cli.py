@@ -29,6 +29,9 @@ import time
 
 import numpy as np
 
+from sparcapps.simapp import (add_simulate_arguments, check_simulate_arguments, mark_simulated,
+                              run_simulated)
+
 __all__ = ["main", "logreg_main", "svm_main", "build_parser"]
 
 
@@ -106,8 +109,6 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     o.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is drawn only on a terminal; elsewhere one line "
                         "per epoch)")
-    from sparcapps.simapp import add_simulate_arguments
-
     add_simulate_arguments(p, step_unit="step (gradient and update)")
     return p
 
@@ -395,19 +396,6 @@ def _per_P(path: str, P: int) -> str:
     return f"{stem}.P{P}.{ext}" if dot and "/" not in ext else f"{path}.P{P}"
 
 
-def mark_simulated(record: dict, comm, args) -> None:
-    """Say in ``record`` that its run was simulated, on which network, how compute was
-    charged, and that its seconds are virtual."""
-    net, P = comm.network, int(comm.Get_size())
-    record["simulated"] = True
-    record["network"] = net.text
-    record["nodes"] = net.node_of(P - 1) + 1
-    record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
-    record["compute"] = "given" if args.step_seconds is not None else "model"
-    record["config"]["simulate"] = int(comm.Get_size())
-    record["metrics"]["time_kind"] = "modeled"
-
-
 def _estimate(args, P: int):
     """What ``--simulate P`` takes (:class:`sparcapps.simapp.SimPlan`): the data once, one
     shared copy of the weights (and coef_), each rank's marks and support scratch, and one
@@ -455,8 +443,6 @@ def _data_shape(args) -> tuple[int, int, int]:
 
 
 def _simulated_main(args, prog: str) -> int:
-    from sparcapps.simapp import run_simulated
-
     from .stepcost import fixed_step_seconds
 
     def body(comm):
@@ -471,8 +457,6 @@ def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> i
     args = parser.parse_args(argv)
     if loss is not None:
         args.loss = loss
-    from sparcapps.simapp import check_simulate_arguments
-
     check_simulate_arguments(parser, args)
     if args.simulate:
         if args.resume or args.stop_after is not None or args.checkpoint_every_steps:
