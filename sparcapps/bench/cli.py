@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="value type of the vectors")
     p.add_argument("--reps", type=positive_int,
-                   help=f"timed repetitions per case ({preset('reps')}; --overlap: 7)")
+                   help=f"timed repetitions per case ({preset('reps')}; --overlap: 7; "
+                        f"--simulate with modeled compute: 1, see --sim-compute)")
     p.add_argument("--warmup", type=nonnegative_int,
                    help=f"untimed repetitions per case ({preset('warmup')})")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of QSGD")

@@ -19,7 +19,15 @@ from an algorithm that was simulated), their bytes the model's volumes (:func:`_
 
 Compute is charged by ``--sim-compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
 (default) calibrated kernel rates times exact work, so two runs agree whatever the machine's
-load; ``measured`` the thread CPU time. Records carry ``"compute"``. ``--progress`` (default:
+load; ``measured`` the thread CPU time. Records carry ``"compute"``. With ``model`` a call is
+deterministic: repetitions would repeat the same figure, so each case runs one untimed first
+call (as in a real sweep: it sets up the communicator and the balanced partitions) and **one**
+timed call, whatever ``--reps`` and ``--warmup`` say (records: ``"reps": 1``, ``"warmup": 0``,
+the requested values and the reason under ``"reps_requested"``, ``"warmup_requested"``,
+``"reps_note"``). (The one call can differ from a median of many by a periodic step: the
+split algorithms' partition check, one small ``Allgather`` every
+:data:`sparcml._collectives.partition.CHECK_EVERY` calls, a few percent.) ``measured`` keeps
+the repetitions: its figures vary from call to call. ``--progress`` (default:
 when stderr is a terminal) prints a line per cell: cell, P, elapsed wall time, estimate
 (:mod:`.sim_estimate`).
 
@@ -72,8 +80,10 @@ def add_arguments(p) -> None:
     p.add_argument("--sim-compute", choices=("model", "measured"), default="model",
                    help="with --simulate: how a simulated rank's compute is charged: 'model' "
                         "(default) calibrated kernel rates x exact work, the same on a quiet "
-                        "or a loaded machine (rates cached in ~/.cache/sparcml/); 'measured' "
-                        "the thread CPU time it takes here (follows the machine's load)")
+                        "or a loaded machine (rates cached in ~/.cache/sparcml/), so one timed "
+                        "call per case whatever --reps/--warmup say (repetitions would repeat "
+                        "the same figure; records say reps 1); 'measured' the thread CPU time "
+                        "it takes here (follows the machine's load; --reps repetitions)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="with --simulate: a line per cell on stderr (cell, P, elapsed, "
                         "estimate); default: on when stderr is a terminal")
@@ -275,10 +285,22 @@ def _warm_up(algorithms, dtype, compute="model") -> None:
     sim.run(2, _cell, network="2x10gbit", args=(cases, 1, 0, 0, None), compute=compute)
 
 
+MODELED_REPS_NOTE = ("--sim-compute model: a simulated call is deterministic, so repetitions would "
+                     "repeat the same figure; one timed call per case (after the untimed first "
+                     "call a real sweep makes too)")
+
+
+def simulated_reps(compute: str, reps: int, warmup: int) -> tuple[int, int]:
+    """The repetitions and warm-ups a simulated sweep runs: ``(1, 0)`` with modeled compute
+    (:data:`MODELED_REPS_NOTE`), else the requested ones."""
+    return (1, 0) if compute == "model" else (reps, warmup)
+
+
 def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int:
     """The sweep of ``cells`` (:func:`.inputs.bench_cells`) for each P of ``args.simulate``:
     the real sweep's cases (:func:`.cases.cell_cases`: the same index coding, partition,
-    node-aware and top-k rows, each call with the same keywords)."""
+    node-aware and top-k rows, each call with the same keywords). ``reps`` and ``warmup``
+    as asked; with modeled compute one timed call (:func:`simulated_reps`)."""
     import sparcml.sim as sim
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
@@ -288,10 +310,15 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
 
     net = sim.parse_network(args.network)
     environment = capture_environment()
+    asked = {"reps_requested": reps, "warmup_requested": warmup}
+    reps, warmup = simulated_reps(args.sim_compute, reps, warmup)
+    reps_note = MODELED_REPS_NOTE if args.sim_compute == "model" else None
     budget = args.sim_memory * 2**30
     what = ("compute modeled from calibrated kernel rates" if args.sim_compute == "model"
             else "compute measured here")
-    print(f"sparc-bench --simulate: network {net.text}; time = median over reps of the "
+    timed = ("one timed call per case (modeled compute is deterministic: repetitions would "
+             "repeat the same figure)" if reps_note else "median over reps")
+    print(f"sparc-bench --simulate: network {net.text}; time = {timed} of the "
           f"slowest rank's virtual time ({what} + modeled communication; --sim-compute); bytes "
           f"and results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
@@ -397,7 +424,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                 if args.output:
                     rec = make_record(
                         "sparc-bench", config={**vars(args), **config, "reps": reps,
-                                               "warmup": warmup,
+                                               "warmup": warmup, **asked,
+                                               "reps_note": reps_note,
                                                "algorithms": algorithms},
                         environment=environment, algorithm=case.algorithm, P=P, N=dim,
                         density=density, timings=row["timings"], bytes=row["bytes"],
