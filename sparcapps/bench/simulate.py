@@ -76,7 +76,9 @@ def add_arguments(p) -> None:
                         "in this many GiB (three copies counted); beyond, it is modeled")
     p.add_argument("--compute-scale", type=positive_float, default=1.0, metavar="FACTOR",
                    help="with --simulate: multiply the compute charged here by FACTOR (the "
-                        "target's cores are FACTOR times slower; or ranks share cores)")
+                        "target's cores are FACTOR times slower; or ranks share cores): every "
+                        "compute term, the dense baseline's local additions included, simulated "
+                        "or modeled")
     p.add_argument("--sim-compute", choices=("model", "measured"), default="model",
                    help="with --simulate: how a simulated rank's compute is charged: 'model' "
                         "(default) calibrated kernel rates x exact work, the same on a quiet "
@@ -188,10 +190,13 @@ def _dense_fits(P, dim, itemsize, budget) -> bool:
     return P * dim * itemsize * 3 <= budget
 
 
-def _modeled_dense(P, dim, dtype, net):
+def _modeled_dense(P, dim, dtype, net, *, compute="model", compute_scale=1.0):
+    """The dense row's modeled seconds and bytes, its local additions charged as the
+    simulated ones would be (``compute``, times ``compute_scale``)."""
     import sparcml.sim as sim
 
-    return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize)
+    return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize, compute=compute,
+                                     compute_scale=compute_scale)
 
 
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
@@ -375,7 +380,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
             # dense reference and the modeled rows' inputs
             plain = {c.algorithm: rows[c] for c in run_cases if _plain(c)}
             if not dense_fits:
-                t, nbytes = _modeled_dense(P, dim, args.dtype, net)
+                t, nbytes = _modeled_dense(P, dim, args.dtype, net, compute=args.sim_compute,
+                                           compute_scale=args.compute_scale)
                 some = next(iter(plain.values()), None)
                 plain[DENSE_BASELINE] = rows[cases[0]] = {
                     "timings": {"allreduce": summarize([t])},
