@@ -228,9 +228,9 @@ def run_sweep(args) -> int:
 
         if args.network is None:
             args.network = f"{max(args.simulate)}x10gbit"
-        if args.bits or args.nonblocking or args.reuse_output:
-            raise SystemExit("sparc-bench: --simulate runs blocking, full-precision calls "
-                             "(no --bits, --nonblocking, --reuse-output)")
+        if args.reuse_output:
+            raise SystemExit("sparc-bench: --simulate gives each call a new result (no "
+                             "--reuse-output: P reused buffers of N values would not be shared)")
         _check_simulation_size(args, dims, densities, algorithms)
         return run_simulated_sweep(args, cells, reps, warmup, algorithms,
                                    config={"N": dims, "density": densities,

@@ -31,6 +31,10 @@ the repetitions: its figures vary from call to call. ``--progress`` (default:
 when stderr is a terminal) prints a line per cell: cell, P, elapsed wall time, estimate
 (:mod:`.sim_estimate`).
 
+``--bits B`` adds each algorithm's quantized row (QSGD, seeded per rank as in a real sweep) and
+``--nonblocking`` times ``iallreduce`` + ``wait`` (sparcml's communication thread runs on the
+simulated rank's communicator): the same calls as under ``mpiexec``, the same bytes.
+
 Before the first cell, every algorithm runs once on 2 ranks and a small input (not timed), so
 that no cell's first algorithm is charged for loading the compiled kernels.
 """
@@ -114,7 +118,9 @@ def _cell(comm, cases, reps, warmup, seed, model):
     # same keywords, options included): one untimed first call per case, then the
     # repetitions interleaved case by case, so state kept between calls (the balanced
     # partitions' estimate) evolves the same way and bytes match a real run's
-    calls = [case_call(case, vec, comm) for case in cases]
+    calls = [case_call(case, vec, comm, None if case.bits is None
+                       else sparcml.QSGD(bits=case.bits, seed=[seed, rank]))
+             for case in cases]
     for call in calls:
         call(sparcml.TrafficStats())
     settle_auto([lambda call=call: call(sparcml.TrafficStats())
@@ -323,6 +329,11 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
             else "compute measured here")
     timed = ("one timed call per case (modeled compute is deterministic: repetitions would "
              "repeat the same figure)" if reps_note else "median over reps")
+    if args.nonblocking:
+        timed += " of iallreduce + wait"
+    if args.bits:
+        timed += (f"; +q{args.bits}: QSGD {args.bits}-bit"
+                  + (" (sparse values too)" if args.quantize_sparse else ""))
     print(f"sparc-bench --simulate: network {net.text}; time = {timed} of the "
           f"slowest rank's virtual time ({what} + modeled communication; --sim-compute); bytes "
           f"and results exact; '~' = modeled only (no data){auto_note(algorithms)}")
@@ -441,6 +452,9 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                  "hierarchical": bool(row.get("hierarchical", False)),
                                  "index_coding": case.index_coding,
                                  "partitions": case.partitions, "topk": case.topk,
+                                 "bits": case.bits,
+                                 "quantize_sparse": case.quantize_sparse,
+                                 "nonblocking": args.nonblocking,
                                  "result_density": row["result"]["density"],
                                  "result_dense": row["result"]["dense"],
                                  "modeled_only": row["modeled_only"],
