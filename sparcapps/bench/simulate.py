@@ -13,9 +13,11 @@ output says so once, and a ratio of a simulated row to a modeled dense one is ma
 (records: ``"speedup_mixed": true``, ``"dense_modeled_only": true``).
 ``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
 simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of simulator
-Python): their time is the cost model's prediction for the network
-(:func:`sparcml.sim.network_cost_model`) at the cell's exact input and result sizes (taken
-from an algorithm that was simulated), their bytes the model's volumes (:func:`_model_bytes`).
+Python): their time and bytes are what the simulator would charge, replayed without running
+(:mod:`sparcml.sim._predict`: the same kernel rates, index coding, message sizes and
+collective formulas) at the cell's exact input and result sizes (taken from an algorithm that
+was simulated); within 1.3x of the simulated time and a few percent of its bytes on the
+reference grid of ``scripts/model_vs_sim_grid.py`` (BENCHMARKS.md).
 
 Compute is charged by ``--sim-compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
 (default) calibrated kernel rates times exact work, so two runs agree whatever the machine's
@@ -197,16 +199,28 @@ def _dense_fits(P, dim, itemsize, budget) -> bool:
 
 
 def _modeled_dense(P, dim, dtype, net, *, compute="model", compute_scale=1.0):
-    """The dense row's modeled seconds and bytes, its local additions charged as the
-    simulated ones would be (``compute``, times ``compute_scale``)."""
+    """The dense row's modeled seconds and bytes, charged as a simulated dense call would be
+    (``compute``, times ``compute_scale``): with modeled compute the whole call
+    (:func:`sparcml.sim._predict.predict`: the agreement check, sparcml's Python per call,
+    the ``Allreduce`` and its local additions), else the ``Allreduce`` alone
+    (:func:`sparcml.sim.dense_allreduce_model`, its additions at the measured rate)."""
     import sparcml.sim as sim
+    from sparcml import DENSE_BASELINE
+    from sparcml.sim import _predict, _rates
 
+    if compute == "model":
+        p = _predict.predict(DENSE_BASELINE, P=P, N=dim, k=dim, K=dim, network=net,
+                             rates=_rates.kernel_rates(sim.run), compute_scale=compute_scale,
+                             s_val=np.dtype(dtype).itemsize)
+        return p.seconds, p.bytes
     return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize, compute=compute,
                                      compute_scale=compute_scale)
 
 
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
-    """Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
+    """(What ``--model-only`` rows recorded before issue 33, kept for
+    ``scripts/scaling_tables.py``'s older records; now :mod:`sparcml.sim._predict`.)
+    Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
     doubling the expected union so far in each of its rounds (powers of two). ``coded``:
@@ -233,35 +247,66 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
     return int(phase1 + (P - 1) / P * gathered)
 
 
-def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, coded=True):
-    """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
+def _link_costs(net, P, model, index_coding):
+    """``(coded, link_costs)`` of a simulated call's index coding, as
+    :func:`sparcml._model.link_costs.index_coding_costs` gives them on the simulated ranks:
+    the cost model's when the run has one, else assumed from whether the ranks share a
+    node."""
+    from sparcml import CostModel
+    from sparcml._model.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS
+
+    if index_coding == "raw":
+        return False, None
+    if index_coding == "coded" or P == 1:
+        return True, None
+    if model is not None:
+        return True, (float(model.beta), float(model.gamma_code))
+    one_node = P <= net.ppn
+    return True, (SHARED_MEMORY_BYTE_SECONDS if one_node else NETWORK_BYTE_SECONDS,
+                  CostModel.gamma_code)
+
+
+def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="auto",
+                 model=None, compute_scale=1.0):
+    """A modeled-only row from a simulated row ``some`` of the cell (its input and result
+    sizes): :func:`sparcml.sim._predict.predict`, the simulator's own charges replayed without
+    running (the calibrated kernel rates, the call's index coding, the collectives' and the
+    links' formulas), times ``compute_scale`` for the compute. Bytes: the exact encoding of
+    the expected message sizes (``"bytes_estimated": true``; equal to a simulation's within a
+    few percent, BENCHMARKS "Model-only against the simulation").
 
     ``auto``: what its measured refinement would keep, with the rows standing in for its
-    measurements: the contenders the simulator's cost model ranks within the margin
-    (:meth:`sparcml.CostModel.contenders`, after one call, with the overlap that call's result
-    teaches), and of those the one whose row in ``rows`` (modeled too when absent) is fastest;
-    that row's time and bytes. ``coded``: the row's index coding is not raw (its modeled
-    bytes)."""
+    measurements: the contenders of the run's cost model ``model``
+    (:meth:`sparcml.CostModel.contenders`, with the overlap the result teaches; every
+    candidate without a model), and of those the one whose row in ``rows`` (modeled too when
+    absent) is fastest; that row's time and bytes."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
     from sparcml import AUTO, index_dtype_for
+    from sparcml._collectives.registry import algorithm_names
+    from sparcml.sim import _predict, _rates
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
-    model = sim.network_cost_model(net, P)
     if algorithm == AUTO:
-        q = model.overlap_from_result(k, K, P, dim)
-        contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        contenders = list(algorithm_names(in_auto_only=True))
+        if model is not None:
+            q = model.overlap_from_result(k, K, P, dim)
+            contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
         candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows,
-                                                     coded=coded)
+                                                     index_coding=index_coding, model=model,
+                                                     compute_scale=compute_scale)
                       for a in contenders}
         choice = min(contenders,
                      key=lambda a: candidates[a]["timings"]["allreduce"]["median"])
         return {**candidates[choice], "ran": choice, "modeled_only": True}
-    t = model.predict(algorithm, P=P, N=dim, k=k, K=K, s_idx=s_idx, s_val=s_val)
-    nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded)
-    return {"timings": {"allreduce": summarize([t])},
-            "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
+    coded, link_costs = _link_costs(net, P, model, index_coding)
+    p = _predict.predict(algorithm, P=P, N=dim, k=k, K=K, network=net,
+                         rates=_rates.kernel_rates(sim.run), compute_scale=compute_scale,
+                         s_idx=s_idx, s_val=s_val, coded=coded, link_costs=link_costs)
+    return {"timings": {"allreduce": summarize([p.seconds])},
+            "bytes": {"sent_per_rank_max": p.bytes, "sent_per_rank_mean": float(p.bytes),
+                      "estimated": True},
             "result": dict(some["result"]), "ran": algorithm, "modeled_only": True}
 
 
@@ -409,7 +454,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
             for case in sorted((c for c in cases if c.algorithm in modeled and _flat(c)),
                                key=lambda c: c.algorithm == AUTO):
                 rows[case] = _modeled_row(case.algorithm, P, dim, args.dtype, net, simulated,
-                                          plain, coded=case.index_coding != "raw")
+                                          plain, index_coding=case.index_coding, model=model,
+                                          compute_scale=args.compute_scale)
                 if _plain(case):
                     plain[case.algorithm] = rows[case]
             dense_median = rows[cases[0]]["timings"]["allreduce"]["median"]
