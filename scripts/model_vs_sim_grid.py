@@ -2,7 +2,7 @@
 
     python scripts/model_vs_sim_grid.py [--P 16 64 256] [--N 1048576 16777216]
         [--density 0.0001 0.001 0.01] [--pattern random overlap]
-        [--network 128x94.1gbit,ppn=8,latency=2.1us,intra=98gbit]
+        [--network 256x94.1gbit,latency=2.1us]
         [--output benchmarks/model-vs-sim/grid.jsonl] [--table benchmarks/model-vs-sim/grid.md]
 
 Per cell (P, N, density, pattern), in order of cost (every N = 1M cell first, P = 256 at
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
     p.add_argument("--N", type=int, nargs="+", default=[1 << 20, 1 << 24])
     p.add_argument("--density", type=float, nargs="+", default=[1e-4, 1e-3, 1e-2])
     p.add_argument("--pattern", nargs="+", default=["random", "overlap"])
-    p.add_argument("--network", default="128x94.1gbit,ppn=8,latency=2.1us,intra=98gbit")
+    p.add_argument("--network", default="256x94.1gbit,latency=2.1us")
     p.add_argument("--output", default="benchmarks/model-vs-sim/grid.jsonl")
     p.add_argument("--table", default="benchmarks/model-vs-sim/grid.md")
     args = p.parse_args(argv)

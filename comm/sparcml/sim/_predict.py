@@ -128,9 +128,8 @@ def predict(algorithm: str, *, P: int, N: int, k: float, K: float, network, rate
     native = native_min_ranks if native_min_ranks is not None else \
         current_options().native_min_ranks
     q = overlap_from_result(k, K, P, N)
-    if P > 1:  # the call's agreement check
-        clock.call()
-        clock.wait(cc.allreduce_time(P, AGREEMENT_BYTES, alpha, beta))
+    clock.call()  # the call's agreement check (an Allreduce, on one rank too)
+    clock.wait(cc.allreduce_time(P, AGREEMENT_BYTES, alpha, beta))
     if P == 1:
         return Prediction(clock.t, 0, clock.compute)
     globals()["_" + algorithm](clock, wire, P=P, N=N, k=k, K=K, q=q, network=network,
@@ -235,7 +234,6 @@ def _dsar_split_allgather(clock, wire, *, P, N, k, K, q, network, alpha, beta, n
 def _ssar_recursive_double(clock, wire, *, P, N, k, K, q, network, alpha, beta, native):
     pof2 = 1 << (P.bit_length() - 1)
     rem = P - pof2
-    inputs = 1
     if rem:  # the slowest ranks: an extra rank's partner, which receives and adds its input
         nbytes, coded, dense = wire.message(k, N)
         a, b = network.link(0, 1)
@@ -245,10 +243,16 @@ def _ssar_recursive_double(clock, wire, *, P, N, k, K, q, network, alpha, beta, 
         items = N if dense else k
         clock.kernel("add", 2 * items + (N if wire.dense(union_size(k, 2, N, q), N)
                                          else union_size(k, 2, N, q)))
-        inputs = 2
+    # the inputs a group of m butterfly ranks holds: 2 for the partner, the others 1 or 2
+    # (the rem - 1 other partners among the pof2 - 1 others)
+    def held(m):
+        if not rem:
+            return m
+        return 2 + (m - 1) * (1 + (rem - 1) / max(pof2 - 1, 1))
+
     mask = 1
     while mask < pof2:
-        cur = union_size(k, inputs * mask, N, q)
+        cur = union_size(k, held(mask), N, q)
         nbytes, coded, dense = wire.message(cur, N)
         peer = mask if mask < P else P - 1
         a, b = network.link(0, peer)
@@ -260,7 +264,7 @@ def _ssar_recursive_double(clock, wire, *, P, N, k, K, q, network, alpha, beta, 
         clock.call()  # Mprobe
         clock.wait(max(0.0, sharing * nbytes * b + a - clock.r["call"] * clock.scale))
         clock.kernel("decode", nbytes, coded)
-        nxt = union_size(k, inputs * mask * 2, N, q) if mask * 2 < pof2 else K
+        nxt = union_size(k, held(2 * mask), N, q) if mask * 2 < pof2 else K
         items = N if dense else cur
         clock.kernel("add", 2 * items + (N if wire.dense(nxt, N) else nxt))
         mask <<= 1
