@@ -399,7 +399,7 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
 
     from .sim_estimate import estimate
 
-    from sparcml import TOPK_ALLREDUCE
+    from sparcml import DENSE_BASELINE, TOPK_ALLREDUCE
 
     names = list(algorithms) + ([TOPK_ALLREDUCE] if args.topk is not None else [])
     itemsize = np.dtype(args.dtype).itemsize
@@ -408,7 +408,13 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         have = None
     for P in sorted(set(args.simulate)):
-        est = estimate(P, dims, densities, names, itemsize=itemsize)
+        # what --model-only predicts at this P is not simulated (the dense baseline is
+        # estimated apart: see --sim-memory)
+        simulated = [a for a in names
+                     if not (P >= args.model_only_from and a in args.model_only)]
+        if not set(simulated) - {DENSE_BASELINE}:
+            continue
+        est = estimate(P, dims, densities, simulated, itemsize=itemsize)
         if have is not None and est.bytes > have:
             print(f"sparc-bench: error: --simulate {P} needs {est.line()[len(f'P = {P}: '):]}, "
                   f"more than this machine's {have / 2**30:.3g} GiB of memory (see "
