@@ -7,8 +7,9 @@ first -- on P virtual ranks of the network SPEC. Times are the simulator's virtu
 and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC``.
 
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
-when that exceeds ``--sim-memory`` it is *modeled only* (Rabenseifner's bytes and time, no
-data; records say ``"modeled_only": true``), and the speedups refer to the modeled time: the
+when that exceeds ``--sim-memory`` it is *modeled only* (the simulated call's charges without
+data: Rabenseifner's bytes and time, the agreement check, the local additions and sparcml's
+Python, times ``--compute-scale``; records say ``"modeled_only": true``), and the speedups refer to the modeled time: the
 output says so once, and a ratio of a simulated row to a modeled dense one is marked ``~``
 (records: ``"speedup_mixed": true``, ``"dense_modeled_only": true``).
 ``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
