@@ -6,13 +6,11 @@ cells small enough for the test suite."""
 
 import json
 
-import numpy as np
 import pytest
 
-import sparcml
 import sparcml.sim as sim
 from sparcapps.bench.runner import BenchCase
-from sparcapps.bench.simulate import _cell, _estimated_sizes, _modeled_row, _simulated_row
+from sparcapps.bench.simulate import _cell, _modeled_row, _simulated_row
 from sparcml.sim import _predict
 
 ALGORITHMS = _predict.PREDICTED

@@ -163,7 +163,7 @@ def _allgather(clock, wire, *, P, N, k, K, q, network, alpha, beta, native):
 def _phase_one(clock, wire, *, P, N, k, alpha, beta, native):
     """The split algorithms' reduce-scatter: the P messages packed (one encode), one
     ``Alltoall`` of the sizes, one ``Alltoallv``; returns ``(bytes, coded, dense)`` of one
-    message (the owner's read follows)."""
+    message, and whether the messages travelled packed (the owner's read follows)."""
     nbytes, coded, dense = wire.message(k / P, N / P)
     if not native:  # P - 1 point-to-point messages, each encoded and decoded on its own
         for _ in range(P):
