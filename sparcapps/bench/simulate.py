@@ -17,7 +17,7 @@ simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of sim
 Python): their time and bytes are what the simulator would charge, replayed without running
 (:mod:`sparcml.sim._predict`: the same kernel rates, index coding, message sizes and
 collective formulas) at the cell's exact input and result sizes (taken from an algorithm that
-was simulated); within 1.3x of the simulated time and a few percent of its bytes on the
+was simulated); within 1.3x of the simulated time and 8% of its bytes on the
 reference grid of ``scripts/model_vs_sim_grid.py`` (BENCHMARKS.md).
 
 Compute is charged by ``--sim-compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
@@ -273,8 +273,8 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="aut
     sizes): :func:`sparcml.sim._predict.predict`, the simulator's own charges replayed without
     running (the calibrated kernel rates, the call's index coding, the collectives' and the
     links' formulas), times ``compute_scale`` for the compute. Bytes: the exact encoding of
-    the expected message sizes (``"bytes_estimated": true``; equal to a simulation's within a
-    few percent, BENCHMARKS "Model-only against the simulation").
+    the expected message sizes (``"estimated": true`` in the bytes; equal to a simulation's within
+    8%, BENCHMARKS "Model-only against the simulation").
 
     ``auto``: what its measured refinement would keep, with the rows standing in for its
     measurements: the contenders of the run's cost model ``model``
