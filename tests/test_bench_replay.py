@@ -105,8 +105,11 @@ def test_real_sweep_replays_the_same_inputs(tmp_path):
 
 def test_report_marks_modeled_only_rows_apart(tmp_path):
     """sparc-report: a row sparc-bench --simulate predicted by its model (``modeled_only``)
-    is a source of its own beside the simulated rows: its own panel, never on their axis (a
-    single point: named in the caption, its value in the table)."""
+    is marked apart from the simulated rows: a line of its own, "(modeled)", with its own
+    marker and line style, on the simulated rows' axes (issue 33: not a panel with its own y
+    axis); the table names it a source of its own."""
+    from sparcapps.report import plotting as pl
+
     from sparcapps.records import append_record, make_record, summarize
     from sparcapps.report.build import build
 
@@ -126,14 +129,17 @@ def test_report_marks_modeled_only_rows_apart(tmp_path):
     md, _, figs = build([path], tmp_path / "out")
     strong = next(f for f in figs if f.id.startswith("strong"))
     assert strong.meta["panel_titles"] == ["simulated (8x10gbit)"]
-    assert "Left out (a single point each, in the table): simulated (8x10gbit; modeled only)" \
-        in strong.caption
+    lines = {line["label"]: line for line in strong.meta["lines"]}
+    assert set(lines) == {"dense", "ssar_split_allgather", "ssar_split_allgather (modeled)"}
+    assert lines["ssar_split_allgather (modeled)"]["marker"] == pl.MODELED_MARKER
+    assert lines["ssar_split_allgather (modeled)"]["linestyle"] == pl.MODELED_LINESTYLE
+    assert "Left out" not in strong.caption
     assert "| simulated (8x10gbit; modeled only) |" in md.read_text()
 
 
 def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
     """No algorithm simulated (every sparse one --model-only, dense too large): k as the
-    input would have it, K the model's expected union; bytes of the model's volumes."""
+    input would have it, K the model's expected union; bytes the predictor's."""
     from sparcml._model.costmodel import union_size
 
     out = tmp_path / "m.jsonl"
@@ -149,4 +155,11 @@ def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
     assert recs["allgather"]["metrics"]["result_density"] == pytest.approx(
         round(union_size(k, 64, 100_000)) / 100_000)
     assert recs["allgather"]["bytes"]["sent_per_rank_max"] > 63 * k * 4  # 63 inputs' values
-    assert recs["auto"]["metrics"]["ran"] in recs
+    # auto: the fastest of its contenders, rows of this run or modeled for it (any algorithm
+    # auto may pick, dsar_split_allgather too)
+    from sparcml._collectives.registry import algorithm_names
+
+    assert recs["auto"]["metrics"]["ran"] in algorithm_names(in_auto_only=True)
+    ran = recs.get(recs["auto"]["metrics"]["ran"])
+    if ran is not None:
+        assert recs["auto"]["timings"] == ran["timings"]

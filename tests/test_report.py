@@ -378,3 +378,35 @@ def test_coinciding_lines_are_drawn_apart(tmp_path):
         if "dense" in lines:
             dense, ag = lines["dense"]["drawn"], lines["allgather"]["drawn"]
             assert [p[0] for p in dense] == pytest.approx([p[0] for p in ag], abs=0.01)
+
+
+def test_modeled_dense_baseline_shares_the_simulated_axes(tmp_path):
+    """Issue 33: a simulated report drew the modeled-only dense baseline (P x N values past
+    --sim-memory) in a panel of its own with its own y axis, so sparse against dense could not
+    be read off it. Now it is a line on the sparse algorithms' axes, marked as modeled: its own
+    marker and line style, "(modeled)" in its label; a simulated dense point stays plain."""
+    from sparcapps.report import plotting as pl
+    from sparcapps.report.build import build
+
+    path = tmp_path / "r.jsonl"
+    sim_env = {"command": ["sparc-bench", "--simulate", "16", "64", "256"], "launcher": None}
+    for P in (16, 64, 256):
+        for alg, t in (("dense", 2e-3 * P ** 0.5), ("allgather", 1e-4 * P)):
+            modeled = alg == "dense" and P > 16
+            rec = _bench(P, 0.001, alg, t, N=1 << 24, env=sim_env, modeled_only=modeled)
+            rec.update(simulated=True, network="256x10gbit")
+            append_record(path, rec)
+    _, _, figs = build([path], tmp_path / "out")
+    strong = next(f for f in figs if f.id.startswith("strong-N-16777216"))
+    m = strong.meta
+    assert len(m["panels"]) == 1  # one y axis for every line
+    assert m["panel_titles"] == ["simulated (256x10gbit)"]
+    lines = {line["label"]: line for line in m["lines"]}
+    assert set(lines) == {"dense", "dense (modeled)", "allgather"}
+    modeled, simulated = lines["dense (modeled)"], lines["dense"]
+    assert modeled["marker"] == pl.MODELED_MARKER != simulated["marker"]
+    assert modeled["linestyle"] == pl.MODELED_LINESTYLE != simulated["linestyle"]
+    assert len(modeled["drawn"]) == 2 and len(simulated["drawn"]) == 1
+    assert lines["allgather"]["linestyle"] == simulated["linestyle"]
+    assert "dense (modeled)" in m["legend"]
+    assert "do not compare" not in strong.caption

@@ -244,3 +244,44 @@ def test_simulated_dense_row_ratios_are_not_marked(tmp_path, capsys):
     assert "note: dense" not in text
     for line in _table(text).values():
         assert not line.split()[-1].startswith("~")
+
+
+# ---- one timed call per case under modeled compute (issue 33, item 4) ---------------------------
+def test_modeled_calls_repeat_the_same_figure():
+    """What licenses one timed call: with modeled compute, repetitions of a case give the same
+    modeled time (the split algorithms' periodic partition check aside: one small
+    ``Allgather`` every ``CHECK_EVERY`` calls, a few percent) and the same bytes."""
+    from sparcapps.bench.runner import BenchCase
+    from sparcapps.bench.simulate import _cell as bench_cell
+
+    algs = ["dense", "ssar_recursive_double", "allgather", "ssar_split_allgather"]
+    cases = [BenchCase(50_000, 0.01, "random", a) for a in algs]
+    res = sim.run(5, bench_cell, network="5x10gbit", args=(cases, 4, 0, 0, None)).results
+    for i, a in enumerate(algs):
+        times = np.max([r[i]["elapsed"] for r in res], axis=0)
+        assert len(times) == 4 and times.min() > 0
+        if "split" in a:
+            assert times.max() <= 1.1 * times.min(), (a, times)
+        else:
+            # the same to rounding: t1 - t0 on a clock further along
+            np.testing.assert_allclose(times, times[0], rtol=1e-9, err_msg=a)
+
+
+@pytest.mark.parametrize("compute, want", [("model", 1), ("measured", 3)])
+def test_modeled_compute_times_one_call_per_case(tmp_path, capsys, compute, want):
+    """``--reps 3 --warmup 1`` under modeled compute: one timed call per case, and the records
+    and the header say so; measured compute keeps the repetitions."""
+    out = tmp_path / "r.jsonl"
+    args = [a for a in ARGS if a not in ("--reps", "--warmup", "1", "0")]
+    assert cli.main(["--simulate", "3", "--network", "3x10gbit", *args, "--reps", "3",
+                     "--warmup", "1", "--sim-compute", compute, "--no-progress",
+                     "--output", str(out)]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    recs = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(recs) == 2
+    for r in recs:
+        assert r["timings"]["allreduce"]["n"] == want
+        assert r["config"]["reps"] == want and r["config"]["reps_requested"] == 3
+        assert r["config"]["warmup"] == (0 if compute == "model" else 1)
+        assert (r["config"]["reps_note"] is not None) == (compute == "model")
+    assert ("one timed call per case" in header) == (compute == "model")

@@ -94,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="value type of the vectors")
     p.add_argument("--reps", type=positive_int,
-                   help=f"timed repetitions per case ({preset('reps')}; --overlap: 7)")
+                   help=f"timed repetitions per case ({preset('reps')}; --overlap: 7; "
+                        f"--simulate with modeled compute: 1, see --sim-compute)")
     p.add_argument("--warmup", type=nonnegative_int,
                    help=f"untimed repetitions per case ({preset('warmup')})")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of QSGD")
@@ -227,9 +228,9 @@ def run_sweep(args) -> int:
 
         if args.network is None:
             args.network = f"{max(args.simulate)}x10gbit"
-        if args.bits or args.nonblocking or args.reuse_output:
-            raise SystemExit("sparc-bench: --simulate runs blocking, full-precision calls "
-                             "(no --bits, --nonblocking, --reuse-output)")
+        if args.reuse_output:
+            raise SystemExit("sparc-bench: --simulate gives each call a new result (no "
+                             "--reuse-output: P reused buffers of N values would not be shared)")
         _check_simulation_size(args, dims, densities, algorithms)
         return run_simulated_sweep(args, cells, reps, warmup, algorithms,
                                    config={"N": dims, "density": densities,
@@ -398,7 +399,7 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
 
     from .sim_estimate import estimate
 
-    from sparcml import TOPK_ALLREDUCE
+    from sparcml import DENSE_BASELINE, TOPK_ALLREDUCE
 
     names = list(algorithms) + ([TOPK_ALLREDUCE] if args.topk is not None else [])
     itemsize = np.dtype(args.dtype).itemsize
@@ -407,7 +408,13 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         have = None
     for P in sorted(set(args.simulate)):
-        est = estimate(P, dims, densities, names, itemsize=itemsize)
+        # what --model-only predicts at this P is not simulated (the dense baseline is
+        # estimated apart: see --sim-memory)
+        simulated = [a for a in names
+                     if not (P >= args.model_only_from and a in args.model_only)]
+        if not set(simulated) - {DENSE_BASELINE}:
+            continue
+        est = estimate(P, dims, densities, simulated, itemsize=itemsize)
         if have is not None and est.bytes > have:
             print(f"sparc-bench: error: --simulate {P} needs {est.line()[len(f'P = {P}: '):]}, "
                   f"more than this machine's {have / 2**30:.3g} GiB of memory (see "

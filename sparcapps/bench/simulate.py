@@ -7,21 +7,36 @@ first -- on P virtual ranks of the network SPEC. Times are the simulator's virtu
 and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC``.
 
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
-when that exceeds ``--sim-memory`` it is *modeled only* (Rabenseifner's bytes and time, no
-data; records say ``"modeled_only": true``), and the speedups refer to the modeled time: the
+when that exceeds ``--sim-memory`` it is *modeled only* (the simulated call's charges without
+data: Rabenseifner's bytes and time, the agreement check, the local additions and sparcml's
+Python, times ``--compute-scale``; records say ``"modeled_only": true``), and the speedups refer to the modeled time: the
 output says so once, and a ratio of a simulated row to a modeled dense one is marked ``~``
 (records: ``"speedup_mixed": true``, ``"dense_modeled_only": true``).
 ``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
 simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of simulator
-Python): their time is the cost model's prediction for the network
-(:func:`sparcml.sim.network_cost_model`) at the cell's exact input and result sizes (taken
-from an algorithm that was simulated), their bytes the model's volumes (:func:`_model_bytes`).
+Python): their time and bytes are what the simulator would charge, replayed without running
+(:mod:`sparcml.sim._predict`: the same kernel rates, index coding, message sizes and
+collective formulas) at the cell's exact input and result sizes (taken from an algorithm that
+was simulated); within 1.3x of the simulated time and 8% of its bytes on the
+reference grid of ``scripts/model_vs_sim_grid.py`` (BENCHMARKS.md).
 
 Compute is charged by ``--sim-compute`` (:func:`sparcml.sim.run`'s ``compute``): ``model``
 (default) calibrated kernel rates times exact work, so two runs agree whatever the machine's
-load; ``measured`` the thread CPU time. Records carry ``"compute"``. ``--progress`` (default:
+load; ``measured`` the thread CPU time. Records carry ``"compute"``. With ``model`` a call is
+deterministic: repetitions would repeat the same figure, so each case runs one untimed first
+call (as in a real sweep: it sets up the communicator and the balanced partitions) and **one**
+timed call, whatever ``--reps`` and ``--warmup`` say (records: ``"reps": 1``, ``"warmup": 0``,
+the requested values and the reason under ``"reps_requested"``, ``"warmup_requested"``,
+``"reps_note"``). (The one call can differ from a median of many by a periodic step: the
+split algorithms' partition check, one small ``Allgather`` every
+:data:`sparcml._collectives.partition.CHECK_EVERY` calls, a few percent.) ``measured`` keeps
+the repetitions: its figures vary from call to call. ``--progress`` (default:
 when stderr is a terminal) prints a line per cell: cell, P, elapsed wall time, estimate
 (:mod:`.sim_estimate`).
+
+``--bits B`` adds each algorithm's quantized row (QSGD, seeded per rank as in a real sweep) and
+``--nonblocking`` times ``iallreduce`` + ``wait`` (sparcml's communication thread runs on the
+simulated rank's communicator): the same calls as under ``mpiexec``, the same bytes.
 
 Before the first cell, every algorithm runs once on 2 ranks and a small input (not timed), so
 that no cell's first algorithm is charged for loading the compiled kernels.
@@ -68,12 +83,16 @@ def add_arguments(p) -> None:
                         "in this many GiB (three copies counted); beyond, it is modeled")
     p.add_argument("--compute-scale", type=positive_float, default=1.0, metavar="FACTOR",
                    help="with --simulate: multiply the compute charged here by FACTOR (the "
-                        "target's cores are FACTOR times slower; or ranks share cores)")
+                        "target's cores are FACTOR times slower; or ranks share cores): every "
+                        "compute term, the dense baseline's local additions included, simulated "
+                        "or modeled")
     p.add_argument("--sim-compute", choices=("model", "measured"), default="model",
                    help="with --simulate: how a simulated rank's compute is charged: 'model' "
                         "(default) calibrated kernel rates x exact work, the same on a quiet "
-                        "or a loaded machine (rates cached in ~/.cache/sparcml/); 'measured' "
-                        "the thread CPU time it takes here (follows the machine's load)")
+                        "or a loaded machine (rates cached in ~/.cache/sparcml/), so one timed "
+                        "call per case whatever --reps/--warmup say (repetitions would repeat "
+                        "the same figure; records say reps 1); 'measured' the thread CPU time "
+                        "it takes here (follows the machine's load; --reps repetitions)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="with --simulate: a line per cell on stderr (cell, P, elapsed, "
                         "estimate); default: on when stderr is a terminal")
@@ -102,7 +121,9 @@ def _cell(comm, cases, reps, warmup, seed, model):
     # same keywords, options included): one untimed first call per case, then the
     # repetitions interleaved case by case, so state kept between calls (the balanced
     # partitions' estimate) evolves the same way and bytes match a real run's
-    calls = [case_call(case, vec, comm) for case in cases]
+    calls = [case_call(case, vec, comm, None if case.bits is None
+                       else sparcml.QSGD(bits=case.bits, seed=[seed, rank]))
+             for case in cases]
     for call in calls:
         call(sparcml.TrafficStats())
     settle_auto([lambda call=call: call(sparcml.TrafficStats())
@@ -178,14 +199,29 @@ def _dense_fits(P, dim, itemsize, budget) -> bool:
     return P * dim * itemsize * 3 <= budget
 
 
-def _modeled_dense(P, dim, dtype, net):
+def _modeled_dense(P, dim, dtype, net, *, compute="model", compute_scale=1.0):
+    """The dense row's modeled seconds and bytes, charged as a simulated dense call would be
+    (``compute``, times ``compute_scale``): with modeled compute the whole call
+    (:func:`sparcml.sim._predict.predict`: the agreement check, sparcml's Python per call,
+    the ``Allreduce`` and its local additions), else the ``Allreduce`` alone
+    (:func:`sparcml.sim.dense_allreduce_model`, its additions at the measured rate)."""
     import sparcml.sim as sim
+    from sparcml import DENSE_BASELINE
+    from sparcml.sim import _predict, _rates
 
-    return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize)
+    if compute == "model":
+        p = _predict.predict(DENSE_BASELINE, P=P, N=dim, k=dim, K=dim, network=net,
+                             rates=_rates.kernel_rates(sim.run), compute_scale=compute_scale,
+                             s_val=np.dtype(dtype).itemsize)
+        return p.seconds, p.bytes
+    return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize, compute=compute,
+                                     compute_scale=compute_scale)
 
 
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
-    """Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
+    """(What ``--model-only`` rows recorded before issue 33, kept for
+    ``scripts/scaling_tables.py``'s older records; now :mod:`sparcml.sim._predict`.)
+    Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
     doubling the expected union so far in each of its rounds (powers of two). ``coded``:
@@ -212,35 +248,66 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
     return int(phase1 + (P - 1) / P * gathered)
 
 
-def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, coded=True):
-    """A modeled-only row of a split algorithm from a simulated row ``some`` of the cell.
+def _link_costs(net, P, model, index_coding):
+    """``(coded, link_costs)`` of a simulated call's index coding, as
+    :func:`sparcml._model.link_costs.index_coding_costs` gives them on the simulated ranks:
+    the cost model's when the run has one, else assumed from whether the ranks share a
+    node."""
+    from sparcml import CostModel
+    from sparcml._model.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS
+
+    if index_coding == "raw":
+        return False, None
+    if index_coding == "coded" or P == 1:
+        return True, None
+    if model is not None:
+        return True, (float(model.beta), float(model.gamma_code))
+    one_node = P <= net.ppn
+    return True, (SHARED_MEMORY_BYTE_SECONDS if one_node else NETWORK_BYTE_SECONDS,
+                  CostModel.gamma_code)
+
+
+def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="auto",
+                 model=None, compute_scale=1.0):
+    """A modeled-only row from a simulated row ``some`` of the cell (its input and result
+    sizes): :func:`sparcml.sim._predict.predict`, the simulator's own charges replayed without
+    running (the calibrated kernel rates, the call's index coding, the collectives' and the
+    links' formulas), times ``compute_scale`` for the compute. Bytes: the exact encoding of
+    the expected message sizes (``"estimated": true`` in the bytes; equal to a simulation's within
+    8%, BENCHMARKS "Model-only against the simulation").
 
     ``auto``: what its measured refinement would keep, with the rows standing in for its
-    measurements: the contenders the simulator's cost model ranks within the margin
-    (:meth:`sparcml.CostModel.contenders`, after one call, with the overlap that call's result
-    teaches), and of those the one whose row in ``rows`` (modeled too when absent) is fastest;
-    that row's time and bytes. ``coded``: the row's index coding is not raw (its modeled
-    bytes)."""
+    measurements: the contenders of the run's cost model ``model``
+    (:meth:`sparcml.CostModel.contenders`, with the overlap the result teaches; every
+    candidate without a model), and of those the one whose row in ``rows`` (modeled too when
+    absent) is fastest; that row's time and bytes."""
     import sparcml.sim as sim
     from sparcapps.records import summarize
     from sparcml import AUTO, index_dtype_for
+    from sparcml._collectives.registry import algorithm_names
+    from sparcml.sim import _predict, _rates
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
-    model = sim.network_cost_model(net, P)
     if algorithm == AUTO:
-        q = model.overlap_from_result(k, K, P, dim)
-        contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        contenders = list(algorithm_names(in_auto_only=True))
+        if model is not None:
+            q = model.overlap_from_result(k, K, P, dim)
+            contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
         candidates = {a: rows.get(a) or _modeled_row(a, P, dim, dtype, net, some, rows,
-                                                     coded=coded)
+                                                     index_coding=index_coding, model=model,
+                                                     compute_scale=compute_scale)
                       for a in contenders}
         choice = min(contenders,
                      key=lambda a: candidates[a]["timings"]["allreduce"]["median"])
         return {**candidates[choice], "ran": choice, "modeled_only": True}
-    t = model.predict(algorithm, P=P, N=dim, k=k, K=K, s_idx=s_idx, s_val=s_val)
-    nbytes = _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded)
-    return {"timings": {"allreduce": summarize([t])},
-            "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
+    coded, link_costs = _link_costs(net, P, model, index_coding)
+    p = _predict.predict(algorithm, P=P, N=dim, k=k, K=K, network=net,
+                         rates=_rates.kernel_rates(sim.run), compute_scale=compute_scale,
+                         s_idx=s_idx, s_val=s_val, coded=coded, link_costs=link_costs)
+    return {"timings": {"allreduce": summarize([p.seconds])},
+            "bytes": {"sent_per_rank_max": p.bytes, "sent_per_rank_mean": float(p.bytes),
+                      "estimated": True},
             "result": dict(some["result"]), "ran": algorithm, "modeled_only": True}
 
 
@@ -275,10 +342,22 @@ def _warm_up(algorithms, dtype, compute="model") -> None:
     sim.run(2, _cell, network="2x10gbit", args=(cases, 1, 0, 0, None), compute=compute)
 
 
+MODELED_REPS_NOTE = ("--sim-compute model: a simulated call is deterministic, so repetitions would "
+                     "repeat the same figure; one timed call per case (after the untimed first "
+                     "call a real sweep makes too)")
+
+
+def simulated_reps(compute: str, reps: int, warmup: int) -> tuple[int, int]:
+    """The repetitions and warm-ups a simulated sweep runs: ``(1, 0)`` with modeled compute
+    (:data:`MODELED_REPS_NOTE`), else the requested ones."""
+    return (1, 0) if compute == "model" else (reps, warmup)
+
+
 def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int:
     """The sweep of ``cells`` (:func:`.inputs.bench_cells`) for each P of ``args.simulate``:
     the real sweep's cases (:func:`.cases.cell_cases`: the same index coding, partition,
-    node-aware and top-k rows, each call with the same keywords)."""
+    node-aware and top-k rows, each call with the same keywords). ``reps`` and ``warmup``
+    as asked; with modeled compute one timed call (:func:`simulated_reps`)."""
     import sparcml.sim as sim
     from sparcml import AUTO, DENSE_BASELINE
     from sparcapps.records import append_record, capture_environment, make_record, summarize
@@ -288,10 +367,20 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
 
     net = sim.parse_network(args.network)
     environment = capture_environment()
+    asked = {"reps_requested": reps, "warmup_requested": warmup}
+    reps, warmup = simulated_reps(args.sim_compute, reps, warmup)
+    reps_note = MODELED_REPS_NOTE if args.sim_compute == "model" else None
     budget = args.sim_memory * 2**30
     what = ("compute modeled from calibrated kernel rates" if args.sim_compute == "model"
             else "compute measured here")
-    print(f"sparc-bench --simulate: network {net.text}; time = median over reps of the "
+    timed = ("one timed call per case (modeled compute is deterministic: repetitions would "
+             "repeat the same figure)" if reps_note else "median over reps")
+    if args.nonblocking:
+        timed += " of iallreduce + wait"
+    if args.bits:
+        timed += (f"; +q{args.bits}: QSGD {args.bits}-bit"
+                  + (" (sparse values too)" if args.quantize_sparse else ""))
+    print(f"sparc-bench --simulate: network {net.text}; time = {timed} of the "
           f"slowest rank's virtual time ({what} + modeled communication; --sim-compute); bytes "
           f"and results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
@@ -348,7 +437,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
             # dense reference and the modeled rows' inputs
             plain = {c.algorithm: rows[c] for c in run_cases if _plain(c)}
             if not dense_fits:
-                t, nbytes = _modeled_dense(P, dim, args.dtype, net)
+                t, nbytes = _modeled_dense(P, dim, args.dtype, net, compute=args.sim_compute,
+                                           compute_scale=args.compute_scale)
                 some = next(iter(plain.values()), None)
                 plain[DENSE_BASELINE] = rows[cases[0]] = {
                     "timings": {"allreduce": summarize([t])},
@@ -365,7 +455,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
             for case in sorted((c for c in cases if c.algorithm in modeled and _flat(c)),
                                key=lambda c: c.algorithm == AUTO):
                 rows[case] = _modeled_row(case.algorithm, P, dim, args.dtype, net, simulated,
-                                          plain, coded=case.index_coding != "raw")
+                                          plain, index_coding=case.index_coding, model=model,
+                                          compute_scale=args.compute_scale)
                 if _plain(case):
                     plain[case.algorithm] = rows[case]
             dense_median = rows[cases[0]]["timings"]["allreduce"]["median"]
@@ -397,7 +488,8 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                 if args.output:
                     rec = make_record(
                         "sparc-bench", config={**vars(args), **config, "reps": reps,
-                                               "warmup": warmup,
+                                               "warmup": warmup, **asked,
+                                               "reps_note": reps_note,
                                                "algorithms": algorithms},
                         environment=environment, algorithm=case.algorithm, P=P, N=dim,
                         density=density, timings=row["timings"], bytes=row["bytes"],
@@ -407,6 +499,9 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
                                  "hierarchical": bool(row.get("hierarchical", False)),
                                  "index_coding": case.index_coding,
                                  "partitions": case.partitions, "topk": case.topk,
+                                 "bits": case.bits,
+                                 "quantize_sparse": case.quantize_sparse,
+                                 "nonblocking": args.nonblocking,
                                  "result_density": row["result"]["density"],
                                  "result_dense": row["result"]["dense"],
                                  "modeled_only": row["modeled_only"],

@@ -4,7 +4,10 @@ over dense vs P (log axis), time vs density, measured vs cost model.
 Each figure is a :class:`Fig` with a stable id (its PNG and SVG names without the suffix; what
 ``sparc-report --rerun`` takes), a caption naming the data set, the rows it plots and the
 commands that made them. Rows of different sources (measured on this machine, simulated on a
-network) go in separate panels, never on one axis, and the caption says they do not compare.
+network) go in separate panels, never on one axis, and the caption says they do not compare;
+the rows a simulation predicted by its model instead (``"modeled_only"``: a dense baseline too
+large to simulate, ``--model-only`` algorithms) share their simulation's axes, each a line of
+its own marked "(modeled)" (dotted, its own marker).
 Error bars (quartiles) are drawn only for points with at least :data:`plotting.MIN_REPS`
 repetitions; the caption says how many points have them.
 """
@@ -116,7 +119,8 @@ def _lines(ax, styles, rows, x, y, *, err=None) -> tuple[set, int]:
         kw = pl.style_for(styles, name, g[0]["simulated"], g[0]["network"])
         tr = pl.shifted(ax, offsets[name])
         pl.plot_line(ax, [x(r) for r in g], [y(r) for r in g], offsets[name],
-                     gid=f"series-{i}", label=name, zorder=2.5 if name == dense_name() else 2,
+                     gid=f"series-{i}", label=name,
+                     zorder=2.5 if name.startswith(dense_name()) else 2,
                      **kw)
         pts = [(x(r), y(r), err(r)) for r in g] if err else []
         pts = [p for p in pts if p[2] is not None]
@@ -293,8 +297,28 @@ def _model(rows, styles):
     return figs
 
 
+MODELED_ONLY = "; modeled only"  # :func:`sparcapps.report.fmt.network_label`'s mark
+
+
+def on_simulated_axes(rows) -> list[dict]:
+    """``rows`` with the modeled-only rows of a simulation (``sparc-bench --simulate``'s
+    ``"modeled_only": true``: the dense baseline past ``--sim-memory``, ``--model-only``
+    algorithms) moved onto their simulation's axes: the same source (network), as their own
+    series ``NAME (modeled)`` (dotted, :data:`plotting.MODELED_MARKER`), so that the sparse /
+    dense comparison reads off one y axis."""
+    out = []
+    for r in rows:
+        net = r["network"]
+        if r["simulated"] and isinstance(net, str) and net.endswith(MODELED_ONLY):
+            r = {**r, "network": net[:-len(MODELED_ONLY)], "series": r["series"] + pl.MODELED}
+        out.append(r)
+    return out
+
+
 def collective_figures(rows) -> list[Fig]:
-    """Every collective figure the rows support, in report order."""
+    """Every collective figure the rows support, in report order (modeled-only rows on their
+    simulation's axes, :func:`on_simulated_axes`)."""
+    rows = on_simulated_axes(rows)
     styles = pl.SeriesStyles([r["series"] for r in rows], dense_name())
     return (_scaling(rows, styles, "strong") + _scaling(rows, styles, "weak")
             + _speedup(rows, styles) + _vs_density(rows, styles) + _model(rows, styles))

@@ -17,7 +17,7 @@ import math
 import textwrap
 from typing import Iterable, Sequence
 
-__all__ = ["DPI", "MIN_REPS", "MARKERS", "new_figure", "new_axes", "rank_axis", "percent_axis",
+__all__ = ["DPI", "MIN_REPS", "MARKERS", "MODELED", "modeled_series", "new_figure", "new_axes", "rank_axis", "percent_axis",
            "style_for", "source_label", "legend", "outside_legend", "save", "describe",
            "log_y", "dodge", "shifted", "plot_line", "SeriesStyles"]
 
@@ -108,35 +108,59 @@ def source_label(simulated: bool, network: str | None) -> str:
     return f"measured (emulated {network})" if network else "measured"
 
 
+MODELED = " (modeled)"  # the series suffix of rows predicted by a model, not simulated
+MODELED_MARKER = "x"
+MODELED_LINESTYLE = ":"
+
+
+def modeled_series(series: str) -> bool:
+    """Whether ``series`` is a modeled-only line (:data:`MODELED`)."""
+    return series.endswith(MODELED)
+
+
 class SeriesStyles:
     """Stable colour and marker per configuration, shared by all figures (dense: black
-    circles, drawn thicker)."""
+    circles, drawn thicker). A modeled-only line (``NAME (modeled)``) keeps its configuration's
+    colour, with its own marker (:data:`MODELED_MARKER`) and a dotted line."""
 
     def __init__(self, series: Iterable[str], dense: str):
-        names = sorted(set(series) - {dense})
+        series = set(series)
+        bases = {s[:-len(MODELED)] if modeled_series(s) else s for s in series}
+        names = sorted(bases - {dense})
         self.colour = {name: f"C{i % 10}" for i, name in enumerate(names)}
         self.markers = {name: MARKERS[(i + 1) % len(MARKERS)] for i, name in enumerate(names)}
         self.colour[dense] = "black"
         self.markers[dense] = "o"
+        for s in series:
+            if modeled_series(s):
+                self.colour[s] = self.colour.get(s[:-len(MODELED)], "gray")
+                self.markers[s] = MODELED_MARKER
         self.dense = dense
 
+    def thick(self, series: str) -> bool:
+        return series in (self.dense, self.dense + MODELED)
+
     def handle(self, series: str):
-        """The legend entry of a configuration: its colour, marker and line width."""
+        """The legend entry of a configuration: its colour, marker, line style and width."""
         from matplotlib.lines import Line2D
 
         return Line2D([], [], color=self.colour.get(series, "gray"),
                       marker=self.markers.get(series, "o"), markersize=5,
-                      lw=2 if series == self.dense else 1.5, label=series)
+                      ls=MODELED_LINESTYLE if modeled_series(series) else "-",
+                      lw=2 if self.thick(series) else 1.5, label=series)
 
 
 def style_for(styles: SeriesStyles, series: str, simulated: bool,
               network: str | None = None) -> dict:
-    """Plot keywords: colour and marker by configuration, dashed and hollow when simulated."""
+    """Plot keywords: colour and marker by configuration, dashed and hollow when simulated,
+    dotted with its own marker when modeled only."""
     colour = styles.colour.get(series, "gray")
+    modeled = modeled_series(series)
     return {"color": colour, "marker": styles.markers.get(series, "o"),
-            "linestyle": "--" if simulated else "-",
-            "lw": 2 if series == styles.dense else 1.5,
-            "markerfacecolor": "white" if simulated else colour, "markersize": 5}
+            "linestyle": MODELED_LINESTYLE if modeled else "--" if simulated else "-",
+            "lw": 2 if styles.thick(series) else 1.5,
+            "markerfacecolor": "white" if simulated and not modeled else colour,
+            "markersize": 5}
 
 
 def dodge(lines: dict, *, rel: float = 0.03, step_pt: float = 5.0) -> dict:

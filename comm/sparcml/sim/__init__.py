@@ -56,7 +56,12 @@ Modeled time: each rank has a virtual clock.
   latency). A receive completes at ``max(receiver's clock, arrival)``; a rank ends no earlier
   than its last send has left it.
 - Collectives: synchronizing; from the last rank's entry, the time of MPICH's algorithm for
-  that size (:mod:`sparcml.sim._collective_cost`), on the slowest link they span.
+  that size (:mod:`sparcml.sim._collective_cost`), on the slowest link they span; an
+  ``Allreduce``'s local sums are compute (``dense_add`` rate, times ``compute_scale``).
+
+Without running: ``sparc-bench --simulate --model-only`` replays these charges for the built-in
+algorithms from the input and result sizes alone (:mod:`sparcml.sim._predict`), within 1.3x of
+the simulated time on the reference grid of ``scripts/model_vs_sim_grid.py``.
 
 Assumptions kept from LogP/LogGP: a per-message latency (L + o folded into alpha), a per-byte
 gap on each endpoint (G = beta), endpoint serialization (one message at a time per link

@@ -100,7 +100,8 @@ class World:
         self.sequence = 0  # global posting order of messages
         # rates: compute modeled from them (sparcml.sim._rates), None: measured thread time
         self.rates = rates
-        self.gamma_add = add_rate() if rates is None else rates["dense_add"]
+        # seconds per byte of a simulated Allreduce's local sums: compute, so scaled like all
+        self.gamma_add = (add_rate() if rates is None else rates["dense_add"]) * self.compute_scale
 
     # ---- compute accounting ------------------------------------------------------------------
     def enter(self, st: RankState, call: bool = True) -> None:
