@@ -13,7 +13,7 @@ from sparcapps.bench.runner import BenchCase
 from sparcapps.bench.simulate import _cell, _modeled_row, _simulated_row
 from sparcml.sim import _predict
 
-ALGORITHMS = _predict.PREDICTED
+ALGORITHMS = _predict.predicted_algorithms()
 NET = "128x94.1gbit,ppn=8,latency=2.1us,intra=98gbit"
 
 

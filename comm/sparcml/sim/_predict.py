@@ -40,13 +40,27 @@ from .._wire.codec import RAW, Codec, _pad8
 from .._wire.header import header_size
 from . import _collective_cost as cc
 
-__all__ = ["Prediction", "predict", "AGREEMENT_BYTES", "PREDICTED"]
+__all__ = ["Prediction", "predict", "AGREEMENT_BYTES", "predicted_algorithms"]
 
 # the agreement check's Allreduce (sparcml._runtime.agreement: 2 x (2 + MAX_FIELDS) + MAX_MAXIMA
 # int64)
 AGREEMENT_BYTES = 8 * (2 * (2 + 14) + 4)
-PREDICTED = ("dense", "ssar_recursive_double", "ssar_split_allgather", "dsar_split_allgather",
-             "allgather")
+
+def _predicted() -> dict:
+    """Algorithm name (from the registry's records) -> its charges below."""
+    from .._collectives.algorithms import (allgather_sum, dense_allreduce, recursive_doubling,
+                                           split_dense, split_sparse)
+
+    return {dense_allreduce.ALGORITHM.name: _dense,
+            recursive_doubling.ALGORITHM.name: _ssar_recursive_double,
+            split_sparse.ALGORITHM.name: _ssar_split_allgather,
+            split_dense.ALGORITHM.name: _dsar_split_allgather,
+            allgather_sum.ALGORITHM.name: _allgather}
+
+
+def predicted_algorithms() -> tuple[str, ...]:
+    """The algorithms :func:`predict` knows (the built-in ones)."""
+    return tuple(_predicted())
 
 
 @dataclass(frozen=True)
@@ -116,12 +130,12 @@ def _levels(streams: float) -> float:
 def predict(algorithm: str, *, P: int, N: int, k: float, K: float, network, rates: dict,
             compute_scale: float = 1.0, s_idx: int = 4, s_val: int = 4, coded: bool = True,
             link_costs=None, native_min_ranks: int | None = None) -> Prediction:
-    """The simulator's charges for one call of ``algorithm`` (one of :data:`PREDICTED`) on P
+    """The simulator's charges for one call of ``algorithm`` (one of :func:`predicted_algorithms`) on P
     ranks of ``network`` (a :class:`~sparcml.sim.NetworkSpec`), inputs of ``k`` entries of N,
     a result of ``K``; ``rates`` the run's kernel rates; ``coded`` / ``link_costs`` the index
     coding of the call (:func:`sparcml._model.link_costs.index_coding_costs`)."""
-    if algorithm not in PREDICTED:
-        raise ValueError(f"no prediction for {algorithm!r} (only {', '.join(PREDICTED)})")
+    if algorithm not in _predicted():
+        raise ValueError(f"no prediction for {algorithm!r} (only {', '.join(_predicted())})")
     clock = _Clock(rates, compute_scale)
     wire = _Wire(s_idx, s_val, coded, link_costs)
     alpha, beta = network.collective_link(range(P))
@@ -132,7 +146,7 @@ def predict(algorithm: str, *, P: int, N: int, k: float, K: float, network, rate
     clock.wait(cc.allreduce_time(P, AGREEMENT_BYTES, alpha, beta))
     if P == 1:
         return Prediction(clock.t, 0, clock.compute)
-    globals()["_" + algorithm](clock, wire, P=P, N=N, k=k, K=K, q=q, network=network,
+    _predicted()[algorithm](clock, wire, P=P, N=N, k=k, K=K, q=q, network=network,
                               alpha=alpha, beta=beta, native=P >= native)
     return Prediction(clock.t, int(clock.sent), clock.compute)
 
