@@ -32,8 +32,22 @@ raises the first failing rank's error; the plan stays usable. When every rank pa
 other dim and dtype, the error is :class:`PlanShapeError` (so that a caller holding plans per
 key, :class:`sparcml.compression.Compression`, can make a new plan for the new shape).
 
+**Plans cannot be crossed.** Each plan has an identity agreed at its creation (a number,
+the same on every rank of ``comm``, and its operation, dim, dtype and algorithm). Every call
+first reduces one small array (the layout of every sparcml call's agreement,
+:func:`sparcml._runtime.agreement.agreement_array`, led by a signature of that identity:
+about one ``MPI_Allreduce`` of 288 bytes, a few microseconds), so that ranks that reached
+different calls at the same point (two plans called in swapped order, a ``plan`` against a
+``topk_plan``, a plan against a plain call, a plan dropped on one rank while the others call
+it) raise the same :class:`~sparcml.RankMismatchError` on every rank, naming each rank's
+call, before any message of a schedule is sent. (Headers alone cannot do this: schedules that
+differ, such as ``MPI_Allreduce`` against point-to-point rounds, never exchange a message
+whose header could be read.) A plan needs no collective free: dropping one on some ranks only
+is found at those ranks' next sparcml call on ``comm``, as a crossing.
+
 Not in plans: node-aware (hierarchical) calls; ``auto`` is resolved once at creation (from
-``nnz``, the expected nonzeros per rank), not per call.
+``nnz``, the expected nonzeros per rank: the maximum over ranks, so every rank chooses alike,
+and the choice is checked equal), not per call.
 """
 
 from __future__ import annotations
@@ -46,7 +60,9 @@ from .._errors import InvalidVectorError
 from .._model import auto
 from .._model.link_costs import index_coding_costs
 from .._options import Options, in_call
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call, raise_agreed
+from .._errors import RankMismatchError
+from .._runtime.agreement import (VALUE_DTYPE_NAMES, agree, agreed_call, agreed_maxima,
+                                  agreement_array, raise_agreed)
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
@@ -58,10 +74,11 @@ from .ops import PLAIN
 from .partition import memory_of as partition_memory_of
 from .plan_fast import FastRecursiveDoubling, fits
 from .registry import algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
-from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
+from .validation import (LocalFailure, check_out, check_quantizable, check_stats, coerce_vector,
+                         quantizer_code)
 
 __all__ = ["AllreducePlan", "PlanInputError", "PlanShapeError", "plan", "FlagOps", "check_plan_input",
-           "agreed_error"]
+           "agreed_error", "PlanIdentity", "next_plan_id"]
 
 
 class PlanInputError(InvalidVectorError):
@@ -91,6 +108,8 @@ def check_plan_input(vec, dim: int, dtype: np.dtype, *, check: bool = True) -> S
     shape costs a few attribute reads."""
     if isinstance(vec, SparseVector):
         v = vec
+    elif isinstance(vec, LocalFailure):
+        raise vec.error
     elif isinstance(vec, np.ndarray) and vec.ndim == 1 and vec.dtype == dtype \
             and vec.flags.c_contiguous:
         v = SparseVector.from_dense(vec)
@@ -117,6 +136,43 @@ def agreed_error(ctx, error: BaseException | None) -> None:
                              f"plan made for another shape ({error}); make a new plan",
                              (dim, dtype)) from error
     raise_agreed(ctx.comm, error)
+
+
+_plan_ids = 0  # this process's plans: the next identity number is above every one used
+
+
+def next_plan_id() -> int:
+    """This process's proposal for a new plan's number (its agreement takes the maximum over
+    the ranks, :func:`note_plan_id`, so that ranks of one communicator number it alike)."""
+    return _plan_ids
+
+
+def note_plan_id(number: int) -> None:
+    """A plan numbered ``number`` was made: later proposals are above it."""
+    global _plan_ids
+    _plan_ids = max(_plan_ids, number + 1)
+
+
+class PlanIdentity:
+    """The per-call crossing check of a plan (see the module docstring): ``check(ctx)``
+    reduces the agreement array of the plan's identity and raises the same
+    :class:`~sparcml.RankMismatchError` on every rank when some rank is in another call."""
+
+    __slots__ = ("names", "template", "head", "vals")
+
+    def __init__(self, label: str):
+        self.names = (label,)
+        both, self.vals, _ = agreement_array({label: 0}, {})
+        both.setflags(write=False)
+        self.template, self.head = both, both.tobytes()
+
+    def check(self, ctx) -> None:
+        both = self.template.copy()
+        ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+        if both.tobytes() != self.head:  # another call (or its failure) somewhere
+            agreed_maxima(ctx.comm, both, self.vals, self.names, {}, None, None)
+            raise RankMismatchError(f"ranks reached different sparcml calls at the same "
+                                    f"point ({self.names[0]} here)")  # pragma: no cover
 
 
 class _OnContext:
@@ -162,7 +218,8 @@ class AllreducePlan:
         fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
                   "quantize_sparse": 0}
         record = None
-        with agreed_call(ctx, options, fields, _describe, maxima={"seed": 0}) as call:
+        with agreed_call(ctx, options, fields, _describe,
+                         maxima={"seed": 0, "nnz": 0, "plan id": next_plan_id()}) as call:
             record = check_algorithm_options(algorithm, quantizer=quantizer)
             fields["algorithm"] = algorithm_code(algorithm)
             fields["quantizer"] = quantizer_code(quantizer)
@@ -173,6 +230,8 @@ class AllreducePlan:
             if nnz is not None and (isinstance(nnz, bool) or not isinstance(
                     nnz, (int, np.integer)) or not 0 <= nnz <= zero.dim):
                 raise InvalidVectorError(f"nnz must be an integer in [0, dim], got {nnz!r}")
+            # auto chooses for the largest expectation over ranks: the same on every rank
+            call.maxima["nnz"] = zero.dim // 100 if nnz is None else int(nnz)
             if quantizer is not None:  # the base of the calls' common seeds: one draw
                 call.maxima["seed"] = int(quantizer._rng.integers(0, 2**62))
         self.comm = comm
@@ -187,11 +246,19 @@ class AllreducePlan:
                             code_indices=self.options.code_indices,
                             link_costs=index_coding_costs(ctx, self.options.index_coding))
         if record is None:  # auto: the cost model's choice for nnz entries per rank
-            expected = zero.dim // 100 if nnz is None else int(nnz)
+            expected = call.agreed["nnz"]
             with in_call(self.options):
                 algorithm = auto.choose(ctx, _sample(zero, expected), expected, self._codec,
                                         _calibration_run)
+            if ctx.size > 1:  # the model and the history are alike on every rank: checked
+                agree(ctx.comm, {"auto's choice": algorithm_code(algorithm)}, None,
+                      _describe_choice, waiter=ctx.waiter)
         self.algorithm = algorithm
+        self.number = call.agreed["plan id"]
+        note_plan_id(self.number)
+        self._identity = PlanIdentity(
+            f"plan #{self.number}: allreduce of dim {self.dim} {self.dtype.name} by "
+            f"{algorithm}")
         self._record = get_algorithm(algorithm)
         self.fast = (algorithm == RECURSIVE_DOUBLING.name and quantizer is None
                      and fits(self.dim, self.dtype))
@@ -249,6 +316,8 @@ class AllreducePlan:
             error, v, out, stats = exc, self._zero, None, TrafficStats()
             if sent is not None:
                 sent = None
+        if ctx.size > 1:
+            self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1
         stats.calls += 1
         stats.algorithm = self.algorithm
@@ -328,6 +397,10 @@ def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"
     return {"algorithm": names, "value dtype": VALUE_DTYPE_NAMES}
+
+
+def _describe_choice() -> dict:
+    return {"auto's choice": {algorithm_code(n): n for n in algorithm_names()}}
 
 
 def plan(dim, dtype, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,

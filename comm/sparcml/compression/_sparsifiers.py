@@ -186,7 +186,8 @@ class DGCCompressor(_Steps, Compressor):
                  initial_density: float = 0.25):
         self.density = _check_density(density)
         self.initial_density = _check_density(initial_density, "initial_density")
-        if not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
+        if isinstance(warmup_steps, (bool, np.bool_)) \
+                or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
             raise CompressionError(f"warmup_steps must be an integer >= 0, got "
                                    f"{warmup_steps!r}")
         self.warmup_steps = int(warmup_steps)
@@ -256,6 +257,11 @@ class DGCMemory(ResidualMemory):
             if norm > self.clip_norm:
                 x = x * np.asarray(self.clip_norm / norm, x.dtype)
         u = self._velocity.get(key)
+        if u is not None and (u.shape != x.shape or u.dtype != x.dtype):
+            raise CompressionError(
+                f"the velocity of {key!r} holds {u.shape[0]} {u.dtype} values, the input has "
+                f"{x.shape[0]} {x.dtype}; call reset() when the arrays change")
+        _check_finite(x, "DGCMemory")  # before the velocity takes it: the next step works
         if u is None:
             u = self._velocity[key] = np.zeros_like(x)
         u *= np.asarray(self.momentum, u.dtype)
