@@ -50,3 +50,38 @@ def test_bad_timeout_is_an_invalid_argument(timeout):
 
 def test_good_timeout_runs():
     assert sim.run(2, _noop, timeout=60, compute="measured").results == [0, 1]
+
+
+# ---- CLIs (item 3 of the issue: bad input found before any work, records read line by line)
+def test_a_records_line_nested_too_deeply_is_skipped_with_its_line_number(tmp_path):
+    from sparcapps.records import append_record, make_record, read_records
+
+    path = tmp_path / "r.jsonl"
+    good = make_record("sparc-bench", config={}, environment={}, algorithm="dense", P=2)
+    append_record(path, good)
+    with open(path, "a") as f:
+        f.write("[" * 100_000 + "]" * 100_000 + "\n")
+    append_record(path, good)
+    records, problems = read_records([path])
+    assert [(p.line, "nested too deeply" in p.reason) for p in problems] == [(2, True)]
+    assert [r["_source"].rsplit(":", 1)[1] for r in records] == ["1", "3"]
+
+
+@pytest.mark.parametrize("job_id", ["notanumber", "12a", "", "-3"])
+def test_sparc_jobs_wait_refuses_a_bad_job_id_with_exit_2(job_id, capsys):
+    from sparcapps import jobs
+
+    with pytest.raises(SystemExit) as exc:
+        jobs.main(["wait", job_id])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "not a Slurm job id" in err and "Traceback" not in err
+
+
+def test_sparc_jobs_wait_without_squeue_is_one_line_exit_2(monkeypatch, capsys):
+    from sparcapps import jobs
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert jobs.main(["wait", "1234", "1234_5"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sparc-jobs: cannot run squeue") and err.count("\n") == 1
