@@ -85,3 +85,18 @@ def test_sparc_jobs_wait_without_squeue_is_one_line_exit_2(monkeypatch, capsys):
     assert jobs.main(["wait", "1234", "1234_5"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("sparc-jobs: cannot run squeue") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("app,flags", [("lstm", ["--lr", "nan"]), ("lstm", ["--bptt", "-3"]),
+                                       ("lstm", ["--lr", "-0.1"]), ("cnn", ["--lr", "inf"]),
+                                       ("lstm", ["--clip", "nan"]),
+                                       ("cnn", ["--warmup-steps", "-1"]),
+                                       ("cnn", ["--bucket-mb", "0"])])
+def test_deep_apps_refuse_bad_numbers_at_parse_time(app, flags, capsys):
+    import importlib
+
+    module = importlib.import_module(f"sparcapps.deep.{app}")
+    with pytest.raises(SystemExit) as exc:
+        module.build_parser().parse_args(flags)
+    assert exc.value.code == 2
+    assert flags[0] in capsys.readouterr().err
