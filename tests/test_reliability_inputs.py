@@ -100,3 +100,14 @@ def test_deep_apps_refuse_bad_numbers_at_parse_time(app, flags, capsys):
         module.build_parser().parse_args(flags)
     assert exc.value.code == 2
     assert flags[0] in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags,needle", [(["--pattern", "replay"], "needs --replay FILE"),
+                                          (["--replay", "x.npz"], "add it to --pattern")])
+def test_sparc_bench_replay_without_its_file_is_a_usage_error(flags, needle, capsys):
+    from sparcapps.bench.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(flags)
+    assert exc.value.code == 2
+    assert needle in capsys.readouterr().err
