@@ -111,3 +111,52 @@ def test_sparc_bench_replay_without_its_file_is_a_usage_error(flags, needle, cap
         main(flags)
     assert exc.value.code == 2
     assert needle in capsys.readouterr().err
+
+
+def _refused_dir(tmp_path):
+    """A directory where creating a file fails: ``/sys`` for root (whose permission bits say
+    yes: ``os.access`` alone passed it, and the run found out at its end), else one made
+    read-only here."""
+    import os
+
+    if os.geteuid() == 0:
+        return "/sys"
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    return str(ro)
+
+
+@pytest.mark.parametrize("module,argv,flag", [
+    ("sparcapps.bench.cli", ["--N", "100", "--output", "{ro}/x.jsonl"], "--output"),
+    ("sparcapps.linear.cli", ["--output", "{ro}/x.jsonl"], "--output"),
+    ("sparcapps.report", ["x.jsonl", "-o", "{ro}/report"], "-o/--output"),
+    ("sparcapps.deep.lstm", ["--output", "{ro}/x.jsonl"], "--output"),
+    ("sparcapps.deep.cnn", ["--output", "{ro}/x.jsonl"], "--output"),
+])
+def test_an_output_the_kernel_refuses_is_found_at_parse_time(module, argv, flag, tmp_path,
+                                                             capsys):
+    import importlib
+
+    ro = _refused_dir(tmp_path)
+    argv = [a.format(ro=ro) for a in argv]
+    mod = importlib.import_module(module)
+    with pytest.raises(SystemExit) as exc:
+        if hasattr(mod, "build_parser") and module.startswith("sparcapps.deep"):
+            mod.build_parser().parse_args(argv)  # the deep apps' main would import torch
+        else:
+            mod.main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert f"argument {flag}: cannot write" in err, err
+
+
+def test_the_probe_leaves_nothing_behind(tmp_path):
+    from sparcapps.output_paths import check_output_dir, check_output_file
+
+    check_output_file(tmp_path / "new" / "x.jsonl")
+    check_output_dir(tmp_path / "reports")
+    (tmp_path / "old.jsonl").write_text("kept\n")
+    check_output_file(tmp_path / "old.jsonl")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.jsonl"]
+    assert (tmp_path / "old.jsonl").read_text() == "kept\n"
