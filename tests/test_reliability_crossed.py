@@ -63,7 +63,7 @@ def test_compression_refuses_nonfinite_input_and_keeps_its_memory(bad):
     residual = comp.memory.residual("w").copy()
     y = x.copy()
     y[5] = bad
-    with pytest.raises(sparcml.CompressionError, match="NaN or Inf"):
+    with pytest.raises(sparcml.CompressionError, match="(?i)nan|inf"):
         comp.allreduce(y, key="w", comm=comm)
     assert np.array_equal(comp.memory.residual("w"), residual)
     assert np.isfinite(comp.allreduce(x, key="w", comm=comm).to_dense()).all()

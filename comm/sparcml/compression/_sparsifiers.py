@@ -182,6 +182,8 @@ class DGCCompressor(_Steps, Compressor):
     ``warmup_steps`` steps the density is ``initial_density * (density / initial_density) **
     (step / warmup_steps)`` (DGC's exponential warm-up, 25% down to 0.1% in the paper)."""
 
+    checks_finite = True  # top-k's selection raises for NaN or Inf
+
     def __init__(self, density: float = 0.001, *, warmup_steps: int = 0,
                  initial_density: float = 0.25):
         self.density = _check_density(density)
