@@ -167,6 +167,21 @@ def compression_bad_value(name, bad):
     assert all(e == every[0] for e in every) and np.isfinite(after).all(), label
 
 
+def compression_first_step(name):
+    """A NaN on one rank at a key's first step: the plan is made on every rank (the failing
+    one from the input's shape) and the error raised on every rank."""
+    label = f"compression/{name} nan at the first step"
+    comp = build(name, density=0.25)
+    x = np.linspace(-1, 1, 64).astype(np.float32)
+    y = x.copy()
+    if ODD:
+        y[0] = np.nan
+    same_error(label, lambda: comp.allreduce(y, key="w", comm=comm), "CompressionError")
+    after = comp.allreduce(x, key="w", comm=comm).to_dense()
+    every = comm.allgather(after.tobytes())
+    assert all(e == every[0] for e in every) and np.isfinite(after).all(), label
+
+
 def compression_wrong_length(name):
     label = f"compression/{name} residual length"
     comp = build(name, density=0.25, threshold=0.5, rank=1)
@@ -230,6 +245,8 @@ BAD_VALUES = ("nan", "inf")
 for name in COMPRESSORS:
     for bad in BAD_VALUES:
         CASES.append((f"compression/{name} {bad}", compression_bad_value, (name, float(bad))))
+for name in ("topk", "global-topk", "dgc", "qsgd"):
+    CASES.append((f"compression/{name} nan at the first step", compression_first_step, (name,)))
 for name in ("topk", "global-topk", "dgc", "threshold", "efsignsgd", "randomk"):
     CASES.append((f"compression/{name} residual length", compression_wrong_length, (name,)))
 CASES.append(("compression/fp16 overflow", fp16_overflow, ()))

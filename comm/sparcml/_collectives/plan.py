@@ -56,11 +56,10 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
-from .._errors import InvalidVectorError
+from .._errors import InvalidVectorError, RankMismatchError
 from .._model import auto
 from .._model.link_costs import index_coding_costs
 from .._options import Options, in_call
-from .._errors import RankMismatchError
 from .._runtime.agreement import (VALUE_DTYPE_NAMES, agree, agreed_call, agreed_maxima,
                                   agreement_array, raise_agreed)
 from .._runtime.context import CommContext, TrafficStats, context_for
@@ -78,7 +77,7 @@ from .validation import (LocalFailure, check_out, check_quantizable, check_stats
                          quantizer_code)
 
 __all__ = ["AllreducePlan", "PlanInputError", "PlanShapeError", "plan", "FlagOps", "check_plan_input",
-           "agreed_error", "PlanIdentity", "next_plan_id"]
+           "agreed_error", "PlanIdentity", "next_plan_id", "note_plan_id"]
 
 
 class PlanInputError(InvalidVectorError):
@@ -202,7 +201,8 @@ class AllreducePlan:
     Attributes: ``dim``, ``dtype``, ``algorithm`` (the registry name it runs: ``"auto"``
     resolved), ``quantizer``, ``quantize_sparse``, ``options`` (the agreed
     :class:`~sparcml.Options`), ``comm``, ``fast`` (whether calls run on the plan's own
-    buffers, :mod:`sparcml._collectives.plan_fast`), ``calls``.
+    buffers, :mod:`sparcml._collectives.plan_fast`), ``calls``, ``number`` (the plan's
+    identity number, the same on every rank; see the module docstring).
     """
 
     def __init__(self, dim, dtype, comm: MPI.Comm | None = None, *,
