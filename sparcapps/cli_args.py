@@ -284,28 +284,36 @@ def add_bits_argument(parser, *, default: int = 0, what: str = "dense messages")
 
 def add_compressor_arguments(group):
     """``--compressor NAME`` (:data:`sparcml.compression.COMPRESSORS`; default: top-k from
-    ``--density``) and its parameters: ``--threshold`` (threshold), ``--powersgd-rank``,
-    ``--shared-indices`` (random-k), ``--density-warmup-steps`` and ``--clip-norm`` (DGC).
-    ``--density``, ``--bits``, ``--momentum``, ``--seed`` and ``--no-error-feedback`` are the
-    app's own flags, read by the compressors that use them."""
-    from sparcml.compression import COMPRESSORS
+    ``--density``) and the flags of the registered compressors' parameters
+    (:func:`sparcml.compression.compressor_params`: ``--threshold``, ``--powersgd-rank``,
+    ``--shared-indices``, ``--density-warmup-steps``, ``--clip-norm``, ..., each helped as
+    ``--compressor NAMES: ...``). The parameters read from the app's own flags (``--density``,
+    ``--bits``, ``--momentum``, ``--seed``, ``--topk-bucket-size``; ``app_flag``) are not
+    added; ``--no-error-feedback`` and ``--algorithm`` are the app's too."""
+    from sparcml.compression import COMPRESSORS, compressor_names, compressor_params, \
+        get_compressor
 
     group.add_argument("--compressor", default=None, choices=list(COMPRESSORS), metavar="NAME",
                        help="gradient compressor: " + "; ".join(
                            f"{k}: {v}" for k, v in COMPRESSORS.items())
                        + ". Default: topk (or --global-topk)")
-    group.add_argument("--threshold", type=float, default=None,
-                       help="--compressor threshold: send entries with |v| >= this")
-    group.add_argument("--powersgd-rank", type=positive_int, default=4,
-                       help="--compressor powersgd: the rank of the approximation")
-    group.add_argument("--shared-indices", action="store_true",
-                       help="--compressor randomk: every rank draws the same positions "
-                            "(a dense allreduce of k values)")
-    group.add_argument("--density-warmup-steps", type=nonnegative_int, default=0,
-                       help="--compressor dgc: steps of the exponential density warm-up "
-                            "from 25%% down to --density")
-    group.add_argument("--clip-norm", type=float, default=None,
-                       help="--compressor dgc: clip each rank's bucket to this L2 norm")
+    for param in compressor_params():
+        if param.app_flag:
+            continue
+        users = [n for n in compressor_names()
+                 if any(p.flag == param.flag for p in get_compressor(n).params)]
+        group.add_argument(param.flag, help=f"--compressor {', '.join(users)}: {param.help}",
+                           **param.argparse_kwargs())
+
+
+def compressor_params_from_args(args) -> dict:
+    """The keyword parameters of :func:`sparcml.compression.build`, every registered
+    compressor's, read from the parsed flags (a flag the namespace lacks, in a record of an
+    older version, takes its default): ``build`` uses those of ``args.compressor`` and refuses
+    ``--bits`` where it takes no quantizer."""
+    from sparcml.compression import compressor_params
+
+    return {p.name: getattr(args, p.dest, p.default) for p in compressor_params()}
 
 
 def add_checkpoint_every_argument(parser, unit: str, *, help: str):

@@ -10,6 +10,8 @@ signSGD / signum, EF-signSGD, FP16 / BF16, TernGrad, PowerSGD), torch-free:
   parameters (tests/mpi_cases/compressors.py).
 """
 
+import argparse
+import math
 import re
 import struct
 import sys
@@ -472,6 +474,96 @@ def test_every_named_compressor_builds_and_reduces_at_one_rank():
     assert "warmup_steps=7" in build("dgc", density_warmup_steps=7).describe()
 
 
+def test_build_cannot_fall_through_and_refuses_unknown_parameters():
+    """Every name builds through its own registry record (no branch chain that a forgotten
+    name falls through to another compressor)."""
+    from sparcml.compression import compressor_names, get_compressor
+
+    kinds = set()
+    for name in compressor_names():
+        spec = get_compressor(name)
+        assert spec.name == name and spec.build.__module__.endswith("." + name.replace(
+            "-", "_")), name  # one module per compressor, named after it
+        c = build(name, threshold=1.0)
+        kinds.add((type(c.compressor).__name__, repr(c.compressor), repr(c.quantizer)))
+        # the class (and so its cost) in a compressor's module, or the base ones of _objects
+        home = type(c.compressor).__module__
+        assert home.startswith("sparcml.compression.compressors.") or \
+            home == "sparcml.compression._objects", (name, home)
+    assert len(kinds) == len(compressor_names()), "two names built the same compression"
+    with pytest.raises(sparcml.CompressionError, match="unknown compressor parameter 'densty'"):
+        build("topk", densty=0.1)
+    with pytest.raises(sparcml.CompressionError, match="with shared indices takes no quant"):
+        build("randomk", shared=True, bits=4)
+    cost = (REPO / "comm/sparcml/compression/_cost.py").read_text()
+    assert "isinstance" not in cost, "the cost of a compressor is its class's method"
+
+
+def test_a_toy_compressor_is_known_to_the_apps_the_cost_model_and_the_table():
+    """tests/toy_compressor.py registers itself; no other file names it, yet it is a choice
+    of both deep apps' --compressor with its own flag, has its cost in the cost model and its
+    row in the table of compressors."""
+    import dataclasses
+
+    from sparcml import CostModel
+    from sparcml.compression import predicted_seconds, unregister_compressor
+    from sparcml.sim import network_cost_model
+    from sparcapps.deep import cnn, lstm
+    from sparcapps.deep.compressor_table import rows_of
+    from sparcapps.deep.train import _check_args, _own_momentum, compression_from_args
+
+    sys.path.insert(0, str(REPO / "tests"))
+    import toy_compressor
+
+    name = toy_compressor.NAME
+    try:
+        for app in (cnn, lstm):
+            parser = app.build_parser()
+            assert name in parser.format_help() and "--toy-stride" in parser.format_help()
+            args = parser.parse_args(["--compressor", name, "--toy-stride", "3"])
+            assert _check_args(args) == [] and not _own_momentum(args)
+            c = compression_from_args(args)
+            assert isinstance(c.compressor, toy_compressor.ToyStrideCompressor)
+            assert c.compressor.stride == 3 and isinstance(c.memory, ResidualMemory)
+        x = np.arange(10, dtype=np.float32)
+        r = build(name, stride=4).fresh(seed=0).allreduce_in(self_ctx(), x, key=0)
+        assert r.result.to_dense()[[0, 4, 8]].tolist() == [0, 4, 8] and r.values_sent == 3
+        # the cost model: the class's own cost, not the default
+        model = CostModel()
+        assert predicted_seconds(c, model, P=8, n=1000) == model.allreduce(334 * 4)
+        # the table: its row, named by its label, predicted by its cost
+
+        def record(flags, acc):
+            cfg = vars(cnn.build_parser().parse_args(flags))
+            return {"app": "sparc-cnn", "config": cfg, "N": 100_000, "P": 2, "status": "ok",
+                    "metrics": {"test_accuracy": acc, "epochs": [{"sent_density": 0.34}],
+                                "compression": compression_from_args(
+                                    argparse.Namespace(**cfg)).describe()},
+                    "bytes": {"sent_per_step": 1e4}, "timings": {"step": {"median": 0.1}}}
+
+        rows = rows_of([record(["--dense"], 0.9),
+                        record(["--compressor", name, "--toy-stride", "3"], 0.8)])
+        by = {r["compressor"]: r for r in rows}
+        assert set(by) == {"dense", f"{name} (every 3)"}, set(by)
+        table_model = dataclasses.replace(
+            network_cost_model("256x10gbit", 64, overhead=0.0, part_overhead=0.0,
+                               factors=False),
+            gamma_merge=CostModel.gamma_merge, gamma_dense=CostModel.gamma_dense)
+        buckets = by[f"{name} (every 3)"]
+        mb = cnn.build_parser().get_default("bucket_mb")
+        n = math.ceil(100_000 / max(1, math.ceil(100_000 * 4 / max(1, int(mb * 2**20)))))
+        assert buckets["comm_ms"][64] == pytest.approx(
+            table_model.allreduce(math.ceil(n / 3) * 4) * 1e3)
+        # no other file names it
+        for root in (REPO / "comm", REPO / "sparcapps", REPO / "README.md"):
+            for path in ([root] if root.is_file() else root.rglob("*.py")):
+                assert name not in path.read_text(), path
+    finally:
+        unregister_compressor(name)
+        sys.modules.pop("toy_compressor", None)
+    assert name not in COMPRESSORS
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("nprocs", [1, 2, 3])
 def test_compressors_under_mpiexec_end_with_identical_parameters(nprocs):
@@ -487,7 +579,7 @@ def test_compressors_under_mpiexec_end_with_identical_parameters(nprocs):
 def test_the_apps_compressor_flag_builds_each_named_compression():
     from sparcapps.deep import lstm
     from sparcapps.deep.compressor_table import _name
-    from sparcapps.deep.train import MOMENTUM_COMPRESSORS, _check_args, compression_from_args
+    from sparcapps.deep.train import _check_args, _own_momentum, compression_from_args
 
     parse = lstm.build_parser().parse_args
     for name in COMPRESSORS:
@@ -503,7 +595,9 @@ def test_the_apps_compressor_flag_builds_each_named_compression():
     c = compression_from_args(parse(["--compressor", "dgc", "--density-warmup-steps", "9",
                                      "--clip-norm", "2", "--momentum", "0.8"]))
     assert c.compressor.warmup_steps == 9 and c.memory.clip_norm == 2.0
-    assert c.memory.momentum == 0.8 and "dgc" in MOMENTUM_COMPRESSORS
+    assert c.memory.momentum == 0.8
+    own = {name for name in COMPRESSORS if _own_momentum(parse(["--compressor", name]))}
+    assert own == {"dgc", "signum"}, own  # their registry records: the SGD runs without
     (problem,) = _check_args(parse(["--compressor", "threshold"]))
     assert problem.startswith("--compressor threshold:") and "--threshold" in problem
     (problem,) = _check_args(parse(["--compressor", "signsgd", "--bits", "4"]))

@@ -2,10 +2,11 @@
 nothing else.
 
 Walks every import (top level and inside functions) and every attribute chain on a ``sparcml``
-module or object in ``sparcapps/``, ``scripts/`` and ``tests/toy_algorithm.py`` (the example a
-plug-in algorithm's author copies), and fails on a private name: a module or name with a
-leading underscore, or a name missing from its module's ``__all__``. And every name of each
-public ``__all__`` exists and has a docstring (a constant: its package docstring names it).
+module or object in ``sparcapps/``, ``scripts/``, ``tests/toy_algorithm.py`` and
+``tests/toy_compressor.py`` (the examples a plug-in author copies), and fails on a private name: a
+module or name with a leading underscore, or a name missing from its module's ``__all__``. And
+every name of each public ``__all__`` exists and has a docstring (a constant: its package docstring
+names it).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from mpirun import REPO
 PACKAGE_DIR = REPO / "comm" / "sparcml"
 PUBLIC_PACKAGES = ("sparcml", "sparcml.compression", "sparcml.sim", "sparcml.torch")
 CHECKED = sorted([*(REPO / "sparcapps").rglob("*.py"), *(REPO / "scripts").rglob("*.py"),
-                  *(REPO / "benchmarks").rglob("*.py"), REPO / "tests" / "toy_algorithm.py"])
+                  *(REPO / "benchmarks").rglob("*.py"), REPO / "tests" / "toy_algorithm.py",
+                  REPO / "tests" / "toy_compressor.py"])
 
 # Each entry a deliberate exception with its reason: (file, private module or name: it and
 # everything under it) -> why.

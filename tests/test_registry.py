@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mpirun import REPO, run_mpi
+from mpirun import REPO, case_report, run_mpi
 
 import sparcml
 from sparcml._collectives import registry
@@ -102,6 +102,136 @@ def test_toy_algorithm_at_three_ranks_and_through_sparc_bench():
                             str(REPO / "tests")], timeout=300)
     assert "TOY OK" in proc.stdout
     assert "toy_reduce_to_root" in proc.stdout  # its row in sparc-bench's table
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("P", [2, 3])
+def test_a_plan_for_an_algorithm_that_calls_the_communicator_itself_raises_everywhere(P):
+    """The toy algorithm sends with ctx.comm, not ctx.ops (its messages carry no error flag):
+    with one bad rank (its root, or a leaf) every rank raises that rank's error and the plan
+    stays usable. Plain ``python script`` (no ``-m mpi4py``) under a timeout: a hang fails."""
+    proc = run_mpi(P, args=[sys.executable, str(REPO / "tests/mpi_cases/toy_algorithm_plan.py"),
+                            str(REPO / "tests")], timeout=240)
+    ran = case_report(proc.stdout, "TOY-PLAN")
+    assert f"dim bad rank {P - 1} blocking" in ran and "dim bad rank 0 nonblocking" in ran
+
+
+def test_a_plan_for_the_toy_algorithm_at_one_rank():
+    sys.path.insert(0, str(REPO / "tests"))
+    import numpy as np
+    import toy_algorithm
+
+    try:
+        record = registry.get_algorithm(toy_algorithm.NAME)
+        assert not record.routes_through_ops  # the default: the plan carries the flag itself
+        assert set(record.tags) == {"up", "down"} and record.tags.up != record.tags.down
+        plan = sparcml.plan(10, np.float32, algorithm=toy_algorithm.NAME)
+        with pytest.raises(sparcml.PlanShapeError):
+            plan.allreduce(sparcml.SparseVector(11, [2], np.ones(1, np.float32)))
+        assert plan.allreduce(sparcml.SparseVector(10, [2], np.ones(1, np.float32))
+                              ).to_dense()[2] == 1
+    finally:
+        registry.unregister(toy_algorithm.NAME)
+        sys.modules.pop("toy_algorithm", None)
+    from sparcml._runtime.tags import allocated_tags
+
+    assert not any(owner.endswith(toy_algorithm.NAME) for owner, _ in
+                   allocated_tags().values()), "unregister() keeps the toy's tags"
+
+
+def test_the_built_in_algorithms_declare_whether_their_messages_carry_the_flag():
+    for name in sparcml.ALGORITHMS:
+        record = registry.get_algorithm(name)
+        # MPI_Allreduce of raw values carries no header: only the dense baseline needs the
+        # reduction beside it
+        assert record.routes_through_ops == (name != sparcml.DENSE_BASELINE), name
+
+
+# where the tag stands among the positional arguments of each send, receive or probe
+_TAG_AT = {"Send": 2, "Recv": 2, "Isend": 2, "Irecv": 2, "Ssend": 2, "Probe": 1, "Iprobe": 1,
+           "Mprobe": 1, "Improbe": 1, "mprobe": 2, "recv_bytes": 2, "recv_vector": 2,
+           "send_vector": 3, "exchange_vector": 3}
+
+
+def _hand_picked_tags(source: str) -> list[str]:
+    """Integer literals standing for message tags: assigned to a name containing "tag", or
+    passed as ``tag=`` or in the tag's place of a send / receive / probe."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if any("tag" in n.lower() for n in names) and isinstance(node.value, ast.Constant) \
+                    and isinstance(node.value.value, int):
+                found.append(f"{names[0]} = {node.value.value} (line {node.lineno})")
+        elif isinstance(node, ast.Call):
+            func = node.func.attr if isinstance(node.func, ast.Attribute) else \
+                getattr(node.func, "id", "")
+            at = _TAG_AT.get(func)
+            if at is None:
+                continue
+            literal = [a for a in node.args[at:at + 1] if isinstance(a, ast.Constant)
+                       and isinstance(a.value, int) and not isinstance(a.value, bool)]
+            literal += [k.value for k in node.keywords if k.arg == "tag"
+                        and isinstance(k.value, ast.Constant)]
+            found += [f"{func}(..., {a.value}) (line {node.lineno})" for a in literal]
+    return found
+
+
+def test_no_message_tag_is_picked_by_hand():
+    """Every tag comes from sparcml._runtime.tags (allocated by name, per algorithm or owner):
+    no integer tag constant or literal in the comm layer."""
+    assert _hand_picked_tags("_TAG_X = 11\nc.Isend(b, 1, 99)\nc.Recv(b, source=1, tag=7)\n"
+                             "send_vector(ctx, v, 1, 12, s, c)\nc.Send(b, 1, TAGS.x)\n") == [
+        "_TAG_X = 11 (line 1)", "Isend(..., 99) (line 2)", "Recv(..., 7) (line 3)",
+        "send_vector(..., 12) (line 4)"]
+    found = {str(p.relative_to(REPO)): _hand_picked_tags(p.read_text())
+             for p in PACKAGE.rglob("*.py") if p.name != "tags.py"}  # the allocator's range
+    found = {p: f for p, f in found.items() if f}
+    assert not found, f"hand-picked message tags: {found}"
+
+
+def test_the_allocated_tags_are_distinct_valid_and_the_same_in_every_process():
+    from sparcml._runtime import tags
+
+    # every module that allocates tags, imported: no clash among them
+    for mod in ("sparcml._collectives.hierarchical", "sparcml._topk.plan", "sparcml.sim",
+                "sparcml.sim._probe", "sparcml._model.auto"):
+        __import__(mod)
+    taken = tags.allocated_tags()
+    assert len(taken) >= 9 and len(set(taken.values())) == len(taken)
+    assert all(tags.TAG_FIRST <= t <= tags.TAG_LAST for t in taken)
+    rd = registry.get_algorithm(sparcml.DEFAULT_ALGORITHM).tags
+    assert {rd.fold, rd.round, rd.unfold} <= set(taken)
+    code = ("import sparcml\nprint(sparcml.get_algorithm(sparcml.DEFAULT_ALGORITHM).tags.round)")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           check=True, timeout=120)
+    assert int(other.stdout) == rd.round
+    with pytest.raises(sparcml.SparcmlError, match="rename one"):
+        clash = next((o, n) for t, (o, n) in taken.items())
+        number = tags._number(*clash)
+        for i in range(200_000):  # find another name of the same number
+            if tags._number("test clash", f"t{i}") == number:
+                tags.message_tags("test clash", f"t{i}")
+                break
+        else:
+            raise sparcml.SparcmlError("rename one (no clash found to test)")
+    tags.release_tags("test clash")
+
+
+def test_the_algorithms_package_keeps_no_import_list():
+    """algorithms/__init__.py discovers its modules (pkgutil): every module there registered
+    the algorithm it builds, and the __init__ names none but the three of the named roles
+    (the default, the two baselines)."""
+    folder = PACKAGE / "_collectives" / "algorithms"
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    registered = {registry.get_algorithm(n).run.__module__.rsplit(".", 1)[-1]
+                  for n in sparcml.ALGORITHMS}
+    assert set(modules) <= registered
+    init = (folder / "__init__.py").read_text()
+    named = set(re.findall(r"from \.(\w+) import", init))
+    assert named == {"allgather_sum", "dense_allreduce", "recursive_doubling"}, named
+    assert "pkgutil.iter_modules(__path__)" in init
 
 
 def _plugin_env(tmp_path, entry: str) -> dict:

@@ -32,6 +32,7 @@ from collections import defaultdict
 import numpy as np
 
 from sparcml import DENSE_BASELINE
+from sparcml.compression import COMPRESSORS, compressor_params, get_compressor
 
 __all__ = ["main", "rows_of"]
 
@@ -58,22 +59,17 @@ def _name(rec) -> str:
         return DENSE if default_lr is None or cfg["lr"] == default_lr else \
             f"{DENSE} (lr {cfg['lr']:g})"
     name = cfg.get("compressor") or ("global-topk" if cfg.get("global_topk") else "topk")
-    extra = []
-    if cfg.get("bits") and name != "qsgd":
-        extra.append(f"{cfg['bits']}-bit")
-    if name in ("topk", "randomk", "dgc", "global-topk"):
-        extra.append(f"{100 * cfg['density']:g}%")
-    if name == "randomk" and cfg.get("shared_indices"):
-        extra.append("shared")
-    if name == "threshold":
-        extra.append(f"abs >= {cfg.get('threshold')}")
-    if name == "powersgd":
-        extra.append(f"rank {cfg.get('powersgd_rank')}")
-    if name in ("signsgd", "signum"):
-        extra.append(f"lr {cfg['lr']:g}")
+    # the phrases the compressor's registry record names a run with (sparcml.compression)
+    extra = [phrase for key, label in _spec(name).labels
+             if (phrase := label(cfg.get(key))) is not None] if _spec(name) else []
     if cfg.get("no_error_feedback"):
         extra.append("no EF")
     return name + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _spec(name: str):
+    """The registry record of compressor ``name`` (None when this code has none)."""
+    return get_compressor(name) if name in COMPRESSORS else None
 
 
 def _compression(rec):
@@ -81,9 +77,9 @@ def _compression(rec):
     from .train import compression_from_args
 
     cfg = argparse.Namespace(**rec["config"])
-    for key, value in (("compressor", None), ("threshold", None), ("powersgd_rank", 4),
-                       ("shared_indices", False), ("density_warmup_steps", 0),
-                       ("clip_norm", None)):
+    # flags a record of an older version lacks: their defaults (the compressors' registry)
+    for key, value in [("compressor", None)] + [(p.dest, p.default)
+                                                for p in compressor_params()]:
         if not hasattr(cfg, key):
             setattr(cfg, key, value)
     return compression_from_args(cfg)
@@ -95,9 +91,10 @@ def current(rec) -> bool:
     PowerSGD record without ``bucket_shapes`` ran before PowerSGD went per parameter)."""
     metrics = rec.get("metrics", {})
     made = metrics.get("compression")
-    if rec.get("config", {}).get("compressor") == "powersgd" and made is not None \
-            and "bucket_shapes" not in metrics:
-        return False
+    name = rec.get("config", {}).get("compressor")
+    if name and made is not None and "bucket_shapes" not in metrics and _spec(name) \
+            and _compression(rec).compressor.takes_shapes:
+        return False  # a per-tensor compressor's run from before it went per parameter
     return made is None or made == _compression(rec).describe()
 
 

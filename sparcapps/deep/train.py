@@ -60,9 +60,6 @@ from .usage import collectively as _collectively
 from .usage import finished as _finished
 from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
 
-#: compressors that take the optimizer's --momentum (the SGD then runs without momentum)
-MOMENTUM_COMPRESSORS = ("dgc", "signum")
-
 __all__ = ["build_parser", "run_app", "compression_from_args", "ClassifyTask",
            "LanguageModelTask", "CheckpointError", "params_digest"]
 
@@ -150,18 +147,26 @@ def compression_from_args(args):
     if getattr(args, "compressor", None):
         from sparcml.compression import build
 
-        return build(args.compressor, density=args.density, bits=args.bits,
-                     threshold=args.threshold, rank=args.powersgd_rank,
-                     momentum=args.momentum, shared=args.shared_indices,
-                     density_warmup_steps=args.density_warmup_steps, clip_norm=args.clip_norm,
-                     error_feedback=not args.no_error_feedback, algorithm=args.algorithm,
-                     seed=args.seed, chunk=args.topk_bucket_size).with_options(options)
+        from sparcapps.cli_args import compressor_params_from_args
+
+        return build(args.compressor, **compressor_params_from_args(args),
+                     error_feedback=not args.no_error_feedback,
+                     algorithm=args.algorithm).with_options(options)
     compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
         else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
     return Compression(compressor,
                        quantizer=QSGD(args.bits) if args.bits else None,
                        memory=NoneMemory() if args.no_error_feedback else ResidualMemory(),
                        algorithm=args.algorithm, options=options)
+
+
+def _own_momentum(args) -> bool:
+    """Whether the compressor applies the optimizer's --momentum itself (its registry record's
+    ``own_momentum``): the SGD then runs without momentum."""
+    from sparcml.compression import get_compressor
+
+    name = getattr(args, "compressor", None)
+    return bool(name) and not args.dense and get_compressor(name).own_momentum
 
 
 def params_digest(model) -> str:
@@ -298,7 +303,7 @@ def _build(app, args, make_task, comm) -> _Run:
     model = task.model
     st.broadcast_parameters(model, comm=comm)
     # DGC and signum apply --momentum inside the compression: the SGD runs without
-    own_momentum = getattr(args, "compressor", None) in MOMENTUM_COMPRESSORS and not args.dense
+    own_momentum = _own_momentum(args)
     inner = torch.optim.SGD(model.parameters(), lr=args.lr,
                             momentum=0.0 if own_momentum else args.momentum,
                             weight_decay=args.weight_decay)

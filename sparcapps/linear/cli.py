@@ -12,6 +12,9 @@ ends with the same weights, bit for bit, as an uninterrupted run with the same o
 checkpoint that has all ``--epochs`` already is a finished run: rank 0 says so (its epochs,
 loss and accuracies), nothing is trained or recorded, exit status 0.
 ``--stop-after N`` stops after N steps in all (checkpointing first): a planned interruption.
+``--simulate P [P ...] --network SPEC`` runs the same training on P simulated ranks in this
+process (no mpiexec; :mod:`sparcapps.simapp`): the weights, losses and accuracies of a real
+P-rank run, bit for bit, with modeled seconds (one record per P).
 SIGTERM or SIGUSR1 (Slurm's warning before the time limit, forwarded by mpiexec or srun) stops
 every rank after the same step, about a second later at most, with a checkpoint and exit status
 128 + the signal's number (see :mod:`sparcapps.interrupt`).
@@ -20,6 +23,7 @@ every rank after the same step, about a second later at most, with a checkpoint 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
 
@@ -102,6 +106,9 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
     o.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is drawn only on a terminal; elsewhere one line "
                         "per epoch)")
+    from sparcapps.simapp import add_simulate_arguments
+
+    add_simulate_arguments(p, step_unit="step (gradient and update)")
     return p
 
 
@@ -252,7 +259,9 @@ def _finished(args, prog: str, state, rank: int) -> int:
     return 0
 
 
-def run(args, prog: str) -> int:
+def run(args, prog: str, comm=None) -> int:
+    """The whole run on one rank of ``comm`` (default ``COMM_WORLD``; a simulated rank's
+    communicator under ``--simulate``); returns the exit status (the same on every rank)."""
     from mpi4py import MPI
 
     import sparcml
@@ -269,9 +278,13 @@ def run(args, prog: str) -> int:
 
     from .io import save_model
 
-    comm = MPI.COMM_WORLD
+    comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
-    environment = capture_environment(comm) if args.output else None
+    simulated = sparcml.sim.Replicas(comm).simulated
+    if simulated:  # one process: rank 0 alone says where it ran (no P git subprocesses)
+        environment = capture_environment() if args.output and rank == 0 else None
+    else:
+        environment = capture_environment(comm) if args.output else None
     try:
         if args.synth:
             from sparcapps.data import data_home
@@ -303,11 +316,12 @@ def run(args, prog: str) -> int:
             if state.epoch >= args.epochs:  # the same on every rank (the checkpoint's)
                 return _finished(args, prog, state, rank)
             done = state.epoch * (-(-train_rows // global_batch)) + state.step
-        stopper = StopOnSignal(comm)
+        # a simulation is not a Slurm job: it handles no signals (and threads cannot)
+        stopper = None if simulated else StopOnSignal(comm)
         monitor = _Monitor(args, comm, Xte, yte, done, _checkpoint_path(args), stopper)
         start = time.perf_counter()
         try:
-            with stopper:
+            with stopper or contextlib.nullcontext():
                 est.fit(Xtr, ytr, monitor=monitor, resume=state)
         finally:
             monitor.close()
@@ -317,26 +331,30 @@ def run(args, prog: str) -> int:
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if monitor.stopped:
-        why = f"interrupted by {stopper.signal_name}" if stopper.signum else "stopped"
+        signum = stopper.signum if stopper is not None else None
+        why = f"interrupted by {stopper.signal_name}" if signum else "stopped"
         if rank == 0:
             print(f"{prog}: {why} after {monitor.done} steps; checkpoint in "
                   f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})",
                   flush=True)
         # a signalled run did not finish: exit as a shell reports the signal (128 + number)
-        return 128 + stopper.signum if stopper.signum else 0
+        return 128 + signum if signum else 0
     if args.checkpoint_every_steps and monitor.engine is not None:
         monitor.checkpoint(est, monitor.engine, est._state)  # the final state
     history = est.history_
     if rank == 0:
         if args.save_model:
-            written = write_with_fallback(args.save_model, lambda path: save_model(est, path),
+            target = _per_P(args.save_model, size) if simulated else args.save_model
+            written = write_with_fallback(target, lambda path: save_model(est, path),
                                           prog=prog, what="model")
             print(f"{prog}: model written to {written}")
         if args.output and history:
             last = history[-1]
             train_s = [h["train_seconds"] for h in history]
+            config = {key: value for key, value in vars(args).items()
+                      if key not in ("simulate",)}
             record = make_record(
-                prog, config={**vars(args), "P": size, "global_batch": global_batch,
+                prog, config={**config, "P": size, "global_batch": global_batch,
                               "train_rows": train_rows, "data_path": str(path)},
                 environment=environment, algorithm=args.algorithm, P=size,
                 N=int(Xtr.shape[1]),
@@ -351,17 +369,116 @@ def run(args, prog: str) -> int:
                              sum(train_s), 1e-12),
                          "rows_per_second": train_rows * len(history) / max(sum(train_s),
                                                                             1e-12),
-                         "fit_wall_seconds": wall},
+                         "fit_wall_seconds": wall,
+                         "weights_digest": weights_digest(est)},
                 bytes={"sent_per_rank_max": int(sum(h["bytes_sent"] for h in history)),
                        "sent_total": int(sum(h["bytes_sent_total"] for h in history))})
+            if simulated:
+                mark_simulated(record, comm, args)
             append_record(args.output, record)
     return 0
 
 
+def weights_digest(est) -> str:
+    """SHA-256 of the fitted weights and intercept (float64 bytes): equal digests, equal
+    models, bit for bit (a real run and its simulation are compared by it)."""
+    import hashlib
+
+    h = hashlib.sha256(np.ascontiguousarray(est.coef_, dtype=np.float64).tobytes())
+    h.update(np.ascontiguousarray(est.intercept_, dtype=np.float64).tobytes())
+    return h.hexdigest()
+
+
+def _per_P(path: str, P: int) -> str:
+    """``model.h5`` -> ``model.P16.h5``: one file per simulated P."""
+    stem, dot, ext = path.rpartition(".")
+    return f"{stem}.P{P}.{ext}" if dot and "/" not in ext else f"{path}.P{P}"
+
+
+def mark_simulated(record: dict, comm, args) -> None:
+    """Say in ``record`` that its run was simulated, on which network, how compute was
+    charged, and that its seconds are virtual."""
+    net, P = comm.network, int(comm.Get_size())
+    record["simulated"] = True
+    record["network"] = net.text
+    record["nodes"] = net.node_of(P - 1) + 1
+    record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
+    record["compute"] = "given" if args.step_seconds is not None else "model"
+    record["config"]["simulate"] = int(comm.Get_size())
+    record["metrics"]["time_kind"] = "modeled"
+
+
+def _estimate(args, P: int):
+    """What ``--simulate P`` takes (:class:`sparcapps.simapp.SimPlan`): the data once, one
+    shared copy of the weights (and coef_), each rank's marks and support scratch, and one
+    reduction of the step's gradient (sparc-bench's estimate of one allreduce cell)."""
+    from sparcml import DENSE_BASELINE
+
+    from sparcapps.bench.sim_estimate import estimate
+    from sparcapps.simapp import SimPlan
+
+    rows, features, nnz_row = _data_shape(args)
+    N = features + 1
+    density = min(1.0, args.batch_size * nnz_row / N)
+    cell = estimate(P, [N], [density], [args.algorithm])
+    data = rows * (nnz_row * 8 + 24)
+    nbytes = cell.bytes + data + 32 * N + P * (N // 8 + 16 * min(N, args.batch_size * nnz_row))
+    steps = -(-rows * (1 - args.test_fraction) // (args.batch_size * P))
+    # real time, fitted on url-like runs at P = 64 and 256 under load 14-17 (2 cores shared
+    # by other jobs): about 0.3 s per rank (its shard, engine, plan, evaluation) and 15 ms
+    # per rank and step; a quiet machine takes several times less
+    seconds = P * (0.3 + 0.015 * steps * args.epochs) + rows * nnz_row * 2e-7
+    if args.algorithm == DENSE_BASELINE:  # every rank's N-vector summed each step
+        nbytes += 3 * P * 4 * N
+        seconds += steps * args.epochs * P * N * 2e-9
+    return SimPlan(P, nbytes, seconds, f"{int(steps)} steps per epoch")
+
+
+def _data_shape(args) -> tuple[int, int, int]:
+    """(rows, features, stored entries per row) of the run's data, from the file's header or
+    the synthetic preset."""
+    if args.synth:
+        from sparcapps.data import PRESETS
+
+        from .data import SYNTH_PRESETS
+
+        preset = PRESETS[SYNTH_PRESETS[args.synth]]
+        features = args.features or preset.n_features
+        return int(args.rows), int(features), int(preset.nnz_mean)
+    from sparcapps.data.csrfile import open_csr
+
+    try:
+        with open_csr(args.data) as (_, shape):
+            return shape.n_rows, shape.n_features, max(1, shape.nnz // max(shape.n_rows, 1))
+    except Exception:  # noqa: BLE001 - the run itself reports a bad file, on every rank
+        return 0, 1, 1
+
+
+def _simulated_main(args, prog: str) -> int:
+    from sparcapps.simapp import run_simulated
+
+    from .stepcost import fixed_step_seconds
+
+    def body(comm):
+        with fixed_step_seconds(args.step_seconds):
+            return run(args, prog, comm)
+
+    return run_simulated(prog, args, body, lambda P: _estimate(args, P))
+
+
 def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> int:
-    args = build_parser(prog, loss).parse_args(argv)
+    parser = build_parser(prog, loss)
+    args = parser.parse_args(argv)
     if loss is not None:
         args.loss = loss
+    from sparcapps.simapp import check_simulate_arguments
+
+    check_simulate_arguments(parser, args)
+    if args.simulate:
+        if args.resume or args.stop_after is not None or args.checkpoint_every_steps:
+            parser.error("--simulate does not checkpoint, stop or resume (a simulated run is "
+                         "short and deterministic: run it again)")
+        return _simulated_main(args, prog)
     from sparcml import abort_on_error
 
     with abort_on_error():  # an unexpected error on one rank ends the job instead of a hang

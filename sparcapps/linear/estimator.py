@@ -33,7 +33,6 @@ early weights and a noisy last iterate (see BENCHMARKS.md, Linear models).
 from __future__ import annotations
 
 import numbers
-import time
 import warnings
 
 import numpy as np
@@ -46,6 +45,7 @@ from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
 import sparcml
+from sparcml import sim
 
 from .collective import collective_errors
 from .errors import CheckpointMismatchError, InputDataError, NotBinaryError
@@ -379,7 +379,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                                  f"set warm_start=False to start from zero")
             state = TrainState(v=np.array(coef, dtype=np.float64), intercept=intercept)
         else:
-            state = TrainState.zeros(self.n_features_in_)
+            state = _zero_state(comm, self.n_features_in_)
         self._state = state
         self._train(X, y_pm, weights, comm, max_iter, tol, monitor)
         return self
@@ -398,7 +398,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         X, y_pm, weights = self._prepare(X, y, comm, classes=classes, reset=first,
                                          sample_weight=sample_weight)
         if first:
-            self._state = TrainState.zeros(self.n_features_in_)
+            self._state = _zero_state(comm, self.n_features_in_)
         # one epoch, no stopping rule (as SGDClassifier.partial_fit)
         self._train(X, y_pm, weights, comm, self._state.epoch + 1, None, monitor)
         return self
@@ -408,12 +408,13 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         engine = self._engine(X, y_pm, weights, comm)  # holds the data: not kept on the estimator
         if self.quantizer is not None and state.quantizer_state is not None:
             self.quantizer.load_state_dict(state.quantizer_state)
-        start = time.perf_counter()
+        # the run's clock: real seconds, or a simulated rank's modeled ones (sparcml.sim)
+        start = sim.clock(comm)
         base_wall = state.wall_seconds
         on_step = None
         if monitor is not None and hasattr(monitor, "on_step"):
             def on_step(s):
-                s.wall_seconds = base_wall + time.perf_counter() - start
+                s.wall_seconds = base_wall + sim.clock(comm) - start
                 if self.quantizer is not None:
                     s.quantizer_state = self.quantizer.state_dict()
                 return bool(monitor.on_step(self, engine, s))
@@ -424,7 +425,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
             if state.step < engine.plan.steps_per_epoch:
                 break  # stopped inside the epoch
             totals = engine.gather_totals(state.partial)
-            state.wall_seconds = base_wall + time.perf_counter() - start
+            state.wall_seconds = base_wall + sim.clock(comm) - start
             data_loss = totals.pop("running_loss")
             record = {"epoch": state.epoch + 1, "wall_seconds": state.wall_seconds,
                       "loss": data_loss + 0.5 * self.alpha * state.squared_norm(),
@@ -455,7 +456,11 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
 
     def _publish(self) -> None:
         state = self._state
-        self.coef_ = state.coef()[np.newaxis, :]
+        # simulated ranks (sparcml.sim) share one coef_ as they share the weights
+        replicas = sim.Replicas(self._get_comm())
+        self.coef_ = replicas.shared("linear.coef", lambda: state.coef()[np.newaxis, :],
+                                     check=(state.scale, state.intercept)
+                                     if replicas.sharing else None)
         self.intercept_ = np.array([state.intercept if self.fit_intercept else 0.0])
         self.n_iter_ = state.epoch
         self.t_ = state.t
@@ -490,6 +495,16 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         # sklearn.multiclass.OneVsRestClassifier wraps it (tested)
         tags.classifier_tags.multi_class = False
         return tags
+
+
+def _zero_state(comm, n_features: int) -> TrainState:
+    """A fresh state; simulated ranks (sparcml.sim) start from one shared zero vector instead
+    of P of them (the engine then moves it into the one shared ``W``)."""
+    replicas = sim.Replicas(comm)
+    if not replicas.sharing:
+        return TrainState.zeros(n_features)
+    v0 = replicas.shared("linear.v0", lambda: np.zeros(int(n_features), dtype=np.float64))
+    return TrainState(v=v0)
 
 
 # dense float64 arrays of n_features values a fit holds at once: the weights, coef_, the

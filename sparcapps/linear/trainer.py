@@ -14,7 +14,12 @@ One step, on every rank of ``comm`` (all must call, in the same order):
    (:data:`INTERCEPT_DECAY` for sparse input, 1 for dense, as scikit-learn).
 
 Every rank computes the same update from the same allreduce result, so the weights are
-identical on every rank after every step.
+identical on every rank after every step. On simulated ranks (:mod:`sparcml.sim`, ``sparc-linear
+--simulate``) the ranks therefore hold one copy of the weights and of the gradient scratch
+(:class:`sparcml.sim.Replicas`): the first rank to reach a step's update applies it for all,
+after checking that its summed gradient and scalars are bitwise those of every other rank;
+each rank's clock is charged the step's modeled compute (:mod:`.stepcost`) and the recorded
+seconds are virtual (:func:`sparcml.sim.clock`).
 
 With one rank (``comm`` of size 1) nothing needs summing, and the engine takes a direct path
 (:meth:`DataParallelSGD.direct_steps`, a whole epoch in one compiled call when no ``on_step``
@@ -35,7 +40,7 @@ import time
 import numpy as np
 
 import sparcml
-from sparcml import SparseVector, TrafficStats, index_dtype_for
+from sparcml import SparseVector, TrafficStats, index_dtype_for, sim
 
 from . import _kernels as K
 from .sampling import BatchPlan
@@ -85,6 +90,12 @@ class DataParallelSGD:
         self.comm = comm
         self.rank = comm.Get_rank()
         self.size = comm.Get_size()
+        self._replicas = sim.Replicas(comm)  # one copy of the weights on simulated ranks
+        self._cost = None  # the modeled compute of a step, on simulated ranks (.stepcost)
+        if self._replicas.simulated:
+            from .stepcost import StepCost
+
+            self._cost = StepCost.of(DataParallelSGD)
         self.kind = K.LOSS_CODES[loss]
         self.schedule = schedule
         self.alpha = float(alpha)
@@ -119,7 +130,9 @@ class DataParallelSGD:
             self._rates = np.array([schedule.alpha, schedule.t0, schedule.eta0,
                                     schedule.power_t], dtype=np.float64)
         else:
-            self._bits = np.zeros((self.n_features + 63) // 64, dtype=np.uint64)
+            words = (self.n_features + 63) // 64  # the scratch's marks, cleared by gather_clear
+            self._bits = self._replicas.shared(
+                "linear.bits", lambda: np.zeros(words, dtype=np.uint64))
             self._touched = np.empty(min(self.n_features, int(X.nnz)) + 1, dtype=np.int64)
         self._idx_dtype = index_dtype_for(self.dim)
         self._checked = False
@@ -139,9 +152,20 @@ class DataParallelSGD:
             return
         if self._W is not None and state.v.base is self._W:
             return
-        self._W = np.zeros((self.n_features, 2), dtype=WEIGHT_DTYPE)
-        self._W[:, 0] = state.v
+
+        def interleave():
+            W = np.zeros((self.n_features, 2), dtype=WEIGHT_DTYPE)
+            W[:, 0] = state.v
+            return W
+
+        # simulated ranks: one W for all, checked to start from the same weights
+        self._W = self._replicas.shared("linear.W", interleave,
+                                        check=state.v if self._replicas.sharing else None)
         state.v = self._W[:, 0]
+
+    def _clock(self) -> float:
+        """Seconds: ``time.perf_counter()``, or the virtual clock of a simulated rank."""
+        return sim.clock(self.comm) if self._cost is not None else time.perf_counter()
 
     # -- one step -----------------------------------------------------------------------------
 
@@ -151,20 +175,40 @@ class DataParallelSGD:
         (float32 values), the rows' loss sum and how many of them were classified right
         (both at the weights before the step). Requires :meth:`attach`; general path only."""
         X = self.X
-        n, loss_sum, dsum, correct = K.batch_gradient(
-            X.indptr, X.indices, X.data, self.y, rows, self._W, state.scale, state.intercept,
-            self.kind, self._bits, self._touched, self.sample_weight)
-        m = n + 1
-        idx = np.empty(m, dtype=self._idx_dtype)
-        val = np.empty(m, dtype=np.float32)
-        K.gather_clear(self._W, self._bits, self._touched, n, idx, val)
+        with self._replicas.exclusive("linear.scratch"):  # W[:, 1] and the marks
+            n, loss_sum, dsum, correct = K.batch_gradient(
+                X.indptr, X.indices, X.data, self.y, rows, self._W, state.scale,
+                state.intercept, self.kind, self._bits, self._touched, self.sample_weight)
+            m = n + 1
+            idx = np.empty(m, dtype=self._idx_dtype)
+            val = np.empty(m, dtype=np.float32)
+            K.gather_clear(self._W, self._bits, self._touched, n, idx, val)
+        if self._cost is not None:
+            sim.charge(self._cost.gradient(int((X.indptr[rows + 1] - X.indptr[rows]).sum())))
         idx[n] = self.n_features
         val[n] = dsum if self.fit_intercept else 0.0
         return SparseVector(self.dim, idx, val, check=False), loss_sum, int(correct)
 
     def apply(self, state: TrainState, total: SparseVector, count: int) -> None:
         """The update of a summed gradient ``total`` over ``count`` global rows (identical on
-        every rank given the same ``total``)."""
+        every rank given the same ``total``). Simulated ranks sharing one ``W``: applied once,
+        by the first rank, from inputs checked equal on every rank."""
+        if self._cost is not None:
+            sim.charge(self._cost.update(total))
+        if not self._replicas.sharing:
+            self._apply(state, total, count)
+            return
+        check = (total.is_dense, total.values, None if total.is_dense else total.indices,
+                 int(count), state.scale, state.intercept, state.t)
+
+        def update():
+            self._apply(state, total, count)
+            return state.scale, state.intercept, state.t
+
+        state.scale, state.intercept, state.t = self._replicas.once("linear.apply", update,
+                                                                    check=check)
+
+    def _apply(self, state: TrainState, total: SparseVector, count: int) -> None:
         step, decay = self.schedule.batch(state.t, count)
         state.decay(decay)
         coef = -step / state.scale
@@ -195,13 +239,17 @@ class DataParallelSGD:
         totals = np.array([part["loss_sum"], part["density_sum"], part["local_density_sum"]],
                           dtype=np.float64)
         counts = np.array([part["correct"], part["rows"], part["steps"]], dtype=np.int64)
-        t0 = time.perf_counter()
+        t0 = self._clock()
         K.direct_steps(X.indptr, X.indices, X.data, self.y, rows, bounds, self.batch_sizes,
                        state.step, k1, state.v, fstate, istate, totals, counts, self.kind,
                        self._rate_code, self._rates, self.fit_intercept, self.intercept_decay,
                        RESCALE_BELOW, self._active, self._dloss, self._stamp, self._stamp_max,
                        self.sample_weight)
-        seconds = time.perf_counter() - t0
+        if self._cost is not None:
+            entries = X.indptr[rows[bounds[state.step]:bounds[k1]] + 1] \
+                - X.indptr[rows[bounds[state.step]:bounds[k1]]]
+            sim.charge(self._cost.direct(k1 - state.step, int(entries.sum())))
+        seconds = self._clock() - t0
         state.scale, state.intercept = float(fstate[0]), float(fstate[1])
         state.t, self._stamp_last = int(istate[0]), int(istate[1])
         part["loss_sum"], part["density_sum"], part["local_density_sum"] = map(float, totals)
@@ -260,13 +308,13 @@ class DataParallelSGD:
                     return True
                 continue
             bytes0 = stats.bytes_sent
-            t0 = time.perf_counter()
+            t0 = self._clock()
             vec, loss_sum, correct = self.local_gradient(state, rows[bounds[k]:bounds[k + 1]])
-            t1 = time.perf_counter()
+            t1 = self._clock()
             total = self.allreduce(vec)
-            t2 = time.perf_counter()
+            t2 = self._clock()
             self.apply(state, total, int(self.batch_sizes[k]))
-            t3 = time.perf_counter()
+            t3 = self._clock()
             part["train_seconds"] += t3 - t0
             part["compute_seconds"] += (t1 - t0) + (t3 - t2)
             part["comm_seconds"] += t2 - t1

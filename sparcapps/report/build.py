@@ -16,7 +16,7 @@ from .figures import Fig, collective_figures, speedup_text
 from .fmt import count, fmt, kib, ms, percent
 from .plotting import source_label
 from .rows import REFERENCES, collective_rows
-from .training import training_figures, training_runs, training_table
+from .training import scaling_figures, training_figures, training_runs, training_table
 
 __all__ = ["build_report", "build", "all_figures", "command_groups", "load"]
 
@@ -39,7 +39,7 @@ def all_figures(records) -> tuple[list[dict], list[dict], list[Fig]]:
     """Collective rows, training runs, and every figure they make, in report order."""
     rows = collective_rows(records)
     runs = training_runs(records)
-    return rows, runs, collective_figures(rows) + training_figures(runs)
+    return rows, runs, collective_figures(rows) + training_figures(runs) + scaling_figures(runs)
 
 
 def command_groups(figs: list[Fig]) -> dict[str, tuple]:

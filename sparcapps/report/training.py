@@ -15,7 +15,8 @@ from .figures import Fig, group_rows, render
 from . import plotting as pl
 from .fmt import config_label, dataset_label, sig, slug
 
-__all__ = ["training_runs", "training_figures", "time_to_accuracy"]
+__all__ = ["training_runs", "training_figures", "time_to_accuracy", "scaling_figures",
+           "scaling_points"]
 
 _METRICS = ("test_accuracy", "train_accuracy", "loss")
 
@@ -27,8 +28,9 @@ def training_runs(records) -> list[dict]:
         epochs = (r.get("metrics") or {}).get("epochs")
         if r.get("status") == "ok" and isinstance(epochs, list) and epochs:
             runs.append({"app": r.get("app"), "dataset": dataset_label(r), "P": r.get("P"),
-                         "config": config_label(r), "epochs": epochs, "record": r,
-                         "command": command_of(r)})
+                         "config": config_label(r), "series": series_label(r),
+                         "simulated": bool(r.get("simulated")), "network": r.get("network"),
+                         "epochs": epochs, "record": r, "command": command_of(r)})
     return runs
 
 
@@ -105,7 +107,9 @@ def training_figures(runs) -> list[Fig]:
                     ax, [q[0] for q in p], [q[1] for q in p], offsets[i], ls="-",
                     marker="o" if dense else pl.MARKERS[(i + 1) % len(pl.MARKERS)],
                     color="black" if dense else f"C{i % 10}", lw=2 if dense else 1.5,
-                    markersize=4, gid=f"series-{i}", label=f"{g['config']}, P = {g['P']}")
+                    markersize=4, gid=f"series-{i}",
+                    label=f"{g['config']}, P = {g['P']}"
+                    + (f", {pl.source_label(True, g['network'])}" if g["simulated"] else ""))
                 handles.append(line)
         targets = {(t["target"], t["basis"]) for t in time_to_accuracy(grp)}
         if len(targets) == 1:  # one P: the time-to-accuracy target as a line
@@ -141,3 +145,126 @@ def training_table(runs) -> tuple[list[str], list[list]]:
                "train accuracy", "test accuracy", "wall s", "target", "time to target s",
                "dense time / time"]
     return headers, rows
+
+
+def series_label(rec: dict) -> str:
+    """A training run's configuration without what varies with P (the linear apps' measured
+    gradient density): 'dense baseline', or the algorithm with the compressor's sent
+    fraction and QSGD bits where the run set them."""
+    label = config_label(rec)
+    if label == "dense baseline":
+        return label
+    cfg = rec.get("config") or {}
+    parts = [str(rec.get("algorithm") or "unknown algorithm")]
+    if cfg.get("density") is not None:
+        parts.append(f"sent {sig(cfg['density'])}")
+    if cfg.get("bits"):
+        parts.append(f"{cfg['bits']}-bit QSGD")
+    return ", ".join(parts)
+
+
+def _epoch_seconds(run) -> float | None:
+    """The run's typical epoch: the median training seconds of its epochs after the first
+    (the first compiles and warms caches in a measured run), of its only epoch else."""
+    secs = [e.get("train_seconds") for e in run["epochs"]]
+    secs = [x for x in (secs[1:] if len(secs) > 1 else secs) if x is not None]
+    if not secs:
+        return None
+    secs.sort()
+    mid = len(secs) // 2
+    return secs[mid] if len(secs) % 2 else 0.5 * (secs[mid - 1] + secs[mid])
+
+
+def _seconds_to(run, metric: str, target: float) -> float | None:
+    """Training seconds (summed over epochs, evaluation excluded) until ``metric`` first
+    reached ``target``; None if it never did."""
+    total = 0.0
+    for e in run["epochs"]:
+        if e.get("train_seconds") is None:
+            return None
+        total += e["train_seconds"]
+        v = e.get(metric)
+        if v is not None and v >= target:
+            return total
+    return None
+
+
+def scaling_points(runs) -> dict:
+    """Per (app, data set): the stated target (99% of the lowest best test accuracy the dense
+    baseline reached at any P, measured or simulated; of every run's without a dense
+    baseline) and one point per run: (series, source, P, epoch seconds, seconds to target)."""
+    out = {}
+    for (app, dataset), grp in group_rows(runs, lambda r: (r["app"], r["dataset"])):
+        if len({g["P"] for g in grp}) < 2:
+            continue
+        with_acc = [g for g in grp if any(e.get("test_accuracy") is not None
+                                          for e in g["epochs"])]
+        best = {id(g): max(e["test_accuracy"] for e in g["epochs"]
+                           if e.get("test_accuracy") is not None) for g in with_acc}
+        dense = [g for g in with_acc if g["series"] == "dense baseline"]
+        basis = dense or with_acc
+        target = 0.99 * min(best[id(g)] for g in basis) if basis else None
+        points = []
+        for g in grp:
+            source = pl.source_label(g["simulated"], g["network"])
+            points.append({"series": g["series"], "source": source, "P": g["P"],
+                           "simulated": g["simulated"], "network": g["network"],
+                           "epoch_seconds": _epoch_seconds(g),
+                           "to_target": None if target is None
+                           else _seconds_to(g, "test_accuracy", target), "run": g})
+        out[(app, dataset)] = {"target": target,
+                               "basis": "dense baseline" if dense else "every run",
+                               "points": points}
+    return out
+
+
+def scaling_figures(runs) -> list[Fig]:
+    """Epoch time and time to a stated test accuracy against P, per (app, data set): one
+    line per configuration and source, measured (solid, filled markers) beside simulated
+    (dashed, hollow markers, one line per network), the dense baseline in black on the same
+    axes as the sparse runs."""
+    figs = []
+    for (app, dataset), data in scaling_points(runs).items():
+        pts = data["points"]
+        styles = pl.SeriesStyles([p["series"] for p in pts], "dense baseline")
+        for what, key, ylabel in (
+                ("epoch time", "epoch_seconds", "seconds per epoch (median, log scale)"),
+                ("time to accuracy", "to_target", "training seconds to the target "
+                                                  "(log scale)")):
+            if not any(p[key] for p in pts):
+                continue
+            where = f"{app}{' on ' + dataset if dataset else ''}"
+            fig, ax = pl.new_axes(f"{where}: {what} vs P", "P", ylabel)
+            handles = []
+            lines = group_rows(pts, lambda p: (p["series"] != "dense baseline", p["series"],
+                                               p["source"]))
+            missing = []
+            for (_, series, source), grp in lines:
+                grp = sorted(grp, key=lambda p: p["P"])
+                xs = [p["P"] for p in grp if p[key]]
+                ys = [p[key] for p in grp if p[key]]
+                missing += [f"{series}, {source}, P = {p['P']}" for p in grp if not p[key]]
+                if not xs:
+                    continue
+                kw = pl.style_for(styles, series, grp[0]["simulated"], grp[0]["network"])
+                handles.append(pl.plot_line(ax, xs, ys, label=f"{series}, {source}",
+                                            gid=f"series-{len(handles)}", **kw))
+            pl.rank_axis(ax, [p["P"] for p in pts])
+            ax.set_yscale("log")
+            pl.outside_legend(fig, handles)
+            fid = slug("scaling", what, app, dataset)
+            caption = (f"{where}: {what} against P. Measured runs: solid lines, filled "
+                       f"markers; simulated runs (sparcml.sim: exact training, modeled "
+                       f"seconds): dashed lines, hollow markers, one line per network; the "
+                       f"dense baseline (black) on the same axes.")
+            if key == "to_target":
+                caption += (f" Target: test accuracy >= {sig(data['target'])} (99% of the "
+                            f"lowest best accuracy of the {data['basis']} over every P).")
+                if missing:
+                    caption += " Not reached in the epochs run: " + "; ".join(missing) + "."
+            else:
+                caption += (" Epoch time: the median of the epochs after the first (the "
+                            "first compiles kernels in a measured run).")
+            figs.append(Fig(fid, "Training runs", caption, *render(fig, fid),
+                            [p["run"] for p in pts]))
+    return figs

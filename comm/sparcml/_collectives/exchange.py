@@ -22,6 +22,7 @@ from mpi4py import MPI
 from .. import _kernels as kernels
 from .._options import current_options
 from .._runtime.context import TrafficStats
+from .._runtime.tags import message_tags
 from .._errors import InvalidVectorError
 from .._vector import MAX_DIM, SparseVector
 from .._wire import packed_kernels as pk
@@ -33,7 +34,7 @@ __all__ = ["as_vector", "as_sent", "encode_vector", "send_vector", "recv_vector"
            "split_parts", "split_reduce", "reduce_block", "native_split",
            "allgather_packed", "send_packed", "allgather_block_values"]
 
-TAG_SPLIT = 21  # phase 1 of the split algorithms
+TAG_SPLIT = message_tags("sparcml.exchange", "split").split  # phase 1 of the split algorithms
 
 
 def as_vector(part: Part, dim: int) -> SparseVector:

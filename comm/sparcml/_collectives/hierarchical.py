@@ -71,12 +71,13 @@ from .exchange import as_vector, encode_vector, send_vector
 from .ops import MAX_COUNT
 from .registry import AUTO
 from .._runtime.shm_window import SharedWindow
+from .._runtime.tags import message_tags
 from .._vector import SparseVector
 
 __all__ = ["NodeLayout", "hierarchical_code", "check_hierarchical", "layout_for", "node_sizes",
            "run"]
 
-_TAG_NODE_REDUCE = 31
+_TAG_NODE_REDUCE = message_tags("sparcml.hierarchical", "node_reduce").node_reduce
 _DENSE, _SPARSE = 1, 2  # what the node broadcast carries
 
 

@@ -25,8 +25,11 @@ takes part with a zero vector, and every message it sends carries the error flag
 header (:mod:`sparcml._wire.header`). A rank that receives a flagged message flags its own
 later messages, so by the end of the schedule every rank knows (the schedules of the
 algorithms reach every rank from every rank: the butterfly and unfold of recursive doubling,
-the all-to-all first phase of the split algorithms, the allgather; the dense baseline carries
-the flag in a non-blocking reduction beside its ``MPI_Allreduce``). Then, and only then, the
+the all-to-all first phase of the split algorithms, the allgather). An algorithm whose
+messages do not all go through the context's operations (its record's ``routes_through_ops``
+is False: the dense baseline's ``MPI_Allreduce``, a plugin calling ``ctx.comm`` itself) gets
+the flag in a one-integer non-blocking reduction beside each call instead, so a failing rank
+is never left alone in the agreement. Then, and only then, the
 ranks run one agreement (:func:`sparcml._runtime.agreement.raise_agreed`) and every rank
 raises the first failing rank's error; the plan stays usable. When every rank passed the same
 other dim and dtype, the error is :class:`PlanShapeError` (so that a caller holding plans per
@@ -65,7 +68,7 @@ from .._runtime.agreement import (VALUE_DTYPE_NAMES, agree, agreed_call, agreed_
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
-from .algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
+from .algorithms import DEFAULT_ALGORITHM
 from .algorithms.recursive_doubling import ALGORITHM as RECURSIVE_DOUBLING
 from .entry import _abort_job, _calibration_run, fail_stop
 from .flag_ops import FlagOps
@@ -347,7 +350,7 @@ class AllreducePlan:
             codec.seed = _splitmix(self._seed + self.calls)
         ctx.partitions = self.options.partitions
         flag = None
-        if record.name == DENSE_BASELINE:  # no headers: the flag rides beside the reduction
+        if not record.routes_through_ops:  # no flag in its messages: it rides beside them
             flag = np.array([int(error is not None)], np.int32)
             req = ctx.comm.Iallreduce(MPI.IN_PLACE, flag, MPI.MAX)
         with in_call(self.options), fail_stop(ctx.comm, f"plan.allreduce({record.name})"):

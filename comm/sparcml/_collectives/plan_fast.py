@@ -30,13 +30,13 @@ from .. import _kernels as kernels
 from .._vector import SparseVector, index_dtype_for
 from .._wire.codec import Part, decode
 from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
+from .algorithms.recursive_doubling import TAGS as _RD
 
 __all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
 
 MAX_DENSE_BYTES = 8 << 20  # dense vectors up to 8 MiB take the fast path
-_TAG_FOLD = 11  # the tags of recursive_doubling: calls on one communicator stay in order
-_TAG_ROUND = 12
-_TAG_UNFOLD = 13
+# recursive_doubling's own tags (the registry's): a plan's calls are that algorithm's
+_TAG_FOLD, _TAG_ROUND, _TAG_UNFOLD = _RD.fold, _RD.round, _RD.unfold
 _DENSE = 1
 _VALUES8 = 4
 _OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write

@@ -4,8 +4,11 @@ Everything that lists, validates, documents or models the algorithms reads this 
 public :data:`sparcml.ALGORITHMS`, argparse ``choices=`` and help texts of the CLIs, error
 messages, the cost model and ``auto``. Adding an algorithm is one module that builds an
 :class:`Algorithm` (its docstring states the ``run`` and ``cost`` contracts) and calls
-:func:`register` (see ``sparcml/_collectives/algorithms/`` for the built-in ones and
-``tests/toy_algorithm.py`` for one written with public names only). Third-party packages may
+:func:`register`: a module put in ``sparcml/_collectives/algorithms/`` is found and imported
+with the package (no list to edit); ``tests/toy_algorithm.py`` is one written with public names
+only. The registry allocates the message tags an algorithm declares
+(:mod:`sparcml._runtime.tags`), and whether its messages carry a plan's error flag is declared
+too (``routes_through_ops``). Third-party packages may
 register theirs on import, or through the entry-point group :data:`PLUGIN_GROUP`
 (``sparcml.algorithms``; each entry point names a module or callable), which
 :func:`load_plugins` loads: the ``sparc-*`` CLIs call it before they read the algorithm names
@@ -20,6 +23,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .._errors import IncompatibleOptionsError, SparcmlError, UnknownAlgorithmError
+from .._runtime.tags import Tags, message_tags, release_tags
 
 __all__ = ["Algorithm", "AUTO", "ALGORITHMS", "register", "unregister", "get_algorithm",
            "algorithm_names", "algorithm_code", "algorithm_from_code",
@@ -38,23 +42,34 @@ class Algorithm:
     caller's ``out=`` itself. ``accepts_quantizer``: False when its messages cannot carry QSGD
     values (MPI_Allreduce adds raw floats). ``in_auto``: a candidate for ``algorithm="auto"``.
     ``baseline``: a reference others are compared with (printed as such by the benchmarks).
+    ``order``: where it stands in :data:`sparcml.ALGORITHMS` (help texts, tables; ascending,
+    then in registration order; the built-in ones take 10 to 50). ``tags``: the names of the
+    point-to-point message tags it sends with; :func:`register` allocates their numbers
+    (:mod:`sparcml._runtime.tags`), which ``run`` reads as ``algorithm.tags.NAME`` (every
+    process gets the same numbers). ``routes_through_ops``: True only when every message
+    ``run`` exchanges goes through ``ctx.ops`` (its encode, decode and collectives, as the
+    built-in split and butterfly algorithms do), so that a plan's error flag
+    (:mod:`sparcml._collectives.plan`) travels in the messages and reaches every rank; with
+    the default False a plan carries the flag in a one-integer non-blocking reduction beside
+    each call, so an algorithm that calls ``ctx.comm`` directly cannot leave a failing rank
+    alone in the plan's error agreement.
 
-    ``run(ctx, vec, *, stats, codec, out, sent) -> SparseVector`` is called on every rank of
-    the communicator after the ranks agreed on the arguments, for P >= 2 only (P = 1 never
-    reaches it). ``ctx``: the call's context; an algorithm reads ``ctx.comm`` (sparcml's own
-    duplicate of the user's communicator: its messages never meet the user's), ``ctx.rank``
-    and ``ctx.size``. ``vec``: this rank's input, in the representation of the switch rule
+    ``run(ctx, vec, *, stats, codec, out, sent) -> SparseVector`` is called on every rank of the
+    communicator after the ranks agreed on the arguments, for P >= 2 only (P = 1 never reaches it).
+    ``ctx``: the call's context; an algorithm reads ``ctx.comm`` (sparcml's own duplicate of the
+    user's communicator: its messages never meet the user's; send with the declared ``tags``),
+    ``ctx.rank``, ``ctx.size`` and ``ctx.ops`` (the operations that carry a plan's error flag: see
+    ``routes_through_ops``). ``vec``: this rank's input, in the representation of the switch rule
     unless ``writes_out`` (then as the caller gave it). ``stats``: the
     :class:`~sparcml.TrafficStats` to count this rank's traffic in
-    (:meth:`~sparcml.TrafficStats.add_message` per message sent, ``bytes_received``).
-    ``codec``: sparcml's wire encoding for this call (the built-in algorithms' messages; an
-    algorithm that sends its own may ignore it). ``out``: the caller's buffer for
-    ``writes_out`` algorithms, else None (the entry point copies the result into ``out``).
-    ``sent``: None, except with a quantizer (so never for ``accepts_quantizer=False``), when the
-    built-in algorithms report how the others received this rank's input. It must return the
-    same sum on every rank, as fresh memory (never ``vec``'s arrays nor a view of them): build
-    it with :meth:`SparseVector.unchecked <sparcml.SparseVector.unchecked>` when it is valid by
-    construction (no second validation).
+    (:meth:`~sparcml.TrafficStats.add_message` per message sent, ``bytes_received``). ``codec``:
+    sparcml's wire encoding for this call (the built-in algorithms' messages; an algorithm that
+    sends its own may ignore it). ``out``: the caller's buffer for ``writes_out`` algorithms, else
+    None (the entry point copies the result into ``out``). ``sent``: None, except with a quantizer
+    (so never for ``accepts_quantizer=False``), when the built-in algorithms report how the others
+    received this rank's input. It must return the same sum on every rank, as fresh memory (never
+    ``vec``'s arrays nor a view of them): build it with :meth:`SparseVector.unchecked
+    <sparcml.SparseVector.unchecked>` when it is valid by construction (no second validation).
 
     ``cost(model, *, P, N, k, K, q, s_idx, s_val) -> seconds``: the predicted time for P >= 2
     ranks, dimension N, k items per input, K in the result (None: estimate it from the overlap
@@ -71,16 +86,39 @@ class Algorithm:
     accepts_quantizer: bool = True
     in_auto: bool = True
     baseline: bool = False
+    order: int = 100
+    tags: tuple[str, ...] = ()
+    routes_through_ops: bool = False
 
     def __post_init__(self):
-        if not self.name or not self.name.isidentifier() or self.name == AUTO:
+        if not isinstance(self.name, str) or not self.name.isidentifier() or self.name == AUTO:
             raise SparcmlError(f"an algorithm name must be an identifier other than {AUTO!r}, "
                                f"got {self.name!r}")
+        if isinstance(self.tags, str) or not all(isinstance(t, str) for t in self.tags):
+            raise SparcmlError(f"an algorithm's tags are a tuple of names, got {self.tags!r}")
+        object.__setattr__(self, "tags", _DeclaredTags(tuple(self.tags)))
 
     @property
     def code(self) -> int:
         """A number that names the algorithm the same way in every process (for agreement)."""
         return algorithm_code(self.name)
+
+
+class _DeclaredTags(tuple):
+    """An algorithm's declared tag names (a tuple) whose attributes are the allocated numbers:
+    ``algorithm.tags.round`` (allocated by :func:`register`, the same in every process)."""
+
+    allocated: Tags | None = None  # set by register()
+
+    def __getattr__(self, name: str) -> int:
+        if name.startswith("__") or self.allocated is None:
+            raise AttributeError(f"message tag {name!r} read before the algorithm was "
+                                 f"registered" if not name.startswith("__") else name)
+        return getattr(self.allocated, name)
+
+
+def _tag_owner(name: str) -> str:
+    return f"algorithm {name}"
 
 
 _REGISTRY: dict[str, Algorithm] = {}
@@ -95,18 +133,33 @@ def register(algorithm: Algorithm, *, replace: bool = False) -> Algorithm:
     if algorithm.name in _REGISTRY and not replace:
         raise SparcmlError(f"an algorithm named {algorithm.name!r} is already registered; "
                            f"pass replace=True to overwrite it")
+    if algorithm.name in _REGISTRY:
+        release_tags(_tag_owner(algorithm.name))
+    algorithm.tags.allocated = message_tags(_tag_owner(algorithm.name), *algorithm.tags)
     _REGISTRY[algorithm.name] = algorithm
+    _ORDERED.clear()
     return algorithm
 
 
 def unregister(name: str) -> None:
-    """Remove an algorithm (tests and plugins that clean up after themselves)."""
-    _REGISTRY.pop(name, None)
+    """Remove an algorithm and free its tags (tests and plugins that clean up after
+    themselves)."""
+    old = _REGISTRY.pop(name, None)
+    if old is not None:
+        release_tags(_tag_owner(name))
+        _ORDERED.clear()
+
+
+_ORDERED: list[str] = []  # the names by (order, registration), cached until the next change
 
 
 def algorithm_names(*, auto: bool = False, in_auto_only: bool = False) -> tuple[str, ...]:
-    """The registered names in registration order (``auto=True`` appends ``"auto"``)."""
-    names = tuple(a.name for a in _REGISTRY.values() if a.in_auto or not in_auto_only)
+    """The registered names by ``order``, then registration order (``auto=True`` appends
+    ``"auto"``)."""
+    if not _ORDERED:
+        at = {name: i for i, name in enumerate(_REGISTRY)}
+        _ORDERED.extend(sorted(_REGISTRY, key=lambda n: (_REGISTRY[n].order, at[n])))
+    names = tuple(n for n in _ORDERED if _REGISTRY[n].in_auto or not in_auto_only)
     return names + (AUTO,) if auto else names
 
 
@@ -116,7 +169,7 @@ def get_algorithm(name) -> Algorithm:
         return _REGISTRY[name]
     except (KeyError, TypeError):
         raise UnknownAlgorithmError(
-            f"unknown algorithm {name!r}; choose one of {', '.join(_REGISTRY)} or "
+            f"unknown algorithm {name!r}; choose one of {', '.join(algorithm_names())} or "
             f"{AUTO!r}") from None
 
 
@@ -143,7 +196,7 @@ def check_algorithm_options(name, *, quantizer=None) -> Algorithm | None:
         return None
     algorithm = get_algorithm(name)
     if quantizer is not None and not algorithm.accepts_quantizer:
-        able = [a.name for a in _REGISTRY.values() if a.accepts_quantizer]
+        able = [n for n in algorithm_names() if _REGISTRY[n].accepts_quantizer]
         raise IncompatibleOptionsError(
             f"algorithm {name!r} cannot add quantized values ({algorithm.summary}); with a "
             f"quantizer use one of {', '.join(able)} or {AUTO!r}")

@@ -33,11 +33,13 @@ from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_resu
 from .._collectives.registry import AUTO, algorithm_names, get_algorithm
 from .._vector import SparseVector
 from .._wire.codec import Codec, Part, decode
+from .._runtime.tags import message_tags
 
 __all__ = ["AutoMemory", "memory_of", "model_of", "calibrate_context", "calibrate_topk",
            "choose", "choose_topk_step", "learn_overlap", "calibrate_node_aware",
            "choose_node_aware"]
 
+_TAG_PROBE = message_tags("sparcml.auto", "probe").probe  # calibration's timed exchanges
 _HISTORY_LIMIT = 10_000  # remembered choices per context, and tuned shapes (tuning.TuningState)
 
 
@@ -129,8 +131,8 @@ def _exchange_times(c, rank, partner, waiter, sizes, reps) -> list[float]:
         def exchange():
             if partner == rank:
                 return
-            req = c.Isend([buf, MPI.BYTE], partner, 99)
-            waiter.wait(c.Irecv([rbuf, MPI.BYTE], partner, 99))
+            req = c.Isend([buf, MPI.BYTE], partner, _TAG_PROBE)
+            waiter.wait(c.Irecv([rbuf, MPI.BYTE], partner, _TAG_PROBE))
             waiter.wait(req)
 
         c.Barrier()

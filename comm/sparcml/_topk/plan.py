@@ -44,6 +44,7 @@ from .._model.link_costs import index_coding_costs
 from .._options import Options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import CommContext, TrafficStats, context_for
+from .._runtime.tags import message_tags
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
 from . import select_kernels
@@ -53,7 +54,8 @@ from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _r
 
 __all__ = ["TopKPlan", "topk_plan"]
 
-TAG_PLAN_SPLIT = 24  # the plan's reduce-scatter (named sources, in rank order)
+TAG_PLAN_SPLIT = message_tags(NAME, "plan_split").plan_split  # the plan's reduce-scatter (named
+# sources, in rank order)
 _TRAILER = 16
 _DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 

@@ -58,6 +58,7 @@ from . import select_kernels
 from .._options import Options, current_options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
+from .._runtime.tags import message_tags
 from .._collectives.entry import _calibration_run, fail_stop
 from .._errors import CompressionError, InvalidArgumentError
 from .._collectives.exchange import allgather_packed, reduce_block
@@ -78,7 +79,7 @@ __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_all
 
 NAME = TOPK_STEP  # "topk_allreduce": the label in TrafficStats.algorithm and the benchmarks
 
-TAG_DIRECT = 23  # the point-to-point allgather of the selection
+TAG_DIRECT = message_tags(NAME, "direct").direct  # the point-to-point allgather of the selection
 _DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 
 

@@ -78,6 +78,7 @@ from .._collectives.validation import LocalFailure
 from .._runtime.agreement import capture, raise_everywhere
 from .._topk.local import TopK
 from .._vector import VALUE_DTYPES, SparseVector
+from ._cost import allreduce_seconds
 
 __all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor",
            "NoneCompressor", "Memory",
@@ -105,6 +106,30 @@ class Compressor(ABC):
     serves every bucket and thread."""
 
     lossless: bool = False
+    #: True: :meth:`Compression.allreduce_in` passes ``shapes=`` (the shapes of the tensors a
+    #: bucket concatenates) to its ``reduce_in`` hook, for compressors that work per tensor
+    takes_shapes: bool = False
+    #: True: :meth:`compress` raises :class:`~sparcml.CompressionError` for NaN or Inf itself,
+    #: so :meth:`Compression.allreduce_in` skips its own pass over the input (issue 36)
+    checks_finite: bool = False
+
+    def default_memory(self) -> "Memory | None":
+        """The memory a :class:`Compression` of this compressor gets when none is given; None:
+        :class:`ResidualMemory` when something is lost (not :attr:`lossless`, or a quantizer),
+        else :class:`NoneMemory`."""
+        return None
+
+    def predicted_seconds(self, model, *, P: int, n: int, sent: float | None, itemsize: int,
+                          quantizer, algorithm: str, shapes=None) -> float:
+        """Its cost: the seconds of one reduction of a bucket of ``n`` values at ``P >= 2``
+        ranks under the :class:`~sparcml.CostModel` ``model`` (``sent``: values a rank sends,
+        measured, or None for what the options give; ``quantizer`` and ``algorithm``: the
+        bundle's). By default the sparse allreduce of ``sent`` values through ``algorithm``
+        (the dense ``MPI_Allreduce`` for a lossless compressor without quantizer, the global
+        top-k step when :meth:`global_k` keeps a number); a compressor with its own wire
+        format overrides it (:func:`sparcml.compression.predicted_seconds` calls it)."""
+        return allreduce_seconds(self, model, P=P, n=n, sent=sent, itemsize=itemsize,
+                                 quantizer=quantizer, algorithm=algorithm)
 
     @abstractmethod
     def compress(self, x: np.ndarray) -> SparseVector:
@@ -150,7 +175,8 @@ class Compressor(ABC):
     # :meth:`Compression.allreduce_in` when the choice depends on the rank, the key or a step;
     # ``reduce_in(ctx, g, key, *, stats, check) -> Reduced``: the whole reduction of the
     # compensated ``g`` (its own wire format: signs, 16-bit floats, low-rank factors); the
-    # bundle then updates the memory with the ``sent`` it reports.
+    # bundle then updates the memory with the ``sent`` it reports (with ``shapes=`` when the
+    # class declares :attr:`takes_shapes`).
 
 
 class NoneCompressor(_NoOptions, Compressor):
@@ -495,7 +521,7 @@ class Compression:
         if quantizer is not None and not isinstance(quantizer, QSGD):
             raise IncompatibleOptionsError(f"quantizer must be a sparcml.QSGD or None, got "
                                            f"{quantizer!r}; e.g. quantizer=sparcml.QSGD(4)")
-        if memory is None and hasattr(compressor, "default_memory"):
+        if memory is None:
             memory = compressor.default_memory()
         if memory is None:
             lossy = not compressor.lossless or quantizer is not None
@@ -584,13 +610,12 @@ class Compression:
         g = vec = None
         with failed:
             g = self.memory.compensate(x, key)
-            if not getattr(self.compressor, "checks_finite", False):
+            if not self.compressor.checks_finite:
                 _check_finite(g)  # (top-k's selection checks as it goes: no second pass)
         reduce = getattr(self.compressor, "reduce_in", None)
         if reduce is not None:  # the compressor's own collectives: one agreement first
             raise_everywhere(ctx.comm, failed.error, waiter=ctx.waiter)
-            per_tensor = {"shapes": shapes} if getattr(self.compressor, "takes_shapes",
-                                                       False) else {}
+            per_tensor = {"shapes": shapes} if self.compressor.takes_shapes else {}
             red = reduce(ctx, g, key, stats=stats, check=check, **per_tensor)
             t1 = time.perf_counter()
             self.memory.update(g, key, red.sent)

@@ -29,8 +29,11 @@ Exact: every message is produced by sparcml's own encoding and delivered byte fo
 results, bytes per rank, message counts and fill-in are those of a real run (tested bitwise
 against ``mpiexec`` at P = 2, 4, 8). MPI collectives (``Allreduce``, ``Allgather(v)``,
 ``Bcast``) are computed directly from the ranks' buffers: data exact, their internal messages
-not enacted but charged by the model below. The dense ``Allreduce`` sums in rank order, so
-the ``dense`` baseline may differ from MPICH's in the last bits.
+not enacted but charged by the model below. A predefined ``Allreduce`` combines the ranks'
+arrays in the order of MPICH's recursive doubling / halving (pairs at distance 1 first, the
+ranks beyond the power of two folded in before), so the ``dense`` baseline's float sums equal
+MPICH's bit for bit (tested through the apps at P = 2-4, and seen at 5, 6, 8); another MPI
+library may associate differently.
 
 Modeled time: each rank has a virtual clock.
 
@@ -66,6 +69,13 @@ a rank's own transfers, the dependence of compute speed on the target's cores an
 (scale with ``compute_scale``), and noise. ``tests/test_sim_validation.py`` and BENCHMARKS.md
 compare the modeled times with measured ones on an emulated 1 Gbit network.
 
+Training loops: a synchronous data-parallel loop runs unchanged on simulated ranks when it
+keeps its model in a :class:`Replicas` (one copy for all ranks, each update applied once and
+checked to have the same inputs on every rank), charges its local compute with
+:func:`charge` (seconds, e.g. from rates it measured once with :func:`cached_rates`, or a
+GPU's step time) and reads durations from :func:`clock`; under ``mpiexec`` the same calls do
+what each rank does alone. ``sparc-linear --simulate`` and the deep apps are built so.
+
 Memory: ranks share identical buffers instead of copying them P times
 (:mod:`sparcml.sim._sharing`), so P = 1,024 ranks at N = 16M fit a few GiB. The ``dense``
 baseline cannot share: its ``MPI_Allreduce`` needs every rank's full vector, P N values;
@@ -80,7 +90,10 @@ from ._dense_model import dense_allreduce_model
 from ._model import network_cost_model, use_model
 from ._network import NetworkSpec, parse_network
 from ._probe import probe_network
+from ._app_rates import cached_rates
+from ._replicas import ReplicaDivergedError, Replicas, charge, clock
 from ._runner import SimResult, SimulationError, run
 
 __all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
-           "network_cost_model", "use_model", "probe_network", "dense_allreduce_model"]
+           "network_cost_model", "use_model", "probe_network", "dense_allreduce_model",
+           "Replicas", "ReplicaDivergedError", "charge", "clock", "cached_rates"]

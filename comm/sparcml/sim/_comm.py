@@ -59,6 +59,24 @@ def _array(spec) -> np.ndarray | None:
     return np.asarray(arr)
 
 
+def _mpich_order(parts: list, ufunc) -> np.ndarray:
+    """``ufunc`` over the ranks' arrays associated as MPICH's allreduce does (recursive
+    doubling, and Rabenseifner's recursive halving, whose first partners are also at distance
+    1): with ``rem = P - pof2``, ranks ``2i`` and ``2i+1`` below ``2 rem`` are folded first,
+    then the ``pof2`` partial results are combined pairwise, ``(0, 1), (2, 3), ...``, then
+    their pairs, and so on. Floating-point sums thus equal a real MPICH run's bit for bit
+    (IEEE addition is commutative, not associative: the order within a pair is immaterial)."""
+    P = len(parts)
+    if P == 1:
+        return parts[0].copy()
+    pof2 = 1 << (P.bit_length() - 1)
+    rem = P - pof2
+    vals = [ufunc(parts[2 * i], parts[2 * i + 1]) for i in range(rem)] + list(parts[2 * rem:])
+    while len(vals) > 1:
+        vals = [ufunc(vals[i], vals[i + 1]) for i in range(0, len(vals), 2)]
+    return vals[0] if vals[0] is not parts[-1] else vals[0].copy()
+
+
 def _bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
@@ -365,10 +383,7 @@ class SimComm:
             ufunc, _ = _OPS[_op_name(op)]
 
             def combine(parts):
-                acc = parts[0].copy()
-                for p in parts[1:]:
-                    ufunc(acc, p, out=acc)
-                return acc
+                return _mpich_order(parts, ufunc)
 
         gamma = self._world.gamma_add
         result = self._collective(mine, combine, lambda r, a, b: cc.allreduce_time(

@@ -31,12 +31,13 @@ import numpy as np
 from mpi4py import MPI
 
 from .._runtime.context import clock_of
+from .._runtime.tags import message_tags
 from .._errors import InvalidArgumentError
 from ._network import NetworkSpec, parse_network
 
 __all__ = ["probe_network", "format_rate", "format_time"]
 
-_TAG = 31_007
+_TAG = message_tags("sparcml.sim.probe", "probe").probe
 
 
 def format_rate(bytes_per_s: float) -> str:

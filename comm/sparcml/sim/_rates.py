@@ -94,16 +94,17 @@ def load_rates(path) -> dict | None:
     return out
 
 
-def save_rates(path, rates: dict) -> None:
-    """Write ``rates`` to ``path`` atomically (a temporary file in its folder, renamed); an
-    unwritable place is not an error (the rates are measured again next process)."""
+def save_rates(path, rates: dict, key: dict | None = None) -> None:
+    """Write ``rates`` to ``path`` atomically (a temporary file in its folder, renamed), under
+    ``key`` (default :func:`rates_key`); an unwritable place is not an error (the rates are
+    measured again next process)."""
     try:
         folder = os.path.dirname(path) or "."
         os.makedirs(folder, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".sim-kernel-rates.", dir=folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump({"key": rates_key(), "rates": rates,
+                json.dump({"key": rates_key() if key is None else key, "rates": rates,
                            "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                           f, indent=1)
             os.replace(tmp, path)

@@ -145,6 +145,7 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
     world = World(P, net, tokens=tokens or _cores(), compute_scale=compute_scale,
                   ops=ops if rates is None else ModelOps(PLAIN if ops is None else ops, rates),
                   rates=rates)
+    world.share = bool(share)  # sparcml.sim.Replicas: ranks may hold one shared replica
     results = [None] * P
     errors: list = [None] * P
 

@@ -37,6 +37,6 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
 
 
 ALGORITHM = register(Algorithm(
-    name="allgather", run=run, cost=cost, baseline=True,
+    name="allgather", run=run, cost=cost, baseline=True, order=50, routes_through_ops=True,
     summary="the allgather baseline of Horovod/GRACE/gloo: gather every rank's vector, sum "
             "locally"))

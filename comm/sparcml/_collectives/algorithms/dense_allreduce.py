@@ -28,4 +28,5 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
 
 ALGORITHM = register(Algorithm(
     name="dense", run=run, cost=cost, writes_out=True, accepts_quantizer=False, baseline=True,
+    order=40,
     summary="the dense baseline: MPI_Allreduce of the densified vector"))

@@ -15,11 +15,6 @@ from ..._model.costmodel import stream_bytes, union_size
 from ..exchange import exchange_vector, recv_vector, send_vector
 from ..registry import Algorithm, register
 
-_TAG_FOLD = 11      # non-power-of-two: an extra rank hands its input to its partner
-_TAG_ROUND = 12     # recursive doubling rounds
-_TAG_UNFOLD = 13    # non-power-of-two: the result goes back to the extra rank
-
-
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
     rank, size = ctx.rank, ctx.size
     cur = vec
@@ -95,5 +90,10 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
 
 
 ALGORITHM = register(Algorithm(
-    name="ssar_recursive_double", run=run, cost=cost,
+    name="ssar_recursive_double", run=run, cost=cost, order=10,
+    tags=("fold", "round", "unfold"), routes_through_ops=True,
     summary="recursive doubling of sparse streams (small data, latency bound)"))
+# the tags the registry allocated: fold (non-power-of-two: an extra rank hands its input to its
+# partner), round (the rounds of the butterfly), unfold (the result goes back to the extra rank)
+TAGS = ALGORITHM.tags
+_TAG_FOLD, _TAG_ROUND, _TAG_UNFOLD = TAGS.fold, TAGS.round, TAGS.unfold

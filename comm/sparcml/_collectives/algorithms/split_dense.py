@@ -41,6 +41,7 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
 
 
 ALGORITHM = register(Algorithm(
-    name="dsar_split_allgather", run=run, cost=cost, writes_out=True,
+    name="dsar_split_allgather", run=run, cost=cost, writes_out=True, order=30,
+    routes_through_ops=True,
     summary="split into P blocks, dense blocks on their owners, dense (optionally "
             "quantized) allgather (large data, dense-ish result)"))

@@ -75,6 +75,6 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
 
 
 ALGORITHM = register(Algorithm(
-    name="ssar_split_allgather", run=run, cost=cost,
+    name="ssar_split_allgather", run=run, cost=cost, order=20, routes_through_ops=True,
     summary="split into P blocks, reduce each on its owner, sparse allgather "
             "(large data, sparse result)"))

@@ -1,0 +1,99 @@
+"""The scaling study of the linear apps (issue 33, item 3): sparse LR and SVM on the url-like
+and webspam-like twins, measured at P = 1-8 on this machine and simulated at P = 16-256 on two
+networks, against the dense allreduce baseline.
+
+Every run is a plain command line (printed before it runs), so its records carry the command
+that made them and ``sparc-report --rerun`` can run any figure again. Records are appended to
+``OUT/records.jsonl`` (default ``benchmarks/app-scaling``); ``sparc-report OUT -o REPORT``
+draws epoch time and time to accuracy against P, measured beside simulated.
+
+Usage::
+
+    python scripts/app_scaling_study.py --part simulated            # minutes to an hour
+    python scripts/app_scaling_study.py --part measured             # needs a quiet machine
+    python scripts/app_scaling_study.py --part simulated --dry-run  # print the commands
+
+Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"):
+
+- url-like twin: 130,000 rows (the apps' default), 3,231,961 features, 256 rows per rank and
+  step; webspam-like twin: 40,000 rows, 16,609,143 features, 64 rows per rank and step (its
+  rows hold 3,700 entries each: the gradient of 64 rows is already 1.4% of the features);
+  3 epochs of url, 2 of webspam; seed 0; the test set is 20% of the rows.
+- sparse: the apps' default algorithm; dense: ``--algorithm dense`` (MPI_Allreduce of the
+  densified gradient).
+- networks (one rank per node): ``10gbit,latency=10us`` (10 Gbit Ethernet with an MPI
+  latency of 10 us) and ``100gbit,latency=1.5us`` (a 100 Gbit InfiniBand-like fabric).
+  Full bisection, no contention (see sparcml.sim).
+- simulated P: 2, 4, 8, 16, 64, 256 (url); 4, 16, 64 (webspam: a dense-backed sum of 16.6M
+  features per rank is 66 MB, so 256 ranks would hold 17 GB of sums, and the small P take
+  hundreds of steps per epoch); compute modeled from this machine's calibrated rates
+  (``--compute-scale 1``).
+- measured P: 1, 2, 4, 8 (url), 1, 2, 4 (webspam) with ``sparc-mpiexec`` on this machine (2
+  cores: P = 4 and 8 run 2 and 4 ranks per core, so their times measure the host more than
+  the algorithm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = {"url": ["--synth", "url", "--batch-size", "256"],
+        "webspam": ["--synth", "webspam", "--rows", "40000", "--batch-size", "64"]}
+SIM_P = {"url": [2, 4, 8, 16, 64, 256], "webspam": [4, 16, 64]}
+MEASURED_P = {"url": [1, 2, 4, 8], "webspam": [1, 2, 4]}
+NETWORKS = ["10gbit,latency=10us", "100gbit,latency=1.5us"]
+APPS = {"lr": ["sparc-linear", "--loss", "log"], "svm": ["sparc-svm"]}
+ALGORITHMS = {"sparse": [], "dense": ["--algorithm", "dense"]}
+EPOCHS = {"url": ["--epochs", "3"], "webspam": ["--epochs", "2"]}
+COMMON = ["--seed", "0", "--no-progress"]
+
+
+def commands(part: str, data: list[str], out: Path) -> list[list[str]]:
+    cmds = []
+    records = ["--output", str(out / "records.jsonl")]
+    for name in data:
+        for app in APPS.values():
+            for alg in ALGORITHMS.values():
+                base = [*app, *DATA[name], *EPOCHS[name], *COMMON, *alg, *records]
+                if part == "simulated":
+                    for net in NETWORKS:
+                        cmds.append([*base, "--simulate", *map(str, SIM_P[name]),
+                                     "--network", net])
+                else:
+                    for P in MEASURED_P[name]:
+                        cmds.append(["sparc-mpiexec", "-n", str(P), *base])
+    return cmds
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--part", choices=("simulated", "measured"), required=True)
+    p.add_argument("--data", nargs="+", choices=sorted(DATA), default=sorted(DATA))
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "app-scaling")
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    args = p.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    status = 0
+    for cmd in commands(args.part, args.data, args.out):
+        line = shlex.join(cmd)
+        print(f"$ {line}", flush=True)
+        if args.dry_run:
+            continue
+        t0 = time.perf_counter()
+        code = subprocess.run(cmd, cwd=ROOT).returncode
+        with open("/proc/loadavg") as f:
+            load = f.read().split()[:3]
+        print(f"# exit {code} after {time.perf_counter() - t0:.0f} s, load {' '.join(load)}",
+              flush=True)
+        status = max(status, code)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
