@@ -35,18 +35,10 @@ raises the first failing rank's error; the plan stays usable. When every rank pa
 other dim and dtype, the error is :class:`PlanShapeError` (so that a caller holding plans per
 key, :class:`sparcml.compression.Compression`, can make a new plan for the new shape).
 
-**Plans cannot be crossed.** Each plan has an identity agreed at its creation (a number,
-the same on every rank of ``comm``, and its operation, dim, dtype and algorithm). Every call
-first reduces one small array (the layout of every sparcml call's agreement,
-:func:`sparcml._runtime.agreement.agreement_array`, led by a signature of that identity:
-about one ``MPI_Allreduce`` of 288 bytes, a few microseconds), so that ranks that reached
-different calls at the same point (two plans called in swapped order, a ``plan`` against a
-``topk_plan``, a plan against a plain call, a plan dropped on one rank while the others call
-it) raise the same :class:`~sparcml.RankMismatchError` on every rank, naming each rank's
-call, before any message of a schedule is sent. (Headers alone cannot do this: schedules that
-differ, such as ``MPI_Allreduce`` against point-to-point rounds, never exchange a message
-whose header could be read.) A plan needs no collective free: dropping one on some ranks only
-is found at those ranks' next sparcml call on ``comm``, as a crossing.
+**Plans cannot be crossed.** Each plan has an identity agreed at its creation, and every call
+first checks it with one small reduction (:mod:`sparcml._collectives.plan_identity`): ranks
+that reached different calls at the same point raise the same
+:class:`~sparcml.RankMismatchError` on every rank, never a wrong result or a hang.
 
 Not in plans: node-aware (hierarchical) calls; ``auto`` is resolved once at creation (from
 ``nnz``, the expected nonzeros per rank: the maximum over ranks, so every rank chooses alike,
@@ -59,12 +51,11 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
-from .._errors import InvalidVectorError, RankMismatchError
+from .._errors import InvalidVectorError
 from .._model import auto
 from .._model.link_costs import index_coding_costs
 from .._options import Options, in_call
-from .._runtime.agreement import (VALUE_DTYPE_NAMES, agree, agreed_call, agreed_maxima,
-                                  agreement_array, raise_agreed)
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, agreed_call, raise_agreed
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
@@ -75,12 +66,13 @@ from .flag_ops import FlagOps
 from .ops import PLAIN
 from .partition import memory_of as partition_memory_of
 from .plan_fast import FastRecursiveDoubling, fits
+from .plan_identity import PlanIdentity, next_plan_id, note_plan_id
 from .registry import algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
 from .validation import (LocalFailure, check_out, check_quantizable, check_stats, coerce_vector,
                          quantizer_code)
 
 __all__ = ["AllreducePlan", "PlanInputError", "PlanShapeError", "plan", "FlagOps", "check_plan_input",
-           "agreed_error", "PlanIdentity", "next_plan_id", "note_plan_id"]
+           "agreed_error"]
 
 
 class PlanInputError(InvalidVectorError):
@@ -138,43 +130,6 @@ def agreed_error(ctx, error: BaseException | None) -> None:
                              f"plan made for another shape ({error}); make a new plan",
                              (dim, dtype)) from error
     raise_agreed(ctx.comm, error)
-
-
-_plan_ids = 0  # this process's plans: the next identity number is above every one used
-
-
-def next_plan_id() -> int:
-    """This process's proposal for a new plan's number (its agreement takes the maximum over
-    the ranks, :func:`note_plan_id`, so that ranks of one communicator number it alike)."""
-    return _plan_ids
-
-
-def note_plan_id(number: int) -> None:
-    """A plan numbered ``number`` was made: later proposals are above it."""
-    global _plan_ids
-    _plan_ids = max(_plan_ids, number + 1)
-
-
-class PlanIdentity:
-    """The per-call crossing check of a plan (see the module docstring): ``check(ctx)``
-    reduces the agreement array of the plan's identity and raises the same
-    :class:`~sparcml.RankMismatchError` on every rank when some rank is in another call."""
-
-    __slots__ = ("names", "template", "head", "vals")
-
-    def __init__(self, label: str):
-        self.names = (label,)
-        both, self.vals, _ = agreement_array({label: 0}, {})
-        both.setflags(write=False)
-        self.template, self.head = both, both.tobytes()
-
-    def check(self, ctx) -> None:
-        both = self.template.copy()
-        ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
-        if both.tobytes() != self.head:  # another call (or its failure) somewhere
-            agreed_maxima(ctx.comm, both, self.vals, self.names, {}, None, None)
-            raise RankMismatchError(f"ranks reached different sparcml calls at the same "
-                                    f"point ({self.names[0]} here)")  # pragma: no cover
 
 
 class _OnContext:

@@ -20,7 +20,7 @@ each message's size in the ``Alltoall`` that precedes it); the selection and all
 the plain call's.
 
 Like :func:`sparcml.plan`'s, every call first checks that every rank is in this plan (one
-small agreement of the plan's identity: :class:`sparcml._collectives.plan.PlanIdentity`), so
+small agreement of the plan's identity: :mod:`sparcml._collectives.plan_identity`), so
 that crossed calls raise :class:`~sparcml.RankMismatchError` on every rank.
 """
 
@@ -35,8 +35,8 @@ from .._collectives.exchange import native_split, send_packed, split_parts
 from .._collectives.partition import SPARSE_KIND, note_received
 from .._collectives.partition import memory_of as partition_memory_of
 from .._collectives.ops import PLAIN
-from .._collectives.plan import (PlanIdentity, agreed_error, check_plan_input, next_plan_id,
-                                 note_plan_id)
+from .._collectives.plan import agreed_error, check_plan_input
+from .._collectives.plan_identity import PlanIdentity, next_plan_id, note_plan_id
 from .._collectives.plan_fast import FastRecursiveDoubling, fits
 from .._collectives.validation import check_stats
 from .._errors import CompressionError
