@@ -192,8 +192,12 @@ def wait_jobs(job_ids: Sequence[str], *, timeout: float = 3600, poll: float = 0.
     ids = [str(j) for j in job_ids]
     deadline = time.monotonic() + timeout
     while True:
-        proc = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)],
-                              capture_output=True, text=True, timeout=30)
+        try:
+            proc = subprocess.run(["squeue", "-h", "-o", "%i", "-j", ",".join(ids)],
+                                  capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise SlurmError(f"cannot run squeue ({exc}); is Slurm installed and on PATH?") \
+                from exc
         queued = set(proc.stdout.split()) & set(ids) if proc.returncode == 0 else set()
         if proc.returncode != 0 and "Invalid job id" not in proc.stderr:
             raise SlurmError(f"squeue failed: {proc.stderr.strip()}")
@@ -459,9 +463,18 @@ def _parser() -> argparse.ArgumentParser:
                         "when it was not submitted by sparc-jobs sweep")
 
     w = sub.add_parser("wait", help="wait for Slurm jobs to leave the queue", **common)
-    w.add_argument("job_ids", nargs="+", help="Slurm job ids")
+    w.add_argument("job_ids", nargs="+", type=_job_id, help="Slurm job ids")
     add_timeout_argument(w, default=24 * 3600, what="the wait", old="--timeout")
     return p
+
+
+def _job_id(text: str) -> str:
+    """argparse type of a Slurm job id: ``123``, an array task ``123_4``, a het part
+    ``123+1``."""
+    if not re.fullmatch(r"\d+(_\d+)?(\+\d+)?", text.strip()):
+        raise argparse.ArgumentTypeError(f"not a Slurm job id: {text!r} (expected a number "
+                                         f"such as 1234, or 1234_5 for an array task)")
+    return text.strip()
 
 
 def _print_states(states: dict[str, str]) -> int:

@@ -7,8 +7,10 @@ every CLI that writes:
    :func:`sparcapps.cli_args.output_file` / :func:`~sparcapps.cli_args.output_dir` built on
    them) refuse, at parse time, a path that cannot be written: a file where a directory is
    needed (``-o FILE`` for a report directory, ``--output FILE/x.jsonl``), a directory where
-   a file is needed, a missing directory under a file, no write permission. They create
-   nothing: ``--help`` and a refused command leave no trace.
+   a file is needed, a missing directory under a file, no write permission (the permission
+   bits, then a probe: an empty file made and removed in the directory, an existing file
+   opened for appending, since root is told yes by the bits where the kernel refuses). They
+   leave nothing: ``--help`` and a refused command leave no trace.
 2. :func:`write_with_fallback`: when writing still fails at the end (the disk filled, the
    directory was removed or made read-only during the run), the result goes to a fallback
    file in the temporary directory and one line on stderr says where, instead of a traceback
@@ -38,6 +40,23 @@ def _nearest_existing(path: Path) -> Path:
     return Path(".")  # pragma: no cover - '/' always exists
 
 
+def _probe_dir(directory: Path) -> OSError | None:
+    """Create and remove one empty file in ``directory``: the error if that fails.
+    ``os.access`` answers for the permission bits only; root is told yes where the kernel
+    still refuses (``/sys``, a read-only bind mount of some kinds, a capability dropped from
+    the effective set), and the run then found out at its end (issue 36)."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".sparc-probe-", dir=directory)
+    except OSError as exc:
+        return exc
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:  # pragma: no cover - made but not removable: still writable
+        pass
+    return None
+
+
 def _check_creatable_under(path: Path, target: Path, what: str) -> None:
     """``target`` (missing) would be created under ``path``'s nearest existing ancestor."""
     anchor = _nearest_existing(target.parent if target.parent != target else target)
@@ -47,6 +66,10 @@ def _check_creatable_under(path: Path, target: Path, what: str) -> None:
     if not os.access(anchor, os.W_OK | os.X_OK):
         raise OutputPathError(f"cannot write {what} {path}: no permission to create files "
                               f"in {anchor}")
+    failed = _probe_dir(anchor)
+    if failed is not None:
+        raise OutputPathError(f"cannot write {what} {path}: cannot create files in {anchor} "
+                              f"({failed.strerror or failed})")
 
 
 def check_output_file(path: str | os.PathLike, what: str = "output file") -> Path:
@@ -60,6 +83,12 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Pat
     if p.exists():
         if not os.access(p, os.W_OK):
             raise OutputPathError(f"cannot write {what} {p}: no write permission")
+        if p.is_file():  # opened for appending and closed: its content is untouched
+            try:
+                os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+            except OSError as exc:
+                raise OutputPathError(f"cannot write {what} {p}: {exc.strerror or exc}") \
+                    from None
         return p
     _check_creatable_under(p, p, what)
     return p
@@ -76,6 +105,9 @@ def check_output_dir(path: str | os.PathLike, what: str = "output directory") ->
     if p.is_dir():
         if not os.access(p, os.W_OK | os.X_OK):
             raise OutputPathError(f"cannot write {what} {p}: no write permission")
+        failed = _probe_dir(p)
+        if failed is not None:
+            raise OutputPathError(f"cannot write {what} {p}: {failed.strerror or failed}")
         return p
     _check_creatable_under(p, p / "x", what)
     return p

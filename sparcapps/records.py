@@ -349,6 +349,8 @@ def read_records(paths: Iterable[str | os.PathLike], *, strict: bool = False
             except (UnicodeDecodeError, json.JSONDecodeError) as exc:
                 reason = (f"partial line (no newline at end of file; writer interrupted?): {exc}"
                           if partial else f"not valid JSON: {exc}")
+            except RecursionError:  # valid JSON nested deeper than Python's parser goes
+                reason = "JSON nested too deeply to read (not a result record)"
             else:
                 reason = _check_record(obj)
             if reason is not None:

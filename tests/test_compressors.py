@@ -719,7 +719,9 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
         assert values == sum(n)
         # dense: the bandwidth-optimal allreduce's 2 (P-1)/P of each bucket, on the sim's wire
         assert stats.bytes_sent == pytest.approx(2 * (P - 1) / P * 4 * sum(n))
-        assert all(0 <= w - stats.bytes_sent <= 400 * (P - 1) for w in res.wire_bytes), \
+        # beyond the reduction only the small agreement collectives (288 bytes each: the
+        # plans' creation and, per call, their identity check, issue 36)
+        assert all(0 <= w - stats.bytes_sent <= 800 * (P - 1) for w in res.wire_bytes), \
             "beyond the reduction only the small agreement collectives"
         assert (seconds > 1e-5) == (P > 1), "communication alone: ~0 at P = 1"
         for flags, density in ((["--compressor", "topk", "--density", "0.05"], 0.05),
@@ -727,7 +729,7 @@ def test_the_table_simulates_a_rows_step_on_the_event_level_simulator():
             sparse_s, res = simulate_step(record(flags, density), P, _compression, timeout=60)
             for (values, stats), wire in zip(res.results, res.wire_bytes):
                 assert abs(values - sum(density * k for k in n)) <= 2, flags
-                assert 0 <= wire - stats.bytes_sent <= 400 * (P - 1)
+                assert 0 <= wire - stats.bytes_sent <= 800 * (P - 1)  # agreements, as above
                 assert stats.bytes_sent <= 2 * (P - 1) * 8 * values, "indices and values"
             if P > 1:
                 assert 0 < sparse_s < seconds, flags

@@ -84,7 +84,10 @@ class Options:
     near-ties instead of trusting the cost model alone. ``wait``: ``"spin"`` (MPI's busy
     polling), ``"yield"`` (test and sleep) or ``"auto"`` (yield when a node's ranks outnumber
     its cores); agreed as the policy it gives (a blocking collective on one rank does not
-    match a non-blocking one on another). ``native_min_ranks``: on a communicator (or node,
+    match a non-blocking one on another). Local on non-blocking calls (``iallreduce``,
+    ``itopk_allreduce``, a plan's ``iallreduce``): their communication thread always waits
+    with sleeps, so ``wait`` changes nothing there and may differ between ranks.
+    ``native_min_ranks``: on a communicator (or node,
     for the node-aware reduce) of at least this many ranks, the phases that exchange with
     every rank (the split algorithms' and ``topk_allreduce``'s reduce-scatter, the top-k
     allgather, the node reduce) run as one MPI vector collective (``Alltoall`` of the sizes +

@@ -465,6 +465,12 @@ def main(argv=None) -> int:
         parser.error("--compute-scale needs --simulate P [P ...]")
     if args.network is not None:
         _network_spec(parser, args)
+    replaying = "replay" in (args.pattern or ())  # (inputs.REPLAY) a usage error: exit 2
+    if replaying and not args.replay:
+        parser.error("--pattern replay needs --replay FILE (a recording of "
+                     "sparcapps.bench.record_gradients)")
+    if args.replay and not replaying:
+        parser.error("--replay FILE is used by --pattern replay; add it to --pattern")
     from sparcml import abort_on_error
 
     with abort_on_error():

@@ -16,14 +16,16 @@ APP = "sparc-lstm"
 
 
 def build_parser():
+    from sparcapps.cli_args import nonnegative_float, positive_int
+
     from .train import build_parser as common
 
     p = common(APP, "Data-parallel LSTM training with quantized top-k SGD (sparcml.torch).",
                datasets=("digits", "ptb"), width=128, depth=1, lr=0.3, epochs=40,
                batch_size=32)
-    p.add_argument("--bptt", type=int, default=35, help="ptb: time steps per window")
-    p.add_argument("--clip", type=float, default=0.25,
-                   help="ptb: clip the averaged gradient's norm to this")
+    p.add_argument("--bptt", type=positive_int, default=35, help="ptb: time steps per window")
+    p.add_argument("--clip", type=nonnegative_float, default=0.25,
+                   help="ptb: clip the averaged gradient's norm to this (0: no clipping)")
     return p
 
 

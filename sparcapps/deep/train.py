@@ -79,6 +79,7 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                                     add_options_arguments, add_records_output_argument,
                                     algorithm_help, algorithm_name, fraction, make_parser,
                                     positive_int)
+    from sparcapps.cli_args import nonnegative_float, nonnegative_int, positive_float
 
     p = make_parser(prog, description)
     g = p.add_argument_group("data and model")
@@ -94,9 +95,10 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--epochs", type=positive_int, default=epochs, help="passes over the data")
     g.add_argument("--batch-size", type=positive_int, default=batch_size,
                    help="examples per rank per step")
-    g.add_argument("--lr", type=float, default=lr, help="SGD learning rate")
+    g.add_argument("--lr", type=positive_float, default=lr, help="SGD learning rate")
     g.add_argument("--momentum", type=float, default=momentum, help="SGD momentum")
-    g.add_argument("--weight-decay", type=float, default=0.0, help="SGD weight decay (L2)")
+    g.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
+                   help="SGD weight decay (L2)")
     g.add_argument("--seed", type=int, default=0, help="model init, data order, rounding")
     g.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per rank (ranks usually share the cores)")
@@ -111,9 +113,9 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                    help="drop what top-k and quantization do not send")
     g.add_argument("--dense", action="store_true",
                    help="baseline: full gradients, dense allreduce (ignores --density/--bits)")
-    g.add_argument("--warmup-steps", type=int, default=0,
+    g.add_argument("--warmup-steps", type=nonnegative_int, default=0,
                    help="dense steps before top-k starts")
-    g.add_argument("--bucket-mb", type=float, default=4.0, help="gradient MiB per bucket")
+    g.add_argument("--bucket-mb", type=positive_float, default=4.0, help="gradient MiB per bucket")
     g.add_argument("--topk-bucket-size", type=int, default=None,
                    help="top-k per chunk of this many values (CNTK used 512); default per bucket")
     g.add_argument("--global-topk", action="store_true",

@@ -129,12 +129,17 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
 
     It reduces exactly the array the general path would (:func:`_lean_agreement`, built once
     per shape and options), so ranks on either path agree with each other, and any difference
-    or failure raises the same errors as :func:`allreduce_in`.
+    or failure raises the same errors as :func:`allreduce_in`. Options it cannot read (a bad
+    ``SPARCML_*`` variable on this rank) send the call to the general path, whose agreement
+    raises :class:`~sparcml.InvalidOptionError` on every rank.
     """
     if ctx.size == 1 or ctx.ops is not PLAIN or ctx.tuning is not None \
             and tuning.pending_ns(ctx.tuning):
         return None
-    opts = current_options() if options is None else options
+    try:
+        opts = current_options() if options is None else options
+    except Exception:  # noqa: BLE001 - a bad SPARCML_* variable: the general path agrees on it
+        return None
     if type(opts) is not Options:
         return None
     fast = _fast_path(ctx, vec)

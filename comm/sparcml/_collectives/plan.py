@@ -35,8 +35,14 @@ raises the first failing rank's error; the plan stays usable. When every rank pa
 other dim and dtype, the error is :class:`PlanShapeError` (so that a caller holding plans per
 key, :class:`sparcml.compression.Compression`, can make a new plan for the new shape).
 
+**Plans cannot be crossed.** Each plan has an identity agreed at its creation, and every call
+first checks it with one small reduction (:mod:`sparcml._collectives.plan_identity`): ranks
+that reached different calls at the same point raise the same
+:class:`~sparcml.RankMismatchError` on every rank, never a wrong result or a hang.
+
 Not in plans: node-aware (hierarchical) calls; ``auto`` is resolved once at creation (from
-``nnz``, the expected nonzeros per rank), not per call.
+``nnz``, the expected nonzeros per rank: the maximum over ranks, so every rank chooses alike,
+and the choice is checked equal), not per call.
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from .._errors import InvalidVectorError
 from .._model import auto
 from .._model.link_costs import index_coding_costs
 from .._options import Options, in_call
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call, raise_agreed
+from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, agreed_call, raise_agreed
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
@@ -60,8 +66,10 @@ from .flag_ops import FlagOps
 from .ops import PLAIN
 from .partition import memory_of as partition_memory_of
 from .plan_fast import FastRecursiveDoubling, fits
+from .plan_identity import PlanIdentity, next_plan_id, note_plan_id
 from .registry import algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
-from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
+from .validation import (LocalFailure, check_out, check_quantizable, check_stats, coerce_vector,
+                         quantizer_code)
 
 __all__ = ["AllreducePlan", "PlanInputError", "PlanShapeError", "plan", "FlagOps", "check_plan_input",
            "agreed_error"]
@@ -94,6 +102,8 @@ def check_plan_input(vec, dim: int, dtype: np.dtype, *, check: bool = True) -> S
     shape costs a few attribute reads."""
     if isinstance(vec, SparseVector):
         v = vec
+    elif isinstance(vec, LocalFailure):
+        raise vec.error
     elif isinstance(vec, np.ndarray) and vec.ndim == 1 and vec.dtype == dtype \
             and vec.flags.c_contiguous:
         v = SparseVector.from_dense(vec)
@@ -149,7 +159,8 @@ class AllreducePlan:
     Attributes: ``dim``, ``dtype``, ``algorithm`` (the registry name it runs: ``"auto"``
     resolved), ``quantizer``, ``quantize_sparse``, ``options`` (the agreed
     :class:`~sparcml.Options`), ``comm``, ``fast`` (whether calls run on the plan's own
-    buffers, :mod:`sparcml._collectives.plan_fast`), ``calls``.
+    buffers, :mod:`sparcml._collectives.plan_fast`), ``calls``, ``number`` (the plan's
+    identity number, the same on every rank; see the module docstring).
     """
 
     def __init__(self, dim, dtype, comm: MPI.Comm | None = None, *,
@@ -165,7 +176,8 @@ class AllreducePlan:
         fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
                   "quantize_sparse": 0}
         record = None
-        with agreed_call(ctx, options, fields, _describe, maxima={"seed": 0}) as call:
+        with agreed_call(ctx, options, fields, _describe,
+                         maxima={"seed": 0, "nnz": 0, "plan id": next_plan_id()}) as call:
             record = check_algorithm_options(algorithm, quantizer=quantizer)
             fields["algorithm"] = algorithm_code(algorithm)
             fields["quantizer"] = quantizer_code(quantizer)
@@ -176,6 +188,8 @@ class AllreducePlan:
             if nnz is not None and (isinstance(nnz, bool) or not isinstance(
                     nnz, (int, np.integer)) or not 0 <= nnz <= zero.dim):
                 raise InvalidVectorError(f"nnz must be an integer in [0, dim], got {nnz!r}")
+            # auto chooses for the largest expectation over ranks: the same on every rank
+            call.maxima["nnz"] = zero.dim // 100 if nnz is None else int(nnz)
             if quantizer is not None:  # the base of the calls' common seeds: one draw
                 call.maxima["seed"] = int(quantizer._rng.integers(0, 2**62))
         self.comm = comm
@@ -190,11 +204,19 @@ class AllreducePlan:
                             code_indices=self.options.code_indices,
                             link_costs=index_coding_costs(ctx, self.options.index_coding))
         if record is None:  # auto: the cost model's choice for nnz entries per rank
-            expected = zero.dim // 100 if nnz is None else int(nnz)
+            expected = call.agreed["nnz"]
             with in_call(self.options):
                 algorithm = auto.choose(ctx, _sample(zero, expected), expected, self._codec,
                                         _calibration_run)
+            if ctx.size > 1:  # the model and the history are alike on every rank: checked
+                agree(ctx.comm, {"auto's choice": algorithm_code(algorithm)}, None,
+                      _describe_choice, waiter=ctx.waiter)
         self.algorithm = algorithm
+        self.number = call.agreed["plan id"]
+        note_plan_id(self.number)
+        self._identity = PlanIdentity(
+            f"plan #{self.number}: allreduce of dim {self.dim} {self.dtype.name} by "
+            f"{algorithm}")
         self._record = get_algorithm(algorithm)
         self.fast = (algorithm == RECURSIVE_DOUBLING.name and quantizer is None
                      and fits(self.dim, self.dtype))
@@ -252,6 +274,8 @@ class AllreducePlan:
             error, v, out, stats = exc, self._zero, None, TrafficStats()
             if sent is not None:
                 sent = None
+        if ctx.size > 1:
+            self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1
         stats.calls += 1
         stats.algorithm = self.algorithm
@@ -331,6 +355,10 @@ def _describe() -> dict:
     names = {algorithm_code(n): n for n in algorithm_names(auto=True)}
     names[-1] = "(invalid)"
     return {"algorithm": names, "value dtype": VALUE_DTYPE_NAMES}
+
+
+def _describe_choice() -> dict:
+    return {"auto's choice": {algorithm_code(n): n for n in algorithm_names()}}
 
 
 def plan(dim, dtype, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALGORITHM,

@@ -18,18 +18,34 @@ from .._errors import (IncompatibleOptionsError, InvalidArgumentError, InvalidOu
                        QuantizationError, UnsupportedDtypeError)
 from .._vector import SparseVector
 
-__all__ = ["coerce_vector", "check_out", "check_stats", "quantizer_code",
+__all__ = ["LocalFailure", "coerce_vector", "check_out", "check_stats", "quantizer_code",
            "check_quantizable", "check_root", "check_density"]
 
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+class LocalFailure:
+    """What a caller passes as the vector of a collective when this rank failed before it
+    (a NaN its compressor refused, a residual of another length): the collective raises
+    ``error`` as this rank's validation error, so its agreement (or a plan's error flag)
+    raises it on every rank instead of leaving the others waiting. ``dim`` and ``dtype``: the
+    shape the call would have had (for a plan made at this call), best effort."""
+
+    __slots__ = ("error", "dim", "dtype")
+
+    def __init__(self, error: BaseException, dim: int = 0, dtype=np.float32):
+        self.error, self.dim, self.dtype = error, dim, dtype
+
+
 def coerce_vector(vec, *, check: bool = True) -> SparseVector:
     """A :class:`SparseVector` from what a caller may pass: a SparseVector, a 1-d float
     ndarray (made sparse by the switch rule), or ``(dim, indices, values)`` (validated unless
-    ``check=False``: then indices are trusted to be sorted and in range)."""
+    ``check=False``: then indices are trusted to be sorted and in range). A
+    :class:`LocalFailure` raises its error."""
     if isinstance(vec, SparseVector):
         return vec
+    if isinstance(vec, LocalFailure):
+        raise vec.error
     if isinstance(vec, np.ndarray):
         return SparseVector.from_dense(vec)
     if isinstance(vec, tuple) and len(vec) == 3:

@@ -18,6 +18,10 @@ The plan's reduce-scatter always travels as messages (not through the one-node w
 ``Options.native_min_ranks`` ranks, packed in one ``Alltoallv`` from there (the trailer beside
 each message's size in the ``Alltoall`` that precedes it); the selection and allgather are
 the plain call's.
+
+Like :func:`sparcml.plan`'s, every call first checks that every rank is in this plan (one
+small agreement of the plan's identity: :mod:`sparcml._collectives.plan_identity`), so
+that crossed calls raise :class:`~sparcml.RankMismatchError` on every rank.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from .._collectives.partition import SPARSE_KIND, note_received
 from .._collectives.partition import memory_of as partition_memory_of
 from .._collectives.ops import PLAIN
 from .._collectives.plan import agreed_error, check_plan_input
+from .._collectives.plan_identity import PlanIdentity, next_plan_id, note_plan_id
 from .._collectives.plan_fast import FastRecursiveDoubling, fits
 from .._collectives.validation import check_stats
 from .._errors import CompressionError
@@ -69,7 +74,7 @@ class TopKPlan:
         else:
             ctx, comm = _ctx, _ctx.comm
         with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1},
-                         _DESCRIBE) as call:
+                         _DESCRIBE, maxima={"plan id": next_plan_id()}) as call:
             k = _check_k(k)
             call.fields["k"] = k
             zero = SparseVector.zeros(dim, _value_dtype(np.empty(0, dtype)))
@@ -84,6 +89,10 @@ class TopKPlan:
         self._contexts: dict[int, CommContext] = {}
         self._fast: dict[int, FastRecursiveDoubling] = {}
         self._trailer = np.zeros(2, np.int64)
+        self.number = call.agreed["plan id"]
+        note_plan_id(self.number)
+        self._identity = PlanIdentity(f"plan #{self.number}: topk_allreduce of dim {self.dim} "
+                                      f"{self.dtype.name}, k = {k}")
 
     def __repr__(self) -> str:
         return (f"TopKPlan(dim={self.dim}, dtype={self.dtype.name}, k={self.k}, "
@@ -124,6 +133,8 @@ class TopKPlan:
             top = _max_key(v)
         except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
             error, v, stats, top = exc, self._zero, TrafficStats(), 0
+        if ctx.size > 1:
+            self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1
         opts = self.options
         if ctx.size == 1:

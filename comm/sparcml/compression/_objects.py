@@ -74,6 +74,8 @@ from .._errors import (CompressionError, IncompatibleOptionsError, InvalidOption
 from .._options import Options, in_call
 from .._quant.qsgd import QSGD
 from .._collectives.registry import AUTO, check_algorithm_options
+from .._collectives.validation import LocalFailure
+from .._runtime.agreement import capture, raise_everywhere
 from .._topk.local import TopK
 from .._vector import VALUE_DTYPES, SparseVector
 from ._cost import allreduce_seconds
@@ -107,6 +109,9 @@ class Compressor(ABC):
     #: True: :meth:`Compression.allreduce_in` passes ``shapes=`` (the shapes of the tensors a
     #: bucket concatenates) to its ``reduce_in`` hook, for compressors that work per tensor
     takes_shapes: bool = False
+    #: True: :meth:`compress` raises :class:`~sparcml.CompressionError` for NaN or Inf itself,
+    #: so :meth:`Compression.allreduce_in` skips its own pass over the input (issue 36)
+    checks_finite: bool = False
 
     def default_memory(self) -> "Memory | None":
         """The memory a :class:`Compression` of this compressor gets when none is given; None:
@@ -189,6 +194,8 @@ class TopKCompressor(Compressor):
     the original CNTK integration of SparCML). Exactly one of ``density`` and ``k``. Ties go to
     the lower index; the counts are those of :class:`sparcml.TopK` (``num_sent`` gives them).
     Raises :class:`~sparcml.CompressionError` for NaN or Inf in the array."""
+
+    checks_finite = True  # compress() raises for NaN or Inf (Compression skips its own check)
 
     def __init__(self, density: float | None = None, k: int | None = None, *,
                  chunk: int | None = None):
@@ -454,6 +461,27 @@ class Reduced(NamedTuple):
 
 # -- the bundle -------------------------------------------------------------------------------
 
+def _check_finite(g: np.ndarray) -> None:
+    """:class:`~sparcml.CompressionError` when the compensated input holds NaN or Inf (two
+    reductions; NaN propagates through ``min``/``max``)."""
+    if g.size and not (np.isfinite(g.min()) and np.isfinite(g.max())):
+        raise CompressionError("the input (with the memory's residual) holds NaN or Inf on "
+                               "this rank; check the loss and learning rate, or scale the "
+                               "gradients (a loss scaler) before compressing")
+
+
+def _length(x) -> int:
+    try:
+        return int(np.shape(x)[0])
+    except Exception:  # noqa: BLE001 - a stand-in shape: the collective reports the failure
+        return 0
+
+
+def _dtype(x):
+    dtype = getattr(x, "dtype", None)
+    return dtype if dtype in VALUE_DTYPES else np.dtype(np.float32)
+
+
 class Compression:
     """A compressor, an optional quantizer, a memory and an allreduce algorithm.
 
@@ -575,9 +603,18 @@ class Compression:
                                   options=self.options)
             return Reduced(result, vec, vec.nnz, 0.0)
         t0 = time.perf_counter()
-        g = self.memory.compensate(x, key)
+        # this rank's own steps (compensate, compress) may fail where the others' do not (a
+        # NaN, a residual of another length): the failure is carried into the collective,
+        # which raises it on every rank (see _LocalFailure), and the memory stays as it was
+        failed = capture()
+        g = vec = None
+        with failed:
+            g = self.memory.compensate(x, key)
+            if not self.compressor.checks_finite:
+                _check_finite(g)  # (top-k's selection checks as it goes: no second pass)
         reduce = getattr(self.compressor, "reduce_in", None)
-        if reduce is not None:
+        if reduce is not None:  # the compressor's own collectives: one agreement first
+            raise_everywhere(ctx.comm, failed.error, waiter=ctx.waiter)
             per_tensor = {"shapes": shapes} if self.compressor.takes_shapes else {}
             red = reduce(ctx, g, key, stats=stats, check=check, **per_tensor)
             t1 = time.perf_counter()
@@ -585,20 +622,26 @@ class Compression:
             return red._replace(compress_seconds=red.compress_seconds
                                 + time.perf_counter() - t1)
         compress_in = getattr(self.compressor, "compress_in", None)
-        vec = self.compressor.compress(g) if compress_in is None else compress_in(ctx, g, key)
+        if failed.error is None:
+            with failed:
+                vec = self.compressor.compress(g) if compress_in is None else \
+                    compress_in(ctx, g, key)
         seconds = time.perf_counter() - t0
-        k_global = self.compressor.global_k(vec.dim)
+        n = vec.dim if vec is not None else _length(x)
+        k_global = self.compressor.global_k(n)
         algorithm, use_global = self.algorithm, k_global is not None
         if use_global and algorithm == AUTO:  # every rank's vec has num_sent(n) items
+            raise_everywhere(ctx.comm, failed.error, waiter=ctx.waiter)
             with nullcontext() if self.options is None else in_call(self.options):
                 algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
             use_global = algorithm == TOPK_STEP
+        given = vec if failed.error is None else LocalFailure(failed.error, n, _dtype(x))
         if use_global:
             if self.algorithm == AUTO:  # the choice is per call: no fixed plan
-                reduced = topk_allreduce_in(ctx, vec, k_global, stats=stats, check=check,
+                reduced = topk_allreduce_in(ctx, given, k_global, stats=stats, check=check,
                                             options=self.options)
             else:
-                reduced = self._planned(ctx, key, vec, k_global, stats, check)
+                reduced = self._planned(ctx, key, given, k_global, stats, check)
             t0 = time.perf_counter()
             # sent: the local selection less what the global one dropped (kept in the memory)
             idx, val = select_kernels.drop_indices(vec.indices, vec.values,
@@ -610,9 +653,9 @@ class Compression:
         q = self.quantizer
         parts = [] if q is not None else None
         if q is None and algorithm != AUTO:  # a fixed bucket shape: its persistent plan
-            result = self._planned(ctx, key, vec, None, stats, check)
+            result = self._planned(ctx, key, given, None, stats, check)
         else:
-            result = allreduce_in(ctx, vec, algorithm=algorithm, quantizer=q,
+            result = allreduce_in(ctx, given, algorithm=algorithm, quantizer=q,
                                   quantize_sparse=q is not None, stats=stats, check=check,
                                   sent=parts, options=self.options)
         t0 = time.perf_counter()
@@ -630,7 +673,7 @@ class Compression:
         for _ in range(2):
             comm, plan = self._plans.get(entry, (None, None))
             if plan is None or comm is not ctx.comm:
-                if k is None:
+                if k is None:  # (vec may be a LocalFailure: its dim and dtype, best effort)
                     plan = AllreducePlan(vec.dim, vec.dtype, algorithm=self.algorithm,
                                          options=self.options, _ctx=ctx)
                 else:

@@ -42,6 +42,27 @@ class NetworkSpec:
     intra_latency: float
     text: str
 
+    def __post_init__(self):
+        """A spec built directly (not by :func:`parse_network`) is checked as one parsed:
+        :class:`~sparcml.InvalidArgumentError` naming the field."""
+        for name in ("nodes", "ppn"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise InvalidArgumentError(f"NetworkSpec.{name} must be an integer >= 1, got "
+                                           f"{v!r}")
+        for name, least in (("bandwidth", "> 0"), ("intra_bandwidth", "> 0"),
+                            ("latency", ">= 0"), ("intra_latency", ">= 0")):
+            v = getattr(self, name)
+            ok = not isinstance(v, bool) and isinstance(v, (int, float)) \
+                and 0 <= v < float("inf") and (v > 0 or least == ">= 0")
+            if not ok:
+                unit = "bytes per second" if "bandwidth" in name else "seconds"
+                raise InvalidArgumentError(f"NetworkSpec.{name} must be a finite number "
+                                           f"{least} ({unit}), got {v!r}")
+        if not isinstance(self.text, str):
+            raise InvalidArgumentError(f"NetworkSpec.text must be a string, got "
+                                       f"{self.text!r}")
+
     def node_of(self, world_rank: int) -> int:
         return world_rank // self.ppn
 

@@ -51,6 +51,37 @@ class SimResult:
         return max(self.times)
 
 
+# the state every simulated rank holds however small its program (its thread, clocks, queues,
+# communicator): measured 3.6 KiB per rank at P = 20,000 with an empty function (issue 36);
+# a floor, so that an estimate above the memory this machine has refuses before any is built
+RANK_STATE_BYTES = 4 << 10
+
+
+def _available_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - not POSIX
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB" if n < 2**50 else f"{n / 2**50:,.3g} PiB"
+
+
+def check_memory(P: int, available: int | None = None) -> None:
+    """Refuse (:class:`~sparcml.InvalidArgumentError`, with the estimate) a simulation of P
+    ranks whose per-rank state alone (:data:`RANK_STATE_BYTES` each, before the program's own
+    buffers) exceeds the memory available here."""
+    available = _available_bytes() if available is None else available
+    need = P * RANK_STATE_BYTES
+    if available is not None and need > available:
+        raise InvalidArgumentError(
+            f"simulating P = {P:,} ranks needs at least {_gib(need)} for the ranks' own state "
+            f"({RANK_STATE_BYTES // 1024} KiB each, before their buffers), more than the "
+            f"{_gib(available)} available here; simulate fewer ranks, or model the call "
+            f"without data (sparcml.sim.network_cost_model, sparc-bench --model-only)")
+
+
 def _cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -90,7 +121,10 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
     ``compute_scale`` multiplies compute (e.g. the ratio of the target cluster's core
     speed to this machine's, < 1 for faster cores). ``share``: ranks share identical buffers
     (:mod:`sparcml.sim._sharing`). Raises :class:`SimulationError` if any rank raised (after
-    every thread has ended), or if ``timeout`` seconds of real time pass.
+    every thread has ended), or if ``timeout`` seconds of real time pass. Raises
+    :class:`~sparcml.InvalidArgumentError` for a bad argument (``timeout`` must be None or a
+    positive number) and, with the estimate, for a P whose ranks' state alone would not fit in
+    the memory available here (:func:`check_memory`), before any rank is built.
     """
     if isinstance(P, bool) or not isinstance(P, int) or P < 1:
         raise InvalidArgumentError(f"P must be a positive integer, got {P!r}")
@@ -101,6 +135,11 @@ def run(P: int, fn, *, network: str | NetworkSpec | None = None, args: tuple = (
     if compute not in COMPUTE_MODES:
         raise InvalidArgumentError(f"compute must be one of {', '.join(COMPUTE_MODES)}, got "
                                    f"{compute!r}")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(
+            timeout, (int, float)) or not 0 < timeout < float("inf")):
+        raise InvalidArgumentError(f"timeout must be None or a positive number of seconds, "
+                                   f"got {timeout!r}")
+    check_memory(P)
     net = parse_network(f"{P}x{DEFAULT_RATE}" if network is None else network)
     if P > net.nodes * net.ppn:
         raise InvalidArgumentError(

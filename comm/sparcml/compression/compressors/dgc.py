@@ -16,7 +16,7 @@ import numpy as np
 from ..._errors import CompressionError, UnsupportedDtypeError
 from ..._topk.local import TopK
 from ..._vector import SparseVector, VALUE_DTYPES
-from .._common import _Steps, _check_density
+from .._common import _Steps, _check_density, _check_finite
 from .._objects import Compression, Compressor, NoneMemory, ResidualMemory, _join, _split
 from .._registry import (BITS, CompressorSpec, DENSITY, MOMENTUM, Param, bits_label,
                          nonnegative_int, percent_label, quantizer_of, register_compressor)
@@ -27,11 +27,14 @@ class DGCCompressor(_Steps, Compressor):
     ``warmup_steps`` steps the density is ``initial_density * (density / initial_density) **
     (step / warmup_steps)`` (DGC's exponential warm-up, 25% down to 0.1% in the paper)."""
 
+    checks_finite = True  # top-k's selection raises for NaN or Inf
+
     def __init__(self, density: float = 0.001, *, warmup_steps: int = 0,
                  initial_density: float = 0.25):
         self.density = _check_density(density)
         self.initial_density = _check_density(initial_density, "initial_density")
-        if not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
+        if isinstance(warmup_steps, (bool, np.bool_)) \
+                or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
             raise CompressionError(f"warmup_steps must be an integer >= 0, got "
                                    f"{warmup_steps!r}")
         self.warmup_steps = int(warmup_steps)
@@ -101,6 +104,11 @@ class DGCMemory(ResidualMemory):
             if norm > self.clip_norm:
                 x = x * np.asarray(self.clip_norm / norm, x.dtype)
         u = self._velocity.get(key)
+        if u is not None and (u.shape != x.shape or u.dtype != x.dtype):
+            raise CompressionError(
+                f"the velocity of {key!r} holds {u.shape[0]} {u.dtype} values, the input has "
+                f"{x.shape[0]} {x.dtype}; call reset() when the arrays change")
+        _check_finite(x, "DGCMemory")  # before the velocity takes it: the next step works
         if u is None:
             u = self._velocity[key] = np.zeros_like(x)
         u *= np.asarray(self.momentum, u.dtype)

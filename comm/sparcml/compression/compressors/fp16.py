@@ -3,8 +3,10 @@
 :class:`CastCompressor` (``"fp16"`` or ``"bf16"``): the values rounded to 16 bits (round to
 nearest even), summed by an ``MPI_Allreduce`` of 16-bit words with a user-defined operation
 that adds in float32 and rounds each partial sum back to 16 bits (like a 16-bit allreduce on a
-GPU); its cost: a dense allreduce of 2 bytes per value. No memory by default (PyTorch's hooks
-keep none); with a :class:`~sparcml.compression.ResidualMemory` the rounding error is fed back.
+GPU); its cost: a dense allreduce of 2 bytes per value. A sum that overflowed (an Inf or NaN in
+it: the same on every rank) raises :class:`~sparcml.CompressionError` on every rank. No memory
+by default (PyTorch's hooks keep none); with a :class:`~sparcml.compression.ResidualMemory` the
+rounding error is fed back.
 :func:`to_bf16` and :func:`from_bf16` convert bfloat16 words.
 """
 
@@ -73,7 +75,8 @@ class CastCompressor(_Stateless, Compressor):
     def encode(self, x: np.ndarray) -> np.ndarray:
         """16-bit words (uint16) of ``x``."""
         if self.fmt == "fp16":
-            return np.asarray(x).astype(np.float16).view(np.uint16)
+            with np.errstate(over="ignore"):  # an overflow is Inf: the sum reports it
+                return np.asarray(x).astype(np.float16).view(np.uint16)
         return to_bf16(np.asarray(x, np.float32))
 
     def decode(self, words: np.ndarray, dtype) -> np.ndarray:
@@ -105,8 +108,15 @@ class CastCompressor(_Stateless, Compressor):
         _count(stats, P, 2 * (P - 1) / P * nbytes, 2 * (P - 1) / P * nbytes)
         if stats is not None:
             stats.algorithm = "allreduce16"
-        return Reduced(SparseVector.dense(self.decode(total, g.dtype)),
-                       SparseVector.dense(sent), g.shape[0], 0.0)
+        result = self.decode(total, g.dtype)
+        if result.size and not (np.isfinite(result.min()) and np.isfinite(result.max())):
+            # the same sum on every rank, so every rank raises alike (and the memory stays)
+            top = "65504" if self.fmt == "fp16" else "3.4e38"
+            raise CompressionError(
+                f"the {self.fmt} sum overflowed (a value or partial sum beyond {top}, or a "
+                f"NaN/Inf input on some rank); scale the gradients down (a loss scaler) or use "
+                f"bf16")
+        return Reduced(SparseVector.dense(result), SparseVector.dense(sent), g.shape[0], 0.0)
 
 
 def build(*, algorithm, error_feedback):
