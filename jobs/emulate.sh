@@ -41,7 +41,9 @@ rate="${BASH_REMATCH[2],,}"
 [[ "$ppn" =~ ^[1-9][0-9]*$ ]] || die "--ranks-per-node must be a positive integer, got '$ppn'"
 mpiexec="${MPIEXEC:-$(command -v mpiexec || true)}"
 [[ -n "$mpiexec" ]] || die "no mpiexec on PATH (activate the venv or set MPIEXEC)"
-"$mpiexec" --version 2>/dev/null | grep -q HYDRA \
+# grep reads all of it (-q would exit at the first match: mpiexec's next write then gets
+# SIGPIPE, and under pipefail the check fails now and then)
+"$mpiexec" --version 2>/dev/null | grep HYDRA >/dev/null \
     || die "$mpiexec is not MPICH's (Hydra) mpiexec; the emulated network needs Hydra's" \
            "'-launcher fork -hosts' (Open MPI cannot run here): use a venv with the [mpich] extra"
 

@@ -19,7 +19,8 @@ Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"
   step; webspam-like twin: 40,000 rows, 16,609,143 features, 64 rows per rank and step (its
   rows hold 3,700 entries each: the gradient of 64 rows is already 1.4% of the features);
   3 epochs of url, 2 of webspam; seed 0; the test set is 20% of the rows.
-- sparse: the apps' default algorithm; dense: ``--algorithm dense`` (MPI_Allreduce of the
+- sparse: the apps' default algorithm (``ssar_recursive_double``), and for LR on url from
+  P = 16 also ``ssar_split_allgather``; dense: ``--algorithm dense`` (MPI_Allreduce of the
   densified gradient).
 - networks (one rank per node): ``10gbit,latency=10us`` (10 Gbit Ethernet with an MPI
   latency of 10 us) and ``100gbit,latency=1.5us`` (a 100 Gbit InfiniBand-like fabric).
@@ -28,6 +29,9 @@ Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"
   features per rank is 66 MB, so 256 ranks would hold 17 GB of sums, and the small P take
   hundreds of steps per epoch); compute modeled from this machine's calibrated rates
   (``--compute-scale 1``).
+- the deep apps (``--data cnn lstm``): digits, 3 epochs, 8 examples per rank and step, top-k
+  1% + 4-bit QSGD with error feedback against ``--dense``; simulated on the same
+  two networks (P = 2, 4, 16, 64), measured at P = 1, 2, 4.
 - measured P: 1, 2, 4, 8 (url), 1, 2, 4 (webspam) with ``sparc-mpiexec`` on this machine (2
   cores: P = 4 and 8 run 2 and 4 ranks per core, so their times measure the host more than
   the algorithm).
@@ -45,6 +49,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = {"url": ["--synth", "url", "--batch-size", "256"],
         "webspam": ["--synth", "webspam", "--rows", "40000", "--batch-size", "64"]}
+# the deep apps on scikit-learn's digits (offline): top-k 1% + 4-bit QSGD against dense
+DEEP = {"cnn": ["sparc-cnn"], "lstm": ["sparc-lstm"]}
+DEEP_MODES = {"topk-qsgd": ["--density", "0.01", "--bits", "4"], "dense": ["--dense"]}
+DEEP_COMMON = ["--epochs", "3", "--batch-size", "8", "--seed", "0", "--no-progress"]
+DEEP_SIM_P = [2, 4, 16, 64]
+DEEP_MEASURED_P = [1, 2, 4]
 SIM_P = {"url": [2, 4, 8, 16, 64, 256], "webspam": [4, 16, 64]}
 MEASURED_P = {"url": [1, 2, 4, 8], "webspam": [1, 2, 4]}
 NETWORKS = ["10gbit,latency=10us", "100gbit,latency=1.5us"]
@@ -58,6 +68,15 @@ def commands(part: str, data: list[str], out: Path) -> list[list[str]]:
     cmds = []
     records = ["--output", str(out / "records.jsonl")]
     for name in data:
+        if name in DEEP:
+            for mode in DEEP_MODES.values():
+                base = [*DEEP[name], *mode, *DEEP_COMMON, *records]
+                if part == "simulated":
+                    cmds += [[*base, "--simulate", *map(str, DEEP_SIM_P), "--network", net]
+                             for net in NETWORKS]
+                else:
+                    cmds += [["sparc-mpiexec", "-n", str(P), *base] for P in DEEP_MEASURED_P]
+            continue
         for app in APPS.values():
             for alg in ALGORITHMS.values():
                 base = [*app, *DATA[name], *EPOCHS[name], *COMMON, *alg, *records]
@@ -65,6 +84,12 @@ def commands(part: str, data: list[str], out: Path) -> list[list[str]]:
                     for net in NETWORKS:
                         cmds.append([*base, "--simulate", *map(str, SIM_P[name]),
                                      "--network", net])
+                    if name == "url" and not alg and app is APPS["lr"]:
+                        # the split algorithm beside the default from P = 16 (recursive
+                        # doubling's messages carry the growing union every round)
+                        cmds += [[*app, *DATA[name], *EPOCHS[name], *COMMON, "--algorithm",
+                                  "ssar_split_allgather", *records, "--simulate", "16", "64",
+                                  "256", "--network", net] for net in NETWORKS]
                 else:
                     for P in MEASURED_P[name]:
                         cmds.append(["sparc-mpiexec", "-n", str(P), *base])
@@ -74,7 +99,8 @@ def commands(part: str, data: list[str], out: Path) -> list[list[str]]:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--part", choices=("simulated", "measured"), required=True)
-    p.add_argument("--data", nargs="+", choices=sorted(DATA), default=sorted(DATA))
+    p.add_argument("--data", nargs="+", choices=sorted({*DATA, *DEEP}), default=sorted(DATA),
+                   help="url and webspam: the linear apps; cnn and lstm: the deep apps")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "app-scaling")
     p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = p.parse_args(argv)

@@ -2,7 +2,8 @@
 
     python scripts/app_scaling_table.py benchmarks/app-scaling/records.jsonl
 
-One row per (app, data set, source, P): the sparse run's and the dense baseline's epoch time
+One row per (app, data set, source, P, sparse series): the sparse run's and the dense
+baseline's epoch time
 (median of the epochs after the first, :func:`sparcapps.report.training.scaling_points`), the
 speedup (dense / sparse), both runs' final test accuracy, and the training seconds each took to
 the stated target (99% of the lowest best test accuracy the dense baseline reached at any P,
@@ -30,23 +31,23 @@ def main(argv):
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
     data = scaling_points(training_runs(records))
-    print("| app | data | source | P | sparse s/epoch | dense s/epoch | speedup | "
-          "test acc sparse / dense | s to target sparse / dense |")
-    print("|" + "---|" * 9)
+    print("| app | data | source | P | sparse series | sparse s/epoch | dense s/epoch | speedup "
+          "| test acc sparse / dense | s to target sparse / dense |")
+    print("|" + "---|" * 10)
     for (app, dataset), d in data.items():
         rows = {}
         for p in d["points"]:
-            kind = "dense" if p["series"] == "dense baseline" else "sparse"
-            rows.setdefault((p["source"], p["P"]), {})[kind] = p
-        for (source, P), pair in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-            s, dn = pair.get("sparse"), pair.get("dense")
-            es = s and s["epoch_seconds"]
-            ed = dn and dn["epoch_seconds"]
-            acc = [p and p["run"]["epochs"][-1].get("test_accuracy") for p in (s, dn)]
-            print(f"| {app} | {dataset} | {source} | {P} | {_fmt(es, 's')} | {_fmt(ed, 's')} | "
-                  f"{_fmt(ed / es, 's') + 'x' if es and ed else '-'} | "
-                  f"{_fmt(acc[0])} / {_fmt(acc[1])} | "
-                  f"{_fmt(s and s['to_target'], 's')} / {_fmt(dn and dn['to_target'], 's')} |")
+            rows.setdefault((p["source"], p["P"]), {})[p["series"]] = p
+        for (source, P), series in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+            dn = series.pop("dense baseline", None)
+            for name, s in sorted(series.items()):
+                es, ed = s["epoch_seconds"], dn and dn["epoch_seconds"]
+                acc = [p and p["run"]["epochs"][-1].get("test_accuracy") for p in (s, dn)]
+                print(f"| {app} | {dataset} | {source} | {P} | {name} | {_fmt(es, 's')} | "
+                      f"{_fmt(ed, 's')} | "
+                      f"{_fmt(ed / es, 's') + 'x' if es and ed else '-'} | "
+                      f"{_fmt(acc[0])} / {_fmt(acc[1])} | "
+                      f"{_fmt(s['to_target'], 's')} / {_fmt(dn and dn['to_target'], 's')} |")
         print(f"\n{app} on {dataset}: target test accuracy {d['target']:.4f} "
               f"(basis: {d['basis']})\n")
     return 0

@@ -10,7 +10,7 @@ mkdir -p "$out"
 export PATH="$root/.venv/bin:$PATH"
 cd "$root"
 D="--synth url --epochs 3 --batch-size 256 --seed 0 --no-progress"
-for P in 2 4; do
+for P in ${SPARC_VALIDATION_P:-2 4}; do   # SPARC_VALIDATION_P="4": one of them
     cs=$(( P > 2 ? P / 2 : 1 ))      # ranks per core here: the simulation's compute scale
     spec=$(bash jobs/emulate.sh "${P}x1gbit" -- sparc-bench --probe-network \
            | sed -n 's/^--network //p')

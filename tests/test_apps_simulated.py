@@ -56,6 +56,7 @@ def test_linear_apps_simulated_equal_mpiexec_bitwise(tmp_path, capsys):
                     assert se[key] == re_[key], (name, P, key, se[key], re_[key])
                 assert se["train_seconds"] > 0 and se["comm_seconds"] > 0
     _report_draws_measured_beside_simulated(tmp_path)
+    _scripts_read_the_records(tmp_path)
     # across nodes the index coding may change the bytes, never the model
     assert _linear_main([*common(tmp_path), *CONFIGS[0][2], "--simulate", "3", "--network",
                          "100gbit", "--output", str(tmp_path / "nodes.jsonl")],
@@ -83,6 +84,33 @@ def _report_draws_measured_beside_simulated(tmp_path):
         styles = {line["label"]: line["linestyle"] for line in fig.meta["lines"]}
         assert all(styles[lb] == ("--" if "simulated" in lb else "-") for lb in labels)
         assert fig.meta["xdata"] == [2.0, 3.0, 4.0]
+    # every point re-runnable from its record: a simulated one without a launcher
+    from sparcapps.report.commands import rerun_command
+
+    simulated = _records(tmp_path / "sim-log-dense.jsonl")[3]
+    line = rerun_command(simulated, tmp_path / "again.jsonl")
+    assert line.startswith("sparc-linear ") and "--simulate 2 3 4" in line
+    assert f"--output {tmp_path / 'again.jsonl'}" in line and "mpiexec" not in line
+
+
+def _scripts_read_the_records(tmp_path):
+    """The study's table and the validation table read real and simulated records: every
+    measured run finds its simulated twin with the same bytes ('='), and the table has a row
+    per source and P with the speedup over dense."""
+    real, sim_ = tmp_path / "real-log-sparse.jsonl", tmp_path / "sim-log-sparse.jsonl"
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "app_validation_table.py"),
+                          str(real), str(sim_)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| sparc-linear")]
+    assert len(rows) == 3 and all(" = |" in ln or " =" in ln for ln in rows), out.stdout
+    both = [str(tmp_path / f"{side}-{name}.jsonl") for side in ("real", "sim")
+            for name in ("log-sparse", "log-dense")]
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "app_scaling_table.py"),
+                          *both], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| sparc-linear")]
+    assert len(rows) == 6 and all(ln.count("x |") == 1 for ln in rows), out.stdout
+    assert all("| ssar_recursive_double |" in ln for ln in rows), out.stdout
 
 
 def _epoch_seconds(path: Path) -> list[tuple]:

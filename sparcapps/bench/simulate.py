@@ -15,7 +15,7 @@ output says so once, and a ratio of a simulated row to a modeled dense one is ma
 ``--model-only ALGORITHM ... --model-only-from P0`` does the same for algorithms too slow to
 simulate at P >= P0 (the split algorithms send P^2 messages, each ~0.2 ms of simulator
 Python): their time and bytes are what the simulator would charge, replayed without running
-(:mod:`sparcml.sim._predict`: the same kernel rates, index coding, message sizes and
+(:func:`sparcml.sim.predict`: the same kernel rates, index coding, message sizes and
 collective formulas) at the cell's exact input and result sizes (taken from an algorithm that
 was simulated); within 1.3x of the simulated time and 8% of its bytes on the
 reference grid of ``scripts/model_vs_sim_grid.py`` (BENCHMARKS.md).
@@ -202,17 +202,15 @@ def _dense_fits(P, dim, itemsize, budget) -> bool:
 def _modeled_dense(P, dim, dtype, net, *, compute="model", compute_scale=1.0):
     """The dense row's modeled seconds and bytes, charged as a simulated dense call would be
     (``compute``, times ``compute_scale``): with modeled compute the whole call
-    (:func:`sparcml.sim._predict.predict`: the agreement check, sparcml's Python per call,
+    (:func:`sparcml.sim.predict`: the agreement check, sparcml's Python per call,
     the ``Allreduce`` and its local additions), else the ``Allreduce`` alone
     (:func:`sparcml.sim.dense_allreduce_model`, its additions at the measured rate)."""
     import sparcml.sim as sim
     from sparcml import DENSE_BASELINE
-    from sparcml.sim import _predict, _rates
 
     if compute == "model":
-        p = _predict.predict(DENSE_BASELINE, P=P, N=dim, k=dim, K=dim, network=net,
-                             rates=_rates.kernel_rates(sim.run), compute_scale=compute_scale,
-                             s_val=np.dtype(dtype).itemsize)
+        p = sim.predict(DENSE_BASELINE, P=P, N=dim, k=dim, K=dim, network=net,
+                        compute_scale=compute_scale, s_val=np.dtype(dtype).itemsize)
         return p.seconds, p.bytes
     return sim.dense_allreduce_model(net, P, dim * np.dtype(dtype).itemsize, compute=compute,
                                      compute_scale=compute_scale)
@@ -220,7 +218,7 @@ def _modeled_dense(P, dim, dtype, net, *, compute="model", compute_scale=1.0):
 
 def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
     """(What ``--model-only`` rows recorded before issue 33, kept for
-    ``scripts/scaling_tables.py``'s older records; now :mod:`sparcml.sim._predict`.)
+    ``scripts/scaling_tables.py``'s older records; now :func:`sparcml.sim.predict`.)
     Bytes sent per rank by the cost model's volumes: for the split algorithms phase 1 (a
     1/P block of the input to each other rank) and the allgather (all blocks but one's own);
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
@@ -249,28 +247,17 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
 
 
 def _link_costs(net, P, model, index_coding):
-    """``(coded, link_costs)`` of a simulated call's index coding, as
-    :func:`sparcml._model.link_costs.index_coding_costs` gives them on the simulated ranks:
-    the cost model's when the run has one, else assumed from whether the ranks share a
-    node."""
-    from sparcml import CostModel
-    from sparcml._model.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS
+    """``(coded, link_costs)`` of a simulated call's index coding
+    (:func:`sparcml.sim.index_coding_link_costs`)."""
+    import sparcml.sim as sim
 
-    if index_coding == "raw":
-        return False, None
-    if index_coding == "coded" or P == 1:
-        return True, None
-    if model is not None:
-        return True, (float(model.beta), float(model.gamma_code))
-    one_node = P <= net.ppn
-    return True, (SHARED_MEMORY_BYTE_SECONDS if one_node else NETWORK_BYTE_SECONDS,
-                  CostModel.gamma_code)
+    return sim.index_coding_link_costs(net, P, index_coding, model=model)
 
 
 def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="auto",
                  model=None, compute_scale=1.0):
     """A modeled-only row from a simulated row ``some`` of the cell (its input and result
-    sizes): :func:`sparcml.sim._predict.predict`, the simulator's own charges replayed without
+    sizes): :func:`sparcml.sim.predict`, the simulator's own charges replayed without
     running (the calibrated kernel rates, the call's index coding, the collectives' and the
     links' formulas), times ``compute_scale`` for the compute. Bytes: the exact encoding of
     the expected message sizes (``"estimated": true`` in the bytes; equal to a simulation's within
@@ -281,16 +268,15 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="aut
     (:meth:`sparcml.CostModel.contenders`, with the overlap the result teaches; every
     candidate without a model), and of those the one whose row in ``rows`` (modeled too when
     absent) is fastest; that row's time and bytes."""
+    import sparcml
     import sparcml.sim as sim
     from sparcapps.records import summarize
     from sparcml import AUTO, index_dtype_for
-    from sparcml._collectives.registry import algorithm_names
-    from sparcml.sim import _predict, _rates
 
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
     if algorithm == AUTO:
-        contenders = list(algorithm_names(in_auto_only=True))
+        contenders = [a for a in sparcml.ALGORITHMS if sparcml.get_algorithm(a).in_auto]
         if model is not None:
             q = model.overlap_from_result(k, K, P, dim)
             contenders = model.contenders(P=P, N=dim, k=k, q=q, s_idx=s_idx, s_val=s_val)
@@ -302,9 +288,9 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="aut
                      key=lambda a: candidates[a]["timings"]["allreduce"]["median"])
         return {**candidates[choice], "ran": choice, "modeled_only": True}
     coded, link_costs = _link_costs(net, P, model, index_coding)
-    p = _predict.predict(algorithm, P=P, N=dim, k=k, K=K, network=net,
-                         rates=_rates.kernel_rates(sim.run), compute_scale=compute_scale,
-                         s_idx=s_idx, s_val=s_val, coded=coded, link_costs=link_costs)
+    p = sim.predict(algorithm, P=P, N=dim, k=k, K=K, network=net,
+                    compute_scale=compute_scale, s_idx=s_idx, s_val=s_val, coded=coded,
+                    link_costs=link_costs)
     return {"timings": {"allreduce": summarize([p.seconds])},
             "bytes": {"sent_per_rank_max": p.bytes, "sent_per_rank_mean": float(p.bytes),
                       "estimated": True},

@@ -260,9 +260,11 @@ def _finished(args, prog: str, state, rank: int) -> int:
     return 0
 
 
-def run(args, prog: str, comm=None) -> int:
+def run(args, prog: str, comm=None, argv=None) -> int:
     """The whole run on one rank of ``comm`` (default ``COMM_WORLD``; a simulated rank's
-    communicator under ``--simulate``); returns the exit status (the same on every rank)."""
+    communicator under ``--simulate``); returns the exit status (the same on every rank).
+    ``argv``: the arguments :func:`main` was given (recorded as the command; default: the
+    process's own)."""
     from mpi4py import MPI
 
     import sparcml
@@ -286,6 +288,8 @@ def run(args, prog: str, comm=None) -> int:
         environment = capture_environment() if args.output and rank == 0 else None
     else:
         environment = capture_environment(comm) if args.output else None
+    if environment is not None and argv is not None:  # called from Python: its own arguments
+        environment["command"] = [prog, *argv]
     try:
         if args.synth:
             from sparcapps.data import data_home
@@ -442,12 +446,12 @@ def _data_shape(args) -> tuple[int, int, int]:
         return 0, 1, 1
 
 
-def _simulated_main(args, prog: str) -> int:
+def _simulated_main(args, prog: str, argv=None) -> int:
     from .stepcost import fixed_step_seconds
 
     def body(comm):
         with fixed_step_seconds(args.step_seconds):
-            return run(args, prog, comm)
+            return run(args, prog, comm, argv)
 
     return run_simulated(prog, args, body, lambda P: _estimate(args, P))
 
@@ -462,11 +466,11 @@ def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> i
         if args.resume or args.stop_after is not None or args.checkpoint_every_steps:
             parser.error("--simulate does not checkpoint, stop or resume (a simulated run is "
                          "short and deterministic: run it again)")
-        return _simulated_main(args, prog)
+        return _simulated_main(args, prog, argv)
     from sparcml import abort_on_error
 
     with abort_on_error():  # an unexpected error on one rank ends the job instead of a hang
-        return run(args, prog)
+        return run(args, prog, argv=argv)
 
 
 def logreg_main(argv=None) -> int:

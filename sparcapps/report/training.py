@@ -163,10 +163,16 @@ def series_label(rec: dict) -> str:
     return ", ".join(parts)
 
 
+def _train_seconds(epoch: dict):
+    """An epoch's training seconds: the linear apps' ``train_seconds``, the deep apps'
+    ``epoch_seconds`` (evaluation excluded in both)."""
+    return epoch.get("train_seconds", epoch.get("epoch_seconds"))
+
+
 def _epoch_seconds(run) -> float | None:
     """The run's typical epoch: the median training seconds of its epochs after the first
     (the first compiles and warms caches in a measured run), of its only epoch else."""
-    secs = [e.get("train_seconds") for e in run["epochs"]]
+    secs = [_train_seconds(e) for e in run["epochs"]]
     secs = [x for x in (secs[1:] if len(secs) > 1 else secs) if x is not None]
     if not secs:
         return None
@@ -180,9 +186,9 @@ def _seconds_to(run, metric: str, target: float) -> float | None:
     reached ``target``; None if it never did."""
     total = 0.0
     for e in run["epochs"]:
-        if e.get("train_seconds") is None:
+        if _train_seconds(e) is None:
             return None
-        total += e["train_seconds"]
+        total += _train_seconds(e)
         v = e.get(metric)
         if v is not None and v >= target:
             return total

@@ -97,8 +97,45 @@ from ._network import NetworkSpec, parse_network
 from ._probe import probe_network
 from ._app_rates import cached_rates
 from ._replicas import ReplicaDivergedError, Replicas, charge, clock
+from ._predict import Prediction, predicted_algorithms
 from ._runner import SimResult, SimulationError, run
+
+
+def predict(algorithm: str, **kwargs) -> Prediction:
+    """What simulating one call of a built-in ``algorithm`` would charge, without running it
+    (``sparc-bench --simulate --model-only``): :class:`Prediction` (``seconds``, ``bytes`` per
+    rank, ``compute``) from this machine's calibrated kernel rates, the call's index coding,
+    the message encodings at the expected sizes and the network model. Keywords: ``P``, ``N``,
+    ``k`` (nonzeros per rank), ``K`` (of the result), ``network`` (a spec or
+    :class:`NetworkSpec`), ``compute_scale``, ``s_idx``, ``s_val``, ``coded``,
+    ``link_costs`` (see ``sparcml.sim._predict``). ``predicted_algorithms()`` lists the
+    algorithms it knows."""
+    from ._predict import predict as _predict
+    from ._rates import kernel_rates
+
+    return _predict(algorithm, rates=kernel_rates(run), **kwargs)
+
+
+def index_coding_link_costs(network, P: int, index_coding: str = "auto", *, model=None):
+    """``(coded, link_costs)`` that a call with option ``index_coding`` uses on P simulated
+    ranks of ``network`` (a :class:`NetworkSpec`): ``"raw"`` never codes, ``"coded"`` (or one
+    rank) always, ``"auto"`` weighs link seconds per byte against coding seconds: the calibrated
+    ``model``'s ``(beta, gamma_code)`` when given, else shared memory's or a network's
+    (whether the P ranks fit one node), as :mod:`sparcml._model.link_costs` assumes."""
+    from .._model.costmodel import CostModel
+    from .._model.link_costs import NETWORK_BYTE_SECONDS, SHARED_MEMORY_BYTE_SECONDS
+
+    if index_coding == "raw":
+        return False, None
+    if index_coding == "coded" or P == 1:
+        return True, None
+    if model is not None:
+        return True, (float(model.beta), float(model.gamma_code))
+    one_node = P <= network.ppn
+    return True, (SHARED_MEMORY_BYTE_SECONDS if one_node else NETWORK_BYTE_SECONDS,
+                  CostModel.gamma_code)
 
 __all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
            "network_cost_model", "use_model", "probe_network", "dense_allreduce_model",
-           "Replicas", "ReplicaDivergedError", "charge", "clock", "cached_rates"]
+           "Replicas", "ReplicaDivergedError", "charge", "clock", "cached_rates", "predict",
+           "Prediction", "predicted_algorithms", "index_coding_link_costs"]
