@@ -224,6 +224,20 @@ def scaling_points(runs) -> dict:
     return out
 
 
+_NET_STYLES = ("--", ":", "-.")
+
+
+def _short_source(point) -> str:
+    """'measured', or 'simulated, 10gbit, latency=10us' (the spec's rate and latency; the
+    caption and the records hold the whole spec)."""
+    if not point["simulated"]:
+        return point["source"]
+    parts = (point["network"] or "").split(",")
+    rate = parts[0].split("x", 1)[-1]
+    latency = next((q for q in parts[1:] if q.startswith("latency=")), "")
+    return ", ".join(x for x in ("simulated", rate, latency) if x)
+
+
 def scaling_figures(runs) -> list[Fig]:
     """Epoch time and time to a stated test accuracy against P, per (app, data set): one
     line per configuration and source, measured (solid, filled markers) beside simulated
@@ -240,10 +254,12 @@ def scaling_figures(runs) -> list[Fig]:
             if not any(p[key] for p in pts):
                 continue
             where = f"{app}{' on ' + dataset if dataset else ''}"
-            fig, ax = pl.new_axes(f"{where}: {what} vs P", "P", ylabel)
+            fig, ax = pl.new_axes(f"{where}: {what} vs P", "P", ylabel, wide=True)
+            fig.set_figheight(6.4)  # room for the legend below the axes
             handles = []
             lines = group_rows(pts, lambda p: (p["series"] != "dense baseline", p["series"],
                                                p["source"]))
+            networks = sorted({p["network"] for p in pts if p["simulated"]})
             missing = []
             for (_, series, source), grp in lines:
                 grp = sorted(grp, key=lambda p: p["P"])
@@ -253,16 +269,22 @@ def scaling_figures(runs) -> list[Fig]:
                 if not xs:
                     continue
                 kw = pl.style_for(styles, series, grp[0]["simulated"], grp[0]["network"])
-                handles.append(pl.plot_line(ax, xs, ys, label=f"{series}, {source}",
-                                            gid=f"series-{len(handles)}", **kw))
+                if grp[0]["simulated"]:  # one line style per network
+                    kw["linestyle"] = _NET_STYLES[networks.index(grp[0]["network"])
+                                                  % len(_NET_STYLES)]
+                handles.append(pl.plot_line(
+                    ax, xs, ys, label=f"{series}, {_short_source(grp[0])}",
+                    gid=f"series-{len(handles)}", **kw))
             pl.rank_axis(ax, [p["P"] for p in pts])
             ax.set_yscale("log")
             pl.outside_legend(fig, handles)
             fid = slug("scaling", what, app, dataset)
             caption = (f"{where}: {what} against P. Measured runs: solid lines, filled "
                        f"markers; simulated runs (sparcml.sim: exact training, modeled "
-                       f"seconds): dashed lines, hollow markers, one line per network; the "
-                       f"dense baseline (black) on the same axes.")
+                       f"seconds): hollow markers, one line style per network (dashed, "
+                       f"dotted, dash-dot: "
+                       + "; ".join(sorted({p["network"] for p in pts if p["simulated"]}))
+                       + "); the dense baseline (black) on the same axes.")
             if key == "to_target":
                 caption += (f" Target: test accuracy >= {sig(data['target'])} (99% of the "
                             f"lowest best accuracy of the {data['basis']} over every P).")
