@@ -428,28 +428,12 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
 
 
 def _network_spec(parser, args) -> None:
-    """``--network`` of ``--simulate``, checked now: a spec without its node count gets as many
-    nodes as the largest P needs (one rank per node, or ``ppn=R``); a bad spec is a usage error
-    (one line, exit 2), not a traceback from the simulator."""
-    import re
+    """``--network`` of ``--simulate``, checked now (:func:`sparcapps.simapp.normalize_network`:
+    a spec without its node count gets as many nodes as the largest P needs; a bad spec is a
+    usage error, exit 2)."""
+    from sparcapps.simapp import normalize_network
 
-    import sparcml.sim as sim
-    from sparcml import InvalidArgumentError
-
-    spec = args.network.strip()
-    if spec and not re.match(r"^[1-9][0-9]*x", spec, re.IGNORECASE):
-        ppn = re.search(r",\s*ppn\s*=\s*([1-9][0-9]*)\s*(?:,|$)", spec)
-        spec = f"{-(-max(args.simulate) // int(ppn.group(1) if ppn else 1))}x{spec}"
-    try:
-        net = sim.parse_network(spec)
-    except InvalidArgumentError as exc:
-        parser.error(f"--network: {exc}")
-    if max(args.simulate) > net.nodes * net.ppn:
-        parser.error(f"--network {net.text} has {net.nodes} nodes x {net.ppn} ranks = "
-                     f"{net.nodes * net.ppn} ranks, fewer than --simulate "
-                     f"{max(args.simulate)}; give more nodes (or leave the node count out: "
-                     f"one rank per node)")
-    args.network = spec
+    args.network = normalize_network(parser, args.network, max(args.simulate))
 
 
 def main(argv=None) -> int:
