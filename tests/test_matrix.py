@@ -72,7 +72,7 @@ def test_topk_allreduce_on_many_simulated_ranks(P):
 # cores) a full matrix at P = 7 took over 600 s; the mpiexec limit stays under pytest's 900 s.
 @pytest.mark.mpi
 @pytest.mark.slow
-@pytest.mark.parametrize("P", [1, 3, 5, 8])  # 2, 4: simulated; 7 was here, 5 is odd too
+@pytest.mark.parametrize("P", [1, 3, 5])  # 2, 4, 8: simulated; above 8: 16 real ranks below
 def test_allreduce_under_mpiexec(P):
     run_in_mpiexec(P, "allreduce", "full", timeout=850)
 
