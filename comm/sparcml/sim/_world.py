@@ -19,6 +19,7 @@ import time
 import numpy as np
 
 from ._credit import credit_of
+from ._links import LinkCalendar
 from ._network import NetworkSpec
 
 __all__ = ["SimDeadlock", "World", "RankState", "SimAborted", "add_rate"]
@@ -82,10 +83,12 @@ class World:
         self.ranks = [RankState(r, network.node_of(r), self.lock) for r in range(size)]
         self.compute_scale = float(compute_scale)
         # link reservations: inter-node traffic uses the node's NIC, intra-node the rank's own
-        self.nic_send_free = [0.0] * (network.node_of(size - 1) + 1)
-        self.nic_recv_free = [0.0] * len(self.nic_send_free)
-        self.mem_send_free = [0.0] * size
-        self.mem_recv_free = [0.0] * size
+        # (calendars of busy intervals: the ranks reach a node's NIC in wall-clock order)
+        nodes = network.node_of(size - 1) + 1
+        self.nic_send = [LinkCalendar() for _ in range(nodes)]
+        self.nic_recv = [LinkCalendar() for _ in range(nodes)]
+        self.mem_send = [LinkCalendar() for _ in range(size)]
+        self.mem_recv = [LinkCalendar() for _ in range(size)]
         self.mailboxes: dict[tuple[int, int], list] = {}   # (comm id, dest rank) -> messages
         self.rendezvous: dict[tuple[int, int], dict] = {}  # (comm id, sequence) -> state
         self.next_comm_id = 1
@@ -233,14 +236,11 @@ class World:
         its injection starts (lock held)."""
         net = self.network
         if net.node_of(src) == net.node_of(dst):
-            free = self.mem_send_free
-            key = src
+            link = self.mem_send[src]
         else:
-            free = self.nic_send_free
-            key = net.node_of(src)
+            link = self.nic_send[net.node_of(src)]
         _, beta = net.link(src, dst)
-        start = max(t, free[key])
-        free[key] = start + nbytes * beta
+        start = self._reserve(link, t, nbytes * beta)
         st = self.ranks[src]
         st.send_done = max(st.send_done, start + nbytes * beta)
         return start
@@ -251,12 +251,22 @@ class World:
         net = self.network
         alpha, beta = net.link(src, dst)
         if net.node_of(src) == net.node_of(dst):
-            free, key = self.mem_recv_free, dst
+            link = self.mem_recv[dst]
         else:
-            free, key = self.nic_recv_free, net.node_of(dst)
-        rstart = max(start, free[key])
-        free[key] = rstart + nbytes * beta
+            link = self.nic_recv[net.node_of(dst)]
+        rstart = self._reserve(link, start, nbytes * beta)
         return rstart + nbytes * beta + alpha
+
+    def _reserve(self, link: LinkCalendar, ready: float, duration: float) -> float:
+        start = link.reserve(ready, duration)
+        if link.due_for_pruning():
+            # no later request is ready before a running rank's clock or a message in flight
+            # (posted, not yet received): what ended before both can go
+            times = [st.clock for st in self.ranks if st.rank not in self._returned_set]
+            times += [m["start"] for box in self.mailboxes.values() for m in box]
+            if times:
+                link.prune(min(times))
+        return start
 
 
 def _called_by_sparcml(depth: int = 12) -> bool:
