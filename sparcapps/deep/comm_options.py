@@ -13,7 +13,7 @@ __all__ = ["compression_from_args", "resolve_hyperparameters", "resolve_compress
 def _active_compressor(args) -> str | None:
     """The ``--compressor`` that runs (None for top-k / global top-k and ``--dense``)."""
     name = getattr(args, "compressor", None)
-    return name if name and not getattr(args, "dense", False) else None
+    return name if name and not args.dense else None
 
 
 def resolve_hyperparameters(args, *, lr: float, momentum: float):
@@ -38,7 +38,8 @@ def resolve_hyperparameters(args, *, lr: float, momentum: float):
 
 def resolve_compressor_defaults(args, *, steps_per_epoch: int, clip: float | None):
     """Fill the compressor parameters whose paper default depends on the run (left None):
-    DGC's ``--density-warmup-steps`` (its paper's four epochs of ``steps_per_epoch`` steps)
+    DGC's ``--density-warmup-steps`` (its record's ``recommended["warmup_epochs"]``, the
+    paper's four, of ``steps_per_epoch`` steps)
     and ``--clip-norm`` (the run's own clipping threshold ``clip``, e.g. ``sparc-lstm``'s
     ``--clip``; none without). Called once the task is built, before the compression; the
     record then holds the values that ran. Returns ``args`` (modified)."""
@@ -49,12 +50,12 @@ def resolve_compressor_defaults(args, *, steps_per_epoch: int, clip: float | Non
 
     if name not in COMPRESSORS:
         return args
-    declared = {p.dest for p in get_compressor(name).params}
-    if "density_warmup_steps" in declared and getattr(args, "density_warmup_steps",
-                                                      None) is None:
-        from sparcml.compression.compressors.dgc import WARMUP_EPOCHS
-
-        args.density_warmup_steps = WARMUP_EPOCHS * int(steps_per_epoch)
+    spec = get_compressor(name)
+    declared = {p.dest for p in spec.params}
+    epochs = spec.recommended.get("warmup_epochs")
+    if "density_warmup_steps" in declared and epochs is not None \
+            and getattr(args, "density_warmup_steps", None) is None:
+        args.density_warmup_steps = int(epochs) * int(steps_per_epoch)
     if "clip_norm" in declared and getattr(args, "clip_norm", None) is None and clip:
         args.clip_norm = float(clip)
     return args

@@ -143,8 +143,9 @@ class CompressorSpec:
     ``recommended``: its paper's recommended hyperparameters as data, for the apps to use
     unless told otherwise (:func:`recommended_hyperparameters`): ``"lr_scale"`` multiplies the
     app's dense learning rate, ``"momentum"`` is the SGD momentum *outside* the compressor (0
-    where the method has its own momentum or none), ``"source"`` says where the figures come
-    from; a key left out: the app's own default. ``order``: where it
+    where the method has its own momentum or none), ``"warmup_epochs"`` the epochs of its
+    own warm-up (DGC), ``"source"`` says where the figures come from; a key left out: the
+    app's own default. ``order``: where it
     stands in :data:`COMPRESSORS` (ascending, then registration order; the built-in ones
     take 10 to 130).
     """

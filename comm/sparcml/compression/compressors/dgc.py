@@ -247,9 +247,10 @@ SPEC = register_compressor(CompressorSpec(
     name="dgc", order=50, build=build, params=(DENSITY, BITS, MOMENTUM, WARMUP, CLIP),
     own_momentum=True, labels=(("bits", bits_label), ("density", percent_label),
                                ("momentum", lambda m: f"SGD momentum {m:g}" if m else None)),
-    recommended={"momentum": 0.0,
+    recommended={"momentum": 0.0, "warmup_epochs": WARMUP_EPOCHS,
                  "source": "Lin et al. 2018: momentum 0.9 inside the compression "
-                           "(--compressor-momentum), no SGD momentum; the dense learning rate"},
+                           "(--compressor-momentum), no SGD momentum, the dense learning "
+                           "rate, sparsity warm-up over the first 4 epochs"},
     summary="Deep Gradient Compression: per-tensor --density top-k of the momentum-corrected "
             "gradient (--compressor-momentum, 0.9), momentum factor masking, local clipping "
             "at --clip-norm / sqrt(P), exponential warm-up over 4 epochs "

@@ -20,37 +20,51 @@ import numpy as np
 
 from ..._errors import CompressionError
 from ..._vector import SparseVector
-from .._common import _Stateless, _allgather, pack_ternary, unpack_ternary
+from .._common import (_Stateless, _allgather, pack_signs, pack_ternary, unpack_signs,
+                       unpack_ternary)
 from .._objects import Compression, Compressor, NoneMemory, Reduced, _join, _split
 from .._registry import CompressorSpec, register_compressor
 
 
 class SignCompressor(_Stateless, Compressor):
-    """signSGD (``momentum=0``) or signum (``0 < momentum < 1``) with majority vote."""
+    """signSGD (``momentum=0``) or signum (``0 < momentum < 1``) with majority vote.
+    ``zero_sign=0`` (default): ``sign(0) = 0``, two bits per value; ``zero_sign=1``: a zero
+    votes +1, one bit per value (the code of earlier releases, for their records)."""
 
-    def __init__(self, momentum: float = 0.0):
+    def __init__(self, momentum: float = 0.0, *, zero_sign: int = 0):
         if isinstance(momentum, (bool, np.bool_)) or not isinstance(
                 momentum, (int, float, np.integer, np.floating)) or not 0 <= momentum < 1:
             raise CompressionError(f"momentum must be a number in [0, 1), got {momentum!r}")
+        if zero_sign not in (0, 1) or isinstance(zero_sign, bool):
+            raise CompressionError(f"zero_sign must be 0 or 1, got {zero_sign!r}")
         self.momentum = float(momentum)
+        self.zero_sign = int(zero_sign)
         self._m: dict = {}
 
     def _options(self) -> dict:
-        return {"momentum": self.momentum}
+        return {"momentum": self.momentum, "zero_sign": self.zero_sign}
+
+    def _pack(self, x: np.ndarray) -> np.ndarray:
+        return pack_ternary(x) if self.zero_sign == 0 else pack_signs(x)
+
+    def _unpack(self, buf: np.ndarray, n: int, dtype) -> np.ndarray:
+        return unpack_ternary(buf, n, dtype) if self.zero_sign == 0 else \
+            unpack_signs(buf, n, dtype)
 
     def default_memory(self):
         return NoneMemory()
 
     def compress(self, x: np.ndarray) -> SparseVector:
-        return SparseVector.dense(unpack_ternary(pack_ternary(x), x.shape[0], x.dtype))
+        return SparseVector.dense(self._unpack(self._pack(x), x.shape[0], x.dtype))
 
     def num_sent(self, n: int) -> int:
         return n
 
     def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
                           shapes=None) -> float:
-        """An ``Allgather`` of ``2 ceil(n / 8)`` bytes per rank (the packed signs)."""
-        return model.allgather(P * 2 * math.ceil(n / 8))
+        """An ``Allgather`` of ``2 ceil(n / 8)`` bytes per rank (the packed signs; ``ceil(n /
+        8)`` with ``zero_sign=1``)."""
+        return model.allgather(P * (2 - self.zero_sign) * math.ceil(n / 8))
 
     def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True) -> Reduced:
         n = g.shape[0]
@@ -62,16 +76,16 @@ class SignCompressor(_Stateless, Compressor):
             m *= np.asarray(self.momentum, g.dtype)
             m += np.asarray(1 - self.momentum, g.dtype) * g
             s = m
-        everyone = _allgather(ctx, pack_ternary(s), stats)
+        everyone = _allgather(ctx, self._pack(s), stats)
         votes = np.zeros(n, np.int64)
         for r in range(ctx.size):
-            votes += unpack_ternary(everyone[r], n, np.int64)
+            votes += self._unpack(everyone[r], n, np.int64)
         result = (np.sign(votes) * ctx.size).astype(g.dtype)
-        sent = unpack_ternary(everyone[ctx.rank], n, g.dtype)
+        sent = self._unpack(everyone[ctx.rank], n, g.dtype)
         return Reduced(SparseVector.dense(result), SparseVector.dense(sent), n, 0.0)
 
     def fresh(self) -> "SignCompressor":
-        return SignCompressor(self.momentum)
+        return SignCompressor(self.momentum, zero_sign=self.zero_sign)
 
     def state_dict(self) -> dict:
         """``{"momentum": {key: m}}``: signum's local momentum per key (none for signSGD)."""
