@@ -99,16 +99,22 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--epochs", type=positive_int, default=epochs, help="passes over the data")
     g.add_argument("--batch-size", type=positive_int, default=batch_size,
                    help="examples per rank per step")
+    from sparcml.compression import COMPRESSORS, get_compressor
+
+    scaled = ", ".join(f"{n} x{get_compressor(n).recommended['lr_scale']:.3g}"
+                       for n in COMPRESSORS if "lr_scale" in get_compressor(n).recommended)
+    own = [n for n in COMPRESSORS if get_compressor(n).own_momentum]
+    none = [n for n in COMPRESSORS if n not in own
+            and get_compressor(n).recommended.get("momentum", momentum) != momentum]
     g.add_argument("--lr", type=positive_float, default=None,
                    help=f"SGD learning rate (default: {lr:g}; with --compressor NAME, {lr:g} "
-                        f"times NAME's recommended scale (sparc-compressor-table's notes, "
-                        f"README \"Compressors\"); a --lr given wins)")
+                        f"times NAME's recommended scale: {scaled}; a --lr given wins)")
     g.add_argument("--momentum", type=_momentum, default=None,
                    help=f"SGD momentum, applied after the reduction (default: {momentum:g}; "
-                        f"with --compressor NAME, NAME's recommended one: 0 for the "
-                        f"compressors with their own momentum (dgc, signum: "
-                        f"--compressor-momentum) or none (randomk, signsgd, efsignsgd); a "
-                        f"--momentum given wins and adds to a compressor's own)")
+                        f"with --compressor NAME, NAME's recommended one: 0 for "
+                        f"{', '.join(own)} (their own: --compressor-momentum) and "
+                        f"{', '.join(none)} (none in their papers); a --momentum given wins "
+                        f"and adds to a compressor's own)")
     g.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
                    help="SGD weight decay (L2)")
     g.add_argument("--seed", type=int, default=0, help="model init, data order, rounding")

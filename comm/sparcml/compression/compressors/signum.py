@@ -25,5 +25,5 @@ SPEC = register_compressor(CompressorSpec(
                  "source": "Bernstein et al. 2018: signum's own momentum 0.9 "
                            "(--compressor-momentum), no SGD momentum; the rate 1/30 of the "
                            "dense one measured in issue 35 (LSTM lr 0.01)"},
-    summary="signum: signs {-1, 0, +1} of a local momentum (--compressor-momentum, 0.9), "
+    summary="signs {-1, 0, +1} of a local momentum (--compressor-momentum, 0.9), "
             "majority vote; no SGD momentum unless --momentum is given"))
