@@ -365,7 +365,7 @@ def test_powersgd_per_parameter_against_numpy():
 
 # -- state: checkpoints and rebuilt buckets ---------------------------------------------------
 
-STATEFUL = [("dgc", {"density_warmup_steps": 3}), ("randomk", {}),
+STATEFUL = [("dgc", {"density_warmup_steps": 3}), ("randomk", {}), ("terngrad", {}),
             ("randomk", {"shared": True}), ("powersgd", {}), ("signum", {}),
             ("efsignsgd", {}), ("topk", {"bits": 4})]  # qsgd alone: nothing kept at P = 1
 
