@@ -267,6 +267,11 @@ def test_dgc_clips_at_the_global_threshold_times_p_to_the_minus_one_half():
     first = memory.full_input(Ctx(), x, key=1)
     second = memory.full_input(Ctx(), x, key=1)
     assert np.allclose(second, first * 1.9) and np.allclose(memory.velocity(1), second)
+    # through the bundle, as DistributedOptimizer's --warmup-steps send it (full=True)
+    c = build("dgc", density=0.1).fresh(seed=0)
+    ctx = context_for(MPI.COMM_SELF)
+    steps = [c.allreduce_in(ctx, x, key=0, full=True).result.to_dense() for x in (x, x, x)]
+    assert np.allclose(steps[2], x * (1 + 0.9 + 0.81)), "momentum SGD, not plain SGD"
 
 
 def test_dgc_warmup_is_the_papers_schedule():
@@ -367,6 +372,8 @@ def test_the_apps_use_each_compressors_recommended_lr_and_momentum():
             given = parse(["--compressor", name, "--lr", "0.05", "--momentum", "0.5"])
             assert (given.lr, given.momentum) == (0.05, 0.5), f"{name}: given values win"
         assert parse(["--compressor", "efsignsgd", "--dense"]).lr == lr, "--dense: dense's"
+        with pytest.raises(SystemExit):  # argparse: one line, exit 2
+            parse(["--momentum", "1.5"])
     args = cnn.build_parser().parse_args
     assert args(["--compressor", "dgc"]).momentum == 0.0
     assert args(["--compressor", "signsgd"]).momentum == 0.0
