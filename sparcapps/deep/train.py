@@ -27,7 +27,11 @@ chunk), ``--global-topk`` (the top-k of the sum over ranks, :func:`sparcml.topk_
 ``Compression.none()``, the dense baseline. ``--compressor NAME`` picks one of
 :data:`sparcml.compression.COMPRESSORS` instead of top-k (its parameters:
 :func:`sparcapps.cli_args.add_compressor_arguments`; the record's ``metrics.compression``
-names the configuration).
+names the configuration). ``--lr`` and ``--momentum`` (the SGD's, after the reduction) left
+unset take the app's defaults or, with ``--compressor``, its recommended ones
+(:func:`~sparcapps.deep.comm_options.resolve_hyperparameters`, at parsing); DGC's warm-up and
+clipping defaults follow the run (:func:`~sparcapps.deep.comm_options.resolve_compressor_defaults`,
+once the task is built). The record's config holds the values that ran.
 
 Checkpoints (:mod:`sparcapps.deep.checkpoint`; ``--checkpoint-every-epochs E`` into
 ``--checkpoint FILE``; ``--resume FILE``): the model, every rank's optimizer state (momentum,

@@ -2,9 +2,10 @@
 
 Everything that lists, builds, documents or names the compressors reads this registry: the
 public :data:`COMPRESSORS` (name -> one line), :func:`build`, the deep apps' ``--compressor``
-choices, help and flags (:func:`sparcapps.cli_args.add_compressor_arguments`), the optimizer's
-momentum rule of the apps and the table of compressors (``sparc-compressor-table``: its row
-names, and the records' defaults). A compressor is one module of
+choices, help and flags (:func:`sparcapps.cli_args.add_compressor_arguments`), the apps'
+default learning rate and SGD momentum per compressor (:func:`recommended_hyperparameters`)
+and the table of compressors (``sparc-compressor-table``: its row names, and the records'
+defaults). A compressor is one module of
 ``sparcml/compression/compressors/`` (found and imported with the package, no list to edit;
 or a module of another package that registers on import) which builds a
 :class:`CompressorSpec` (its CLI name, one line, its parameters as :class:`Param` records,
@@ -138,8 +139,9 @@ class CompressorSpec:
     when given, returns why these parameters take none (a phrase such as ``"with shared
     indices"``) or None. ``labels``: how a table row names a run of it, ``(config key,
     format)`` pairs, the key a record's config's (an argparse dest, ``"lr"`` included),
-    ``format(value)`` a phrase or None (left out). ``own_momentum``: it applies the
-    optimizer's ``--momentum`` itself, so the apps run their SGD without momentum.
+    ``format(value)`` a phrase or None (left out). ``own_momentum``: it applies a momentum
+    itself (:data:`MOMENTUM`, ``--compressor-momentum``); its ``recommended`` SGD momentum is
+    then 0 (a ``--momentum`` the user gives is added outside it).
     ``recommended``: its paper's recommended hyperparameters as data, for the apps to use
     unless told otherwise (:func:`recommended_hyperparameters`): ``"lr_scale"`` multiplies the
     app's dense learning rate, ``"momentum"`` is the SGD momentum *outside* the compressor (0
