@@ -166,12 +166,14 @@ def options_from_args(args):
                    **{name: value for name, value in given.items() if value is not None})
 
 
-def make_parser(prog: str, description: str | None = None, **kwargs) -> argparse.ArgumentParser:
-    """A :class:`Parser` of the project's vocabulary: no abbreviations, defaults shown by
-    :class:`HelpFormatter` (unless another ``formatter_class`` is given)."""
+def make_parser(prog: str, description: str | None = None, *, parser_class=None,
+                **kwargs) -> argparse.ArgumentParser:
+    """A :class:`Parser` (or ``parser_class``, a subclass) of the project's vocabulary: no
+    abbreviations, defaults shown by :class:`HelpFormatter` (unless another
+    ``formatter_class`` is given)."""
     kwargs.setdefault("formatter_class", HelpFormatter)
     kwargs.setdefault("allow_abbrev", False)
-    return Parser(prog=prog, description=plain_text(description), **kwargs)
+    return (parser_class or Parser)(prog=prog, description=plain_text(description), **kwargs)
 
 
 class ListAction(argparse.Action):
@@ -288,7 +290,7 @@ def add_compressor_arguments(group):
     (:func:`sparcml.compression.compressor_params`: ``--threshold``, ``--powersgd-rank``,
     ``--shared-indices``, ``--density-warmup-steps``, ``--clip-norm``, ..., each helped as
     ``--compressor NAMES: ...``). The parameters read from the app's own flags (``--density``,
-    ``--bits``, ``--momentum``, ``--seed``, ``--topk-bucket-size``; ``app_flag``) are not
+    ``--bits``, ``--seed``, ``--topk-bucket-size``; ``app_flag``) are not
     added; ``--no-error-feedback`` and ``--algorithm`` are the app's too."""
     from sparcml.compression import COMPRESSORS, compressor_names, compressor_params, \
         get_compressor

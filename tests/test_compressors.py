@@ -170,39 +170,47 @@ def test_signsgd_majority_at_one_rank_and_signum_momentum():
     c = Compression(SignCompressor())
     assert isinstance(c.memory, NoneMemory)
     r = c.allreduce_in(self_ctx(), x, key=0)
-    assert r.result.to_dense().tolist() == [1, -1, 1, -1] and r.sent.to_dense().tolist() == \
-        [1, -1, 1, -1]
+    # sign(0) = 0: the zero abstains from the vote
+    assert r.result.to_dense().tolist() == [1, -1, 0, -1] and r.sent.to_dense().tolist() == \
+        [1, -1, 0, -1]
     s = Compression(SignCompressor(0.5)).fresh()
     seq = [np.array([1.0, -1.0]), np.array([-3.0, 0.4])]
     m = np.zeros(2)
     for x in seq:
         m = 0.5 * m + 0.5 * x
         got = s.allreduce_in(self_ctx(), x, key=0).result.to_dense()
-        assert got.tolist() == np.where(m >= 0, 1.0, -1.0).tolist()
+        assert got.tolist() == np.sign(m).tolist()
     assert got.tolist() == [-1.0, -1.0], "the momentum decides, not the last gradient alone"
 
 
 def test_efsignsgd_scaled_signs_and_error_feedback():
     rng = np.random.default_rng(4)
     x = rng.standard_normal(37).astype(np.float32)
+    x[[3, 20]] = 0.0
     buf = EFSignCompressor().encode(x)
-    assert buf.nbytes == 5 + 4, "ceil(37 / 8) bytes of signs + one float32 scale"
+    assert buf.nbytes == 2 * 5 + 4, "2 x ceil(37 / 8) bytes of ternary signs + one scale"
     scale = struct.unpack("<f", buf[-4:].tobytes())[0]
     assert scale == pytest.approx(np.abs(x.astype(np.float64)).mean(), rel=1e-6)
     assert np.array_equal(EFSignCompressor().decode(buf, 37, np.float32),
-                          np.where(x >= 0, 1, -1).astype(np.float32) * np.float32(scale))
+                          np.sign(x) * np.float32(scale)), "sign(0) = 0"
     chunked = EFSignCompressor(chunk=10)
     buf = chunked.encode(x)
-    assert buf.nbytes == 5 + 4 * 4, "four scales: 10, 10, 10 and 7 values"
+    assert buf.nbytes == 2 * 5 + 4 * 4, "four scales: 10, 10, 10 and 7 values"
     scales = [np.abs(x[i:i + 10].astype(np.float64)).mean() for i in range(0, 37, 10)]
-    want = np.where(x >= 0, 1, -1) * np.repeat(scales, 10)[:37]
+    want = np.sign(x) * np.repeat(scales, 10)[:37]
     assert np.allclose(chunked.decode(buf, 37, np.float32), want, rtol=1e-6)
+    shapes = [(3, 4), (25,)]  # per tensor: the paper's scale
+    buf = EFSignCompressor().encode(x, shapes)
+    assert buf.nbytes == 2 * 5 + 2 * 4
+    scales = [np.abs(x[:12].astype(np.float64)).mean(), np.abs(x[12:].astype(np.float64)).mean()]
+    assert np.allclose(EFSignCompressor().decode(buf, 37, np.float32, shapes),
+                       np.sign(x) * np.repeat(scales, [12, 25]), rtol=1e-6)
     inputs = [rng.standard_normal(37).astype(np.float32) for _ in range(5)]
     c = Compression(EFSignCompressor())
     steps = run_steps(c, inputs)
     for g, r in steps:
-        assert np.allclose(r.sent.to_dense(), np.abs(g).mean() * np.where(g >= 0, 1, -1),
-                           rtol=1e-6), "37 values: one chunk"
+        assert np.allclose(r.sent.to_dense(), np.abs(g).mean() * np.sign(g),
+                           rtol=1e-6), "37 values: one tensor"
     g, r = steps[-1]
     assert np.array_equal(c.memory.residual("k"), g - r.sent.to_dense())
     check_memory_invariant(c, inputs, steps)
@@ -357,7 +365,7 @@ def test_powersgd_per_parameter_against_numpy():
 
 # -- state: checkpoints and rebuilt buckets ---------------------------------------------------
 
-STATEFUL = [("dgc", {"density_warmup_steps": 3}), ("randomk", {}),
+STATEFUL = [("dgc", {"density_warmup_steps": 3}), ("randomk", {}), ("terngrad", {}),
             ("randomk", {"shared": True}), ("powersgd", {}), ("signum", {}),
             ("efsignsgd", {}), ("topk", {"bits": 4})]  # qsgd alone: nothing kept at P = 1
 
@@ -584,7 +592,9 @@ def test_the_apps_compressor_flag_builds_each_named_compression():
     parse = lstm.build_parser().parse_args
     for name in COMPRESSORS:
         args = parse(["--compressor", name, "--threshold", "0.01", "--powersgd-rank", "2",
-                      "--momentum", "0.5"] + (["--bits", "4"] if name == "qsgd" else []))
+                      "--compressor-momentum", "0.5", "--momentum", "0.3"]
+                     + (["--bits", "4"] if name == "qsgd" else []))
+        assert args.momentum == 0.3, "a --momentum given wins (the SGD's)"
         assert _check_args(args) == [], name
         c = compression_from_args(args)
         assert c.describe() == build(name, density=0.01, threshold=0.01, rank=2, momentum=0.5,
@@ -593,9 +603,12 @@ def test_the_apps_compressor_flag_builds_each_named_compression():
     c = compression_from_args(parse(["--compressor", "randomk", "--shared-indices"]))
     assert c.compressor.shared
     c = compression_from_args(parse(["--compressor", "dgc", "--density-warmup-steps", "9",
-                                     "--clip-norm", "2", "--momentum", "0.8"]))
+                                     "--clip-norm", "2", "--compressor-momentum", "0.8"]))
     assert c.compressor.warmup_steps == 9 and c.memory.clip_norm == 2.0
     assert c.memory.momentum == 0.8
+    # --momentum 0 is the SGD's: DGC keeps its own momentum
+    dgc = parse(["--compressor", "dgc", "--momentum", "0"])
+    assert dgc.momentum == 0.0 and compression_from_args(dgc).memory.momentum == 0.9
     own = {name for name in COMPRESSORS if _own_momentum(parse(["--compressor", name]))}
     assert own == {"dgc", "signum"}, own  # their registry records: the SGD runs without
     (problem,) = _check_args(parse(["--compressor", "threshold"]))
@@ -625,19 +638,20 @@ def test_the_table_of_compressors_from_records():
                     record(["--compressor", "threshold", "--threshold", "0.01"], 0.9, 9e4, 0.3),
                     record(["--dense", "--lr", "0.001"], 0.1, 4e5, 1.0)])
     by = {r["compressor"]: r for r in rows}
-    assert list(by) == ["dense", "dense (lr 0.001)", "efsignsgd", "threshold (abs >= 0.01)",
+    # efsignsgd's row names its learning rate (10 x the dense 0.1: its recommended one)
+    assert list(by) == ["dense", "dense (lr 0.001)", "efsignsgd (lr 1)", "threshold (abs >= 0.01)",
                         "threshold (abs >= 0.1)"]
-    assert by["efsignsgd"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
-    assert by["efsignsgd"]["vs_dense"] == pytest.approx(-0.01), "over the seeds dense ran"
-    # the modeled network: an allgather of 1 bit per value receives P n / 8 bytes, more than
+    assert by["efsignsgd (lr 1)"]["seeds"] == [0, 1] and by["dense"]["vs_dense"] == 0.0
+    assert by["efsignsgd (lr 1)"]["vs_dense"] == pytest.approx(-0.01), "over the seeds dense ran"
+    # the modeled network: an allgather of 2 bits per value receives P n / 4 bytes, more than
     # a dense allreduce's 2 * 4 n once P > 64; the measured k is used
-    assert 0 < by["efsignsgd"]["comm_ms"][64] < by["efsignsgd"]["comm_ms"][256]
-    assert by["efsignsgd"]["comm_ms"][256] > by["dense"]["comm_ms"][256]
+    assert 0 < by["efsignsgd (lr 1)"]["comm_ms"][64] < by["efsignsgd (lr 1)"]["comm_ms"][256]
+    assert by["efsignsgd (lr 1)"]["comm_ms"][256] > by["dense"]["comm_ms"][256]
     sparse = by["threshold (abs >= 0.1)"]
     assert sparse["comm_ms"][64] < by["threshold (abs >= 0.01)"]["comm_ms"][64], "1% against 30%"
     assert sparse["comm_ms"][64] < sparse["comm_ms"][256], "the sum of 256 selections fills in"
-    assert "| sparc-cnn | efsignsgd | 0 1 | 2 |" in markdown(rows)
-    assert by["efsignsgd"]["spread"] == pytest.approx(np.std([0.95, 0.93], ddof=1))
+    assert "| sparc-cnn | efsignsgd (lr 1) | 0 1 | 2 |" in markdown(rows)
+    assert by["efsignsgd (lr 1)"]["spread"] == pytest.approx(np.std([0.95, 0.93], ddof=1))
     assert "| 94.00 ± 1.41 | -1.00 |" in markdown(rows) and by["dense"]["spread"] is None
 
 

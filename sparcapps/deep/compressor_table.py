@@ -47,8 +47,8 @@ def _default_lr(app: str):
 
     try:
         module = importlib.import_module(f"sparcapps.deep.{app.removeprefix('sparc-')}")
-        return module.build_parser().get_default("lr")
-    except (ImportError, AttributeError):
+        return module.build_parser().app_defaults["lr"]
+    except (ImportError, AttributeError, KeyError):
         return None
 
 

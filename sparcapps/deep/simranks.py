@@ -186,7 +186,8 @@ def _config_key(app: str, args) -> dict:
             "bits", "no_error_feedback", "bucket_mb", "topk_bucket_size", "global_topk",
             "compressor", "momentum", "weight_decay", "clip", "algorithm")
     if getattr(args, "compressor", None):
-        keys += ("threshold", "powersgd_rank", "shared_indices", "clip_norm")
+        keys += ("threshold", "powersgd_rank", "shared_indices", "clip_norm",
+                 "compressor_momentum", "qsgd_norm", "topk_per_tensor")
     return {"app": app, "dense_baseline": bool(args.dense),
             **{k: getattr(args, k, None) for k in keys}}
 
@@ -223,7 +224,7 @@ def _measure(app: str, args, make_task) -> dict:
     import torch
     from mpi4py import MPI
 
-    from .comm_options import _own_momentum, compression_from_args
+    from .comm_options import compression_from_args
 
     torch.set_num_threads(args.threads)
     timer = time.thread_time if args.threads == 1 else time.process_time
@@ -275,8 +276,7 @@ def _measure(app: str, args, make_task) -> dict:
                     compression.memory.update(g, key, vec)
 
             select = _best(compress, timer)
-    momentum = 0.0 if _own_momentum(args) else args.momentum
-    opt = torch.optim.SGD(params, lr=1e-12, momentum=momentum,
+    opt = torch.optim.SGD(params, lr=1e-12, momentum=args.momentum,
                           weight_decay=args.weight_decay)
 
     def update():

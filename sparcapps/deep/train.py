@@ -27,7 +27,11 @@ chunk), ``--global-topk`` (the top-k of the sum over ranks, :func:`sparcml.topk_
 ``Compression.none()``, the dense baseline. ``--compressor NAME`` picks one of
 :data:`sparcml.compression.COMPRESSORS` instead of top-k (its parameters:
 :func:`sparcapps.cli_args.add_compressor_arguments`; the record's ``metrics.compression``
-names the configuration).
+names the configuration). ``--lr`` and ``--momentum`` (the SGD's, after the reduction) left
+unset take the app's defaults or, with ``--compressor``, its recommended ones
+(:func:`~sparcapps.deep.comm_options.resolve_hyperparameters`, at parsing); DGC's warm-up and
+clipping defaults follow the run (:func:`~sparcapps.deep.comm_options.resolve_compressor_defaults`,
+once the task is built). The record's config holds the values that ran.
 
 Checkpoints (:mod:`sparcapps.deep.checkpoint`; ``--checkpoint-every-epochs E`` into
 ``--checkpoint FILE``; ``--resume FILE``): the model, every rank's optimizer state (momentum,
@@ -58,8 +62,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sparcapps.cli_args import Parser
+
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .comm_options import _own_momentum, compression_from_args
+from .comm_options import (_own_momentum, compression_from_args, resolve_compressor_defaults,
+                           resolve_hyperparameters)
 from .usage import UsageError as _UserError
 from .usage import collectively as _collectively
 from .usage import finished as _finished
@@ -81,7 +88,8 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                                     positive_int)
     from sparcapps.cli_args import nonnegative_float, nonnegative_int, positive_float
 
-    p = make_parser(prog, description)
+    p = make_parser(prog, description, parser_class=_DeepParser)
+    p.app_defaults = {"lr": lr, "momentum": momentum}
     g = p.add_argument_group("data and model")
     g.add_argument("--dataset", choices=datasets, default=datasets[0],
                    help="digits is bundled with scikit-learn (offline); the others are read "
@@ -95,8 +103,22 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--epochs", type=positive_int, default=epochs, help="passes over the data")
     g.add_argument("--batch-size", type=positive_int, default=batch_size,
                    help="examples per rank per step")
-    g.add_argument("--lr", type=positive_float, default=lr, help="SGD learning rate")
-    g.add_argument("--momentum", type=float, default=momentum, help="SGD momentum")
+    from sparcml.compression import COMPRESSORS, get_compressor
+
+    scaled = ", ".join(f"{n} x{get_compressor(n).recommended['lr_scale']:.3g}"
+                       for n in COMPRESSORS if "lr_scale" in get_compressor(n).recommended)
+    own = [n for n in COMPRESSORS if get_compressor(n).own_momentum]
+    none = [n for n in COMPRESSORS if n not in own
+            and get_compressor(n).recommended.get("momentum", momentum) != momentum]
+    g.add_argument("--lr", type=positive_float, default=None,
+                   help=f"SGD learning rate (default: {lr:g}; with --compressor NAME, {lr:g} "
+                        f"times NAME's recommended scale: {scaled}; a --lr given wins)")
+    g.add_argument("--momentum", type=_momentum, default=None,
+                   help=f"SGD momentum, applied after the reduction (default: {momentum:g}; "
+                        f"with --compressor NAME, NAME's recommended one: 0 for "
+                        f"{', '.join(own)} (their own: --compressor-momentum) and "
+                        f"{', '.join(none)} (none in their papers); a --momentum given wins "
+                        f"and adds to a compressor's own)")
     g.add_argument("--weight-decay", type=nonnegative_float, default=0.0,
                    help="SGD weight decay (L2)")
     g.add_argument("--seed", type=int, default=0, help="model init, data order, rounding")
@@ -114,7 +136,8 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--dense", action="store_true",
                    help="baseline: full gradients, dense allreduce (ignores --density/--bits)")
     g.add_argument("--warmup-steps", type=nonnegative_int, default=0,
-                   help="dense steps before top-k starts")
+                   help="dense steps before the compression starts (with --compressor dgc: "
+                        "momentum SGD steps with its --compressor-momentum; refused for signum)")
     g.add_argument("--bucket-mb", type=positive_float, default=4.0, help="gradient MiB per bucket")
     g.add_argument("--topk-bucket-size", type=int, default=None,
                    help="top-k per chunk of this many values (CNTK used 512); default per bucket")
@@ -139,6 +162,32 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
 
     add_simulate_arguments(p, step_unit="step (forward, backward, selection, update)")
     return p
+
+
+def _momentum(text: str) -> float:
+    """An argparse type: a momentum in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {value:g}")
+    return value
+
+
+class _DeepParser(Parser):
+    """The apps' parser: after parsing, ``--lr`` and ``--momentum`` left unset take the app's
+    defaults or, with ``--compressor NAME``, NAME's recommended ones
+    (:func:`~sparcapps.deep.comm_options.resolve_hyperparameters`), so that a run's record
+    holds the values that ran."""
+
+    app_defaults: dict = {}
+
+    def parse_known_args(self, args=None, namespace=None):
+        ns, rest = super().parse_known_args(args, namespace)
+        if self.app_defaults:
+            resolve_hyperparameters(ns, **self.app_defaults)
+        return ns, rest
 
 
 def params_digest(model) -> str:
@@ -186,11 +235,17 @@ def _check_args(args) -> list[str]:
                         "(--compressor global-topk is the same)")
     elif getattr(args, "compressor", None) and not args.dense:
         from sparcml import CompressionError
+        from sparcml.compression import Memory
 
         try:
-            compression_from_args(args)
+            made = compression_from_args(args)
         except (CompressionError, IncompatibleOptionsError, UnknownAlgorithmError) as exc:
             problems.append(f"--compressor {args.compressor}: {exc}")
+        else:
+            if args.warmup_steps and _own_momentum(args) \
+                    and type(made.memory).full_input is Memory.full_input:
+                problems.append(f"--warmup-steps: the dense warm-up steps would run without "
+                                f"{args.compressor}'s own momentum (plain SGD); drop it")
     elif not args.dense:
         try:
             check_algorithm_options(args.algorithm, quantizer=QSGD(args.bits) if args.bits
@@ -302,10 +357,12 @@ def _build(app, args, make_task, comm, charge=None) -> _Run:
                                                          lambda: make_task(args, comm)))
     model = task.model
     st.broadcast_parameters(model, comm=comm)
-    # DGC and signum apply --momentum inside the compression: the SGD runs without
-    own_momentum = _own_momentum(args)
-    inner = SharedStep.make(comm, model, torch.optim.SGD, lr=args.lr,
-                            momentum=0.0 if own_momentum else args.momentum,
+    # DGC's warm-up (four epochs) and clipping (the run's threshold) as its paper sets them
+    resolve_compressor_defaults(args, steps_per_epoch=len(task.start_epoch(0)),
+                                clip=getattr(task, "clip", None))
+    # --momentum is the SGD's, outside the compression (resolved by the parser: 0 by default
+    # for DGC and signum, which apply --compressor-momentum themselves)
+    inner = SharedStep.make(comm, model, torch.optim.SGD, lr=args.lr, momentum=args.momentum,
                             weight_decay=args.weight_decay)
     opt = st.DistributedOptimizer(
         inner, model.named_parameters(), compression=compression_from_args(args),
@@ -370,6 +427,8 @@ def _train_epoch(run: _Run, epoch: int, stopper) -> _Epoch:
     from sparcml import sim
 
     args, task, opt, progress = run.args, run.task, run.opt, run.progress
+    # a compressor that clips each rank's gradient itself (DGC) replaces the averaged clipping
+    clip = task.clip if getattr(opt.compression.memory, "clip_norm", None) is None else None
     clock, charge = run.clock, run.charge
     batches = task.start_epoch(epoch)
     if progress is not None and progress.total is None:
@@ -392,8 +451,8 @@ def _train_epoch(run: _Run, epoch: int, stopper) -> _Epoch:
             t_sync = clock()
         opt.synchronize()
         done.sync_seconds += clock() - t_sync
-        if task.clip:
-            torch.nn.utils.clip_grad_norm_(run.model.parameters(), task.clip)
+        if clip:
+            torch.nn.utils.clip_grad_norm_(run.model.parameters(), clip)
         if charge is not None:
             sim.charge(charge.before_update)
         opt.step()

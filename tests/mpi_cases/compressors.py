@@ -55,8 +55,8 @@ for name, extra in cases:
         sent = r.sent.to_dense()
         everyone = comm.allgather(sent.astype(np.float64))
         if name in ("signsgd", "signum"):
-            ok(np.array_equal(res, P * np.sign(sum(np.where(s >= 0, 1, -1) for s in everyone))),
-               f"{what}: the majority vote")
+            ok(np.array_equal(res, P * np.sign(sum(np.sign(s) for s in everyone))),
+               f"{what}: the majority vote (sign(0) = 0 abstains)")
         elif name in ("fp16", "bf16"):
             ok(np.allclose(res, sum(everyone), rtol=2 ** -6, atol=1e-3 * P), f"{what}: ~ sum")
         elif c.quantizer is not None and P > 2:
@@ -72,9 +72,13 @@ for name, extra in cases:
             idx = comm.allgather(r.sent.indices.tobytes())
             ok((len(set(idx)) == 1) == bool(extra.get("shared")), f"{what}: index sets")
         if name == "efsignsgd" and P > 1:
-            ok(stats.bytes_sent == (P - 1) * ((N + 7) // 8 + 4), f"{what}: bits + a scale")
+            ok(stats.bytes_sent == (P - 1) * (2 * ((N + 7) // 8) + 4),
+               f"{what}: 2 bits per value + a scale")
         if name == "signsgd" and P > 1:
-            ok(stats.bytes_sent == (P - 1) * ((N + 7) // 8), f"{what}: one bit per value")
+            ok(stats.bytes_sent == (P - 1) * 2 * ((N + 7) // 8), f"{what}: 2 bits per value")
+        if name == "terngrad" and P > 1:
+            ok(stats.bytes_sent == (P - 1) * (2 * ((N + 7) // 8) + 4),
+               f"{what}: 2 bits per value + a scaler")
         w -= np.float32(0.01) * res / P
     ok(np.isfinite(w).all() and same_everywhere(w), f"{what}: parameters identical")
 

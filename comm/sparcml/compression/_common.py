@@ -15,7 +15,7 @@ from mpi4py import MPI
 from .._collectives.algorithms import ALLGATHER_BASELINE
 from .._errors import CompressionError
 
-__all__ = ["key_seed", "pack_signs", "unpack_signs"]
+__all__ = ["key_seed", "pack_signs", "unpack_signs", "pack_ternary", "unpack_ternary"]
 
 
 def key_seed(key) -> int:
@@ -73,6 +73,44 @@ def unpack_signs(buf: np.ndarray, n: int, dtype) -> np.ndarray:
     """The ``n`` signs (+1 / -1, in ``dtype``) that :func:`pack_signs` packed into ``buf``."""
     bits = np.unpackbits(np.asarray(buf, np.uint8), count=n, bitorder="little")
     return bits.astype(dtype) * 2 - 1
+
+
+def pack_ternary(x: np.ndarray) -> np.ndarray:
+    """``2 ceil(len(x) / 8)`` bytes: the bits of ``x > 0``, then those of ``x < 0`` (little
+    order), so that a zero travels as 0 (``sign(0) = 0``)."""
+    return np.concatenate([np.packbits(x > 0, bitorder="little"),
+                           np.packbits(x < 0, bitorder="little")])
+
+
+def unpack_ternary(buf: np.ndarray, n: int, dtype) -> np.ndarray:
+    """The ``n`` values in {-1, 0, +1} (in ``dtype``) that :func:`pack_ternary` packed."""
+    buf = np.asarray(buf, np.uint8)
+    half = (n + 7) // 8
+    pos = np.unpackbits(buf[:half], count=n, bitorder="little")
+    neg = np.unpackbits(buf[half:2 * half], count=n, bitorder="little")
+    return pos.astype(dtype) - neg.astype(dtype)
+
+
+def _segments(n: int, shapes=None, chunk: int | None = None) -> np.ndarray:
+    """The lengths (> 0) of the consecutive segments of an array of ``n`` values that carry a
+    scale each: one per tensor of ``shapes`` (their sizes add up to ``n``; empty tensors have
+    none), else one per ``chunk`` values, else one for the whole array (none when n = 0)."""
+    if shapes is not None:
+        sizes = np.array([int(np.prod(s, dtype=np.int64)) for s in shapes], np.int64)
+        return sizes[sizes > 0]
+    if n == 0:
+        return np.zeros(0, np.int64)
+    c = n if chunk is None else max(1, min(int(chunk), n))
+    sizes = np.full(n // c, c, np.int64)
+    return np.append(sizes, n % c) if n % c else sizes
+
+
+def _segment_l1_means(x: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """``|x|_1 / m`` of each segment (``sizes``, m values each), summed in float64."""
+    if sizes.size == 0:
+        return np.zeros(0, np.float64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    return np.add.reduceat(np.abs(x).astype(np.float64), starts) / sizes
 
 
 def _count(stats, P: int, sent: float, received: float) -> None:

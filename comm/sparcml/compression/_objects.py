@@ -81,7 +81,7 @@ from .._vector import VALUE_DTYPES, SparseVector
 from ._cost import allreduce_seconds
 
 __all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor",
-           "NoneCompressor", "Memory",
+           "NoneCompressor", "Memory", "per_tensor_topk",
            "ResidualMemory", "NoneMemory", "Reduced", "assemble_parts"]
 
 
@@ -175,8 +175,9 @@ class Compressor(ABC):
     # :meth:`Compression.allreduce_in` when the choice depends on the rank, the key or a step;
     # ``reduce_in(ctx, g, key, *, stats, check) -> Reduced``: the whole reduction of the
     # compensated ``g`` (its own wire format: signs, 16-bit floats, low-rank factors); the
-    # bundle then updates the memory with the ``sent`` it reports (with ``shapes=`` when the
-    # class declares :attr:`takes_shapes`).
+    # bundle then updates the memory with the ``sent`` it reports. When the compressor
+    # declares :attr:`takes_shapes`, ``compress``, ``compress_in`` and ``reduce_in`` get
+    # ``shapes=`` (the bucket's tensor shapes, or None) for a choice per tensor.
 
 
 class NoneCompressor(_NoOptions, Compressor):
@@ -198,10 +199,13 @@ class TopKCompressor(Compressor):
     checks_finite = True  # compress() raises for NaN or Inf (Compression skips its own check)
 
     def __init__(self, density: float | None = None, k: int | None = None, *,
-                 chunk: int | None = None):
+                 chunk: int | None = None, per_tensor: bool = False):
         if (density is None) == (k is None):
             raise CompressionError(f"TopKCompressor takes exactly one of density and k, got "
                                    f"density={density!r}, k={k!r}")
+        if per_tensor and (density is None or chunk is not None):
+            raise CompressionError("per_tensor=True takes a density (a fraction of each "
+                                   "tensor) and no chunk")
         if density is not None and (isinstance(density, (bool, np.bool_)) or not isinstance(
                 density, (int, float, np.integer, np.floating)) or not 0 < density <= 1):
             raise CompressionError(f"density must be a number in (0, 1], got {density!r}; "
@@ -216,11 +220,17 @@ class TopKCompressor(Compressor):
         self.density = None if density is None else float(density)
         self.k = None if k is None else int(k)
         self.chunk = None if chunk is None else int(chunk)
+        self.per_tensor = bool(per_tensor)
+        self.takes_shapes = self.per_tensor  # Compression then passes the bucket's shapes
         # without error feedback a TopK holds configuration only: safe to share
         self._topk = TopK(k=self.k, density=self.density, error_feedback=False,
                           bucket_size=self.chunk)
 
-    def compress(self, x: np.ndarray) -> SparseVector:
+    def compress(self, x: np.ndarray, shapes=None) -> SparseVector:
+        """The top entries of ``x``; with ``per_tensor`` and the bucket's ``shapes``, the top
+        ``density`` of each tensor (:func:`per_tensor_topk`)."""
+        if self.per_tensor and shapes is not None:
+            return per_tensor_topk(x, shapes, self._topk)
         return self._topk.compress(x)
 
     def num_sent(self, n: int) -> int:
@@ -228,14 +238,35 @@ class TopKCompressor(Compressor):
 
     def __repr__(self) -> str:
         what = f"density={self.density}" if self.density is not None else f"k={self.k}"
-        return f"TopKCompressor({what}" + (f", chunk={self.chunk})" if self.chunk else ")")
+        return f"TopKCompressor({what}" + (f", chunk={self.chunk}" if self.chunk else "") + (
+            ", per_tensor=True" if self.per_tensor else "") + ")"
 
     def __eq__(self, other) -> bool:
-        return type(other) is type(self) and (self.density, self.k, self.chunk) == (
-            other.density, other.k, other.chunk)
+        return type(other) is type(self) and repr(self) == repr(other)
 
     def __hash__(self) -> int:
-        return hash((type(self), self.density, self.k, self.chunk))
+        return hash((type(self), repr(self)))
+
+
+def per_tensor_topk(x: np.ndarray, shapes, topk: TopK) -> SparseVector:
+    """``topk`` (a :class:`sparcml.TopK` without error feedback: its density or k) of each
+    tensor of ``x`` on its own: ``shapes`` are the shapes of the tensors ``x`` concatenates,
+    in order (their sizes add up to ``len(x)``; an empty tensor has no entry). One vector of
+    ``dim = len(x)``, indices sorted."""
+    n = x.shape[0]
+    idx, val, at = [], [], 0
+    for shape in shapes:
+        size = int(np.prod(shape, dtype=np.int64))
+        if size:
+            v = topk.compress(x[at:at + size])
+            idx.append(np.asarray(v.indices, np.int64) + at)
+            val.append(np.asarray(v.values, x.dtype))
+        at += size
+    if at != n:
+        raise CompressionError(f"shapes {tuple(shapes)} hold {at} values, the array {n}")
+    if not idx:
+        return SparseVector.unchecked(n, np.empty(0, np.int64), np.empty(0, x.dtype))
+    return SparseVector.unchecked(n, np.concatenate(idx), np.concatenate(val))
 
 
 class GlobalTopKCompressor(TopKCompressor):
@@ -277,6 +308,18 @@ class Memory(ABC):
     def residual(self, key) -> np.ndarray | None:
         """The key's residual (what has not been delivered yet), or None."""
         return None
+
+    def compensate_in(self, ctx, x: np.ndarray, key) -> np.ndarray:
+        """:meth:`compensate` on a communication context (what
+        :meth:`Compression.allreduce_in` calls): a memory that depends on the number of ranks
+        (DGC's clipping threshold) overrides it."""
+        return self.compensate(x, key)
+
+    def full_input(self, ctx, x: np.ndarray, key) -> np.ndarray:
+        """What a warm-up step (``full=True``: sent whole through the dense baseline) sends of
+        ``x``: ``x`` itself (the memory keeps its residual for later); DGC's memory applies its
+        momentum (a momentum SGD step)."""
+        return x
 
     def reset(self) -> None:
         """Forget every residual."""
@@ -598,7 +641,7 @@ class Compression:
         if shapes is not None:
             shapes = check_shapes(shapes, x.shape[0])
         if full:
-            vec = SparseVector.dense(x)
+            vec = SparseVector.dense(self.memory.full_input(ctx, x, key))
             result = allreduce_in(ctx, vec, algorithm=DENSE_BASELINE, stats=stats, check=check,
                                   options=self.options)
             return Reduced(result, vec, vec.nnz, 0.0)
@@ -609,7 +652,7 @@ class Compression:
         failed = capture()
         g = vec = None
         with failed:
-            g = self.memory.compensate(x, key)
+            g = self.memory.compensate_in(ctx, x, key)
             if not self.compressor.checks_finite:
                 _check_finite(g)  # (top-k's selection checks as it goes: no second pass)
         reduce = getattr(self.compressor, "reduce_in", None)
@@ -623,9 +666,10 @@ class Compression:
                                 + time.perf_counter() - t1)
         compress_in = getattr(self.compressor, "compress_in", None)
         if failed.error is None:
+            per_tensor = {"shapes": shapes} if self.compressor.takes_shapes else {}
             with failed:
-                vec = self.compressor.compress(g) if compress_in is None else \
-                    compress_in(ctx, g, key)
+                vec = self.compressor.compress(g, **per_tensor) if compress_in is None else \
+                    compress_in(ctx, g, key, **per_tensor)
         seconds = time.perf_counter() - t0
         n = vec.dim if vec is not None else _length(x)
         k_global = self.compressor.global_k(n)

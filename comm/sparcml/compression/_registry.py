@@ -2,9 +2,10 @@
 
 Everything that lists, builds, documents or names the compressors reads this registry: the
 public :data:`COMPRESSORS` (name -> one line), :func:`build`, the deep apps' ``--compressor``
-choices, help and flags (:func:`sparcapps.cli_args.add_compressor_arguments`), the optimizer's
-momentum rule of the apps and the table of compressors (``sparc-compressor-table``: its row
-names, and the records' defaults). A compressor is one module of
+choices, help and flags (:func:`sparcapps.cli_args.add_compressor_arguments`), the apps'
+default learning rate and SGD momentum per compressor (:func:`recommended_hyperparameters`)
+and the table of compressors (``sparc-compressor-table``: its row names, and the records'
+defaults). A compressor is one module of
 ``sparcml/compression/compressors/`` (found and imported with the package, no list to edit;
 or a module of another package that registers on import) which builds a
 :class:`CompressorSpec` (its CLI name, one line, its parameters as :class:`Param` records,
@@ -30,6 +31,7 @@ from ._objects import Compression, NoneMemory, ResidualMemory
 __all__ = ["Param", "CompressorSpec", "register_compressor", "unregister_compressor",
            "get_compressor", "compressor_names", "compressor_params", "COMPRESSORS", "build",
            "DENSITY", "BITS", "MOMENTUM", "SEED", "CHUNK", "quantizer_of", "memory_of",
+           "recommended_hyperparameters",
            "positive_int", "nonnegative_int", "bits_label", "percent_label"]
 
 
@@ -73,8 +75,8 @@ class Param:
     prefix it with ``--compressor NAMES:``). ``type``, ``default``, ``action`` (e.g.
     ``"store_true"``), ``choices``, ``metavar``: as ``argparse.add_argument`` takes them;
     ``default`` is also :func:`build`'s. ``app_flag``: the apps define the flag themselves
-    (``--density``, ``--bits``, ``--momentum``, ``--seed``, ``--topk-bucket-size``: the
-    shared records :data:`DENSITY` ... below), so
+    (``--density``, ``--bits``, ``--seed``, ``--topk-bucket-size``: the shared records
+    :data:`DENSITY` ... below), so
     :func:`~sparcapps.cli_args.add_compressor_arguments` does not add it. Two compressors
     may declare the same flag with the same definition (one argparse option then serves
     both).
@@ -114,8 +116,11 @@ DENSITY = Param("density", "--density", "fraction of the values sent per bucket"
                 app_flag=True)
 BITS = Param("bits", "--bits", "QSGD bits per value sent (0: full precision)", type=int,
              default=0, app_flag=True)
-MOMENTUM = Param("momentum", "--momentum", "the compressor's own momentum factor",
-                 default=0.9, app_flag=True)
+#: the momentum a compressor applies itself (DGC's momentum correction, signum's beta): its own
+#: flag, apart from the apps' ``--momentum`` (the SGD's, outside the compressor)
+MOMENTUM = Param("momentum", "--compressor-momentum",
+                 "the momentum the compressor applies itself (not the SGD's --momentum)",
+                 default=0.9)
 SEED = Param("seed", "--seed", "the random streams' seed", type=int, default=0, app_flag=True)
 CHUNK = Param("chunk", "--topk-bucket-size", "select per this many consecutive values",
               type=int, default=None, app_flag=True)
@@ -134,10 +139,15 @@ class CompressorSpec:
     when given, returns why these parameters take none (a phrase such as ``"with shared
     indices"``) or None. ``labels``: how a table row names a run of it, ``(config key,
     format)`` pairs, the key a record's config's (an argparse dest, ``"lr"`` included),
-    ``format(value)`` a phrase or None (left out). ``own_momentum``: it applies the
-    optimizer's ``--momentum`` itself, so the apps run their SGD without momentum.
-    ``recommended``: its paper's recommended hyperparameters as data (e.g. ``{"lr_scale":
-    ..., "momentum": ...}``), for the apps to use unless told otherwise. ``order``: where it
+    ``format(value)`` a phrase or None (left out). ``own_momentum``: it applies a momentum
+    itself (:data:`MOMENTUM`, ``--compressor-momentum``); its ``recommended`` SGD momentum is
+    then 0 (a ``--momentum`` the user gives is added outside it).
+    ``recommended``: its paper's recommended hyperparameters as data, for the apps to use
+    unless told otherwise (:func:`recommended_hyperparameters`): ``"lr_scale"`` multiplies the
+    app's dense learning rate, ``"momentum"`` is the SGD momentum *outside* the compressor (0
+    where the method has its own momentum or none), ``"warmup_epochs"`` the epochs of its
+    own warm-up (DGC), ``"source"`` says where the figures come from; a key left out: the
+    app's own default. ``order``: where it
     stands in :data:`COMPRESSORS` (ascending, then registration order; the built-in ones
     take 10 to 130).
     """
@@ -250,6 +260,15 @@ class _Compressors(Mapping):
 
 #: name -> one line (the README's list, the CLI's help), live
 COMPRESSORS = _Compressors()
+
+
+def recommended_hyperparameters(name: str, *, lr: float, momentum: float) -> dict:
+    """``{"lr": ..., "momentum": ...}`` that compressor ``name`` recommends, given the app's
+    dense defaults ``lr`` and ``momentum`` (the SGD's): ``lr`` times its ``lr_scale``, its
+    ``momentum`` (the SGD's, outside the compressor), each the app's where it states none."""
+    rec = get_compressor(name).recommended
+    return {"lr": lr * float(rec.get("lr_scale", 1.0)),
+            "momentum": float(rec.get("momentum", momentum))}
 
 
 def quantizer_of(bits: int) -> QSGD | None:

@@ -17,4 +17,5 @@ def build(*, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="bf16", order=120, build=build,
+    recommended={"source": "lossless up to rounding: the dense run's SGD"},
     summary="values as bfloat16, 16-bit allreduce"))

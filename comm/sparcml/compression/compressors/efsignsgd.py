@@ -1,10 +1,19 @@
 """``efsignsgd``: scaled signs with error feedback (Karimireddy et al. 2019, EF-signSGD).
 
-:class:`EFSignCompressor`: a rank sends ``(|g|_1 / n) sign(g)`` per chunk of values: the bits
-and the chunks' scales (in ``g``'s dtype) in one ``Allgather`` (its cost); the result is the
-sum of the ranks' scaled signs; the memory (error feedback) keeps ``g - scale sign(g)``. The
-learning rate is applied after the reduction (by the optimizer), not before the compression as
-in the paper: the same for a constant rate.
+The paper's compressor is ``C(p) = (|p|_1 / d) sign(p)`` of each tensor ``p`` (d values), with
+error feedback ``e = p - C(p)`` (Algorithm 1; no momentum). :class:`EFSignCompressor` does that
+per tensor of a bucket (the optimizer and the DDP hook pass the bucket's parameter ``shapes``;
+without them: the bucket as one tensor, or one scale per ``chunk`` values when asked), with
+``sign(0) = 0``: a zero entry sends nothing, so the wire carries two bits per value (the bits of
+``p > 0`` and of ``p < 0``, :func:`~sparcml.compression.pack_ternary`) and the tensors' scales
+(in ``g``'s dtype) in one ``Allgather`` (its cost). A 1-bit code would have to send a zero as
+``+scale``: a third of a small CNN's batch gradient is exactly 0 (dead ReLUs, unused inputs),
+and those entries would each receive the scale every step, fed back by the memory the step
+after. The result is the sum of the ranks' scaled signs. The learning rate is applied after the
+reduction (by the optimizer), not before the compression as in the paper: the same for a
+constant rate. Recommended: no SGD momentum (the paper's algorithm has none) and 10 times the
+dense learning rate (measured, issue 35: the paper tunes its rate per task; the scaled sign is
+smaller than the gradient by about ``|p|_1 / (sqrt(d) |p|_2)``).
 """
 
 from __future__ import annotations
@@ -14,18 +23,20 @@ import numpy as np
 
 from ..._errors import CompressionError
 from ..._vector import SparseVector
-from .._common import _Stateless, _allgather, pack_signs, unpack_signs
+from .._common import (_Stateless, _allgather, _segment_l1_means, _segments, pack_ternary,
+                       unpack_ternary)
 from .._objects import Compression, Compressor, Reduced, ResidualMemory
 from .._registry import CompressorSpec, register_compressor
 
 
 class EFSignCompressor(_Stateless, Compressor):
-    """Scaled signs ``(|g|_1 / m) sign(g)`` with error feedback (the default memory), one
-    scale per ``chunk`` consecutive values (``m`` of them; None: one scale for the bucket).
-    GRACE and the paper scale per tensor; a flat bucket holds many tensors of different
-    gradient magnitudes, so the default is a scale per 1024 values (4 bytes more per 1024)."""
+    """Scaled signs ``(|p|_1 / m) sign(p)`` (``sign(0) = 0``) with error feedback (the default
+    memory), one scale per tensor of the bucket's ``shapes`` (the paper's), or with ``chunk``
+    one per ``chunk`` consecutive values; without either, one for the whole array."""
 
-    def __init__(self, chunk: int | None = 1024):
+    takes_shapes = True
+
+    def __init__(self, chunk: int | None = None):
         if chunk is not None and (isinstance(chunk, (bool, np.bool_))
                                   or not isinstance(chunk, (int, np.integer)) or chunk < 1):
             raise CompressionError(f"chunk must be None or a number of values >= 1, "
@@ -35,27 +46,23 @@ class EFSignCompressor(_Stateless, Compressor):
     def _options(self) -> dict:
         return {"chunk": self.chunk}
 
-    def _chunk(self, n: int) -> int:
-        return max(1, n if self.chunk is None else min(self.chunk, n))
+    def _sizes(self, n: int, shapes) -> np.ndarray:
+        return _segments(n, None if self.chunk is not None else shapes, self.chunk)
 
-    def encode(self, g: np.ndarray) -> np.ndarray:
-        """The wire bytes: the packed signs, then ``ceil(n / chunk)`` scales ``|g|_1 / m`` of
-        each chunk of m values, in ``g``'s dtype."""
-        n = g.shape[0]
-        c = self._chunk(n)
-        starts = np.arange(0, max(n, 1), c)
-        sums = np.add.reduceat(np.abs(g).astype(np.float64), starts) if n else np.zeros(1)
-        sizes = np.minimum(starts + c, n) - starts
-        scales = (sums / np.maximum(sizes, 1)).astype(g.dtype)
-        return np.concatenate([pack_signs(g), scales.view(np.uint8)])
+    def encode(self, g: np.ndarray, shapes=None) -> np.ndarray:
+        """The wire bytes: :func:`~sparcml.compression.pack_ternary` of ``g`` (2 ``ceil(n /
+        8)`` bytes), then the scale ``|p|_1 / m`` of each segment (tensor or chunk) of m
+        values, in ``g``'s dtype."""
+        scales = _segment_l1_means(g, self._sizes(g.shape[0], shapes)).astype(g.dtype)
+        return np.concatenate([pack_ternary(g), scales.view(np.uint8)])
 
-    def decode(self, buf: np.ndarray, n: int, dtype) -> np.ndarray:
+    def decode(self, buf: np.ndarray, n: int, dtype, shapes=None) -> np.ndarray:
         """The scaled signs :meth:`encode` wrote into ``buf``."""
         dtype = np.dtype(dtype)
-        c = self._chunk(n)
-        nbits = (n + 7) // 8
+        sizes = self._sizes(n, shapes)
+        nbits = 2 * ((n + 7) // 8)
         scales = np.asarray(buf[nbits:]).view(dtype)
-        return unpack_signs(buf[:nbits], n, dtype) * np.repeat(scales, c)[:n]
+        return unpack_ternary(buf[:nbits], n, dtype) * np.repeat(scales, sizes)
 
     def compress(self, x: np.ndarray) -> SparseVector:
         return SparseVector.dense(self.decode(self.encode(x), x.shape[0], x.dtype))
@@ -65,16 +72,18 @@ class EFSignCompressor(_Stateless, Compressor):
 
     def predicted_seconds(self, model, *, P, n, sent, itemsize, quantizer, algorithm,
                           shapes=None) -> float:
-        """An ``Allgather`` of ``ceil(n / 8)`` bytes and a scale per rank."""
-        return model.allgather(P * (math.ceil(n / 8) + itemsize))
+        """An ``Allgather`` of ``2 ceil(n / 8)`` bytes and the scales per rank."""
+        scales = self._sizes(n, shapes).size
+        return model.allgather(P * (2 * math.ceil(n / 8) + scales * itemsize))
 
-    def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True) -> Reduced:
+    def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True,
+                  shapes=None) -> Reduced:
         n = g.shape[0]
-        everyone = _allgather(ctx, self.encode(g), stats)
+        everyone = _allgather(ctx, self.encode(g, shapes), stats)
         result = np.zeros(n, g.dtype)
         for r in range(ctx.size):  # the same order on every rank: the same sum
-            result += self.decode(everyone[r], n, g.dtype)
-        sent = self.decode(everyone[ctx.rank], n, g.dtype)
+            result += self.decode(everyone[r], n, g.dtype, shapes)
+        sent = self.decode(everyone[ctx.rank], n, g.dtype, shapes)
         return Reduced(SparseVector.dense(result), SparseVector.dense(sent), n, 0.0)
 
 
@@ -84,4 +93,10 @@ def build(*, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="efsignsgd", order=100, build=build,
-    summary="scaled signs |g|_1/n sign(g), 1 bit per value + one scale, error feedback"))
+    recommended={"lr_scale": 10.0, "momentum": 0.0,
+                 "source": "Karimireddy et al. 2019, Algorithm 1: no momentum; the 10x "
+                           "learning rate measured in issue 35 (CNN lr 1.0, LSTM 3.0)"},
+    labels=(("lr", lambda lr: f"lr {lr:g}"),
+            ("momentum", lambda m: f"SGD momentum {m:g}" if m else None)),
+    summary="EF-signSGD: per tensor |p|_1/d sign(p) with sign(0) = 0 (2 bits per value + one "
+            "scale per tensor), error feedback, no momentum"))

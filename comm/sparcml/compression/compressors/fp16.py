@@ -125,4 +125,5 @@ def build(*, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="fp16", order=110, build=build,
+    recommended={"source": "lossless up to rounding: the dense run's SGD"},
     summary="values as IEEE half floats, 16-bit allreduce"))

@@ -18,5 +18,7 @@ def build(*, density, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="global-topk", order=20, build=build, params=(DENSITY,),
+    recommended={"source": "Shi et al. 2019 (global top-k): "
+                           "the dense run's SGD (learning rate, momentum)"},
     labels=(("bits", bits_label), ("density", percent_label)),
     summary="the --density largest of the sum over ranks (sparcml.topk_allreduce)"))

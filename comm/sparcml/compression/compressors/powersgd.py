@@ -265,6 +265,8 @@ def build(*, rank, seed, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="powersgd", order=130, build=build, params=(RANK, SEED),
+    recommended={"source": "Vogels et al. 2019: "
+                           "error feedback and the dense run's SGD with momentum 0.9"},
     labels=(("powersgd_rank", lambda r: f"rank {r}"),),
     summary="rank --powersgd-rank PowerSGD of each parameter matrix (biases whole), warm "
             "start, error feedback (2 small dense allreduces per bucket)"))

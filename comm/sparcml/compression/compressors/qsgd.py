@@ -1,20 +1,30 @@
 """``qsgd``: every value, QSGD-quantized to ``--bits`` (Alistarh et al. 2017), sparse allreduce.
 
-The class: :class:`sparcml.compression.NoneCompressor` with a :class:`sparcml.QSGD` quantizer;
-its cost the default (the sparse allreduce of n quantized values).
+The class: :class:`sparcml.compression.NoneCompressor` with a :class:`sparcml.QSGD` quantizer
+of ``--bits`` (4 when 0) and buckets of 1,024 values; the bucket's scale is the paper's L2 norm
+by default (``--qsgd-norm l2``), the max norm (lower variance, the common practice since) as
+``--qsgd-norm max``. Its cost: the default (the sparse allreduce of n quantized values).
 """
 
 from __future__ import annotations
 
 from ..._quant.qsgd import QSGD
 from .._objects import Compression, NoneCompressor
-from .._registry import BITS, CompressorSpec, memory_of, register_compressor
+from .._registry import BITS, CompressorSpec, Param, memory_of, register_compressor
+
+NORM = Param("norm", "--qsgd-norm", "the scale of each bucket of 1,024 values: l2 (the QSGD "
+             "paper's) or max", type=str, default="l2", choices=("l2", "max"))
 
 
-def build(*, bits, algorithm, error_feedback):
-    return Compression(NoneCompressor(), QSGD(bits or 4), memory_of(error_feedback), algorithm)
+def build(*, bits, norm, algorithm, error_feedback):
+    return Compression(NoneCompressor(), QSGD(bits or 4, norm=norm), memory_of(error_feedback),
+                       algorithm)
 
 
 SPEC = register_compressor(CompressorSpec(
-    name="qsgd", order=60, build=build, params=(BITS,),
-    summary="all values, QSGD-quantized to --bits, through the sparse allreduce"))
+    name="qsgd", order=60, build=build, params=(BITS, NORM),
+    labels=(("qsgd_norm", lambda n: "max norm" if n == "max" else None),),
+    recommended={"source": "Alistarh et al. 2017: the dense run's SGD (learning rate, "
+                           "momentum)"},
+    summary="all values, QSGD-quantized to --bits (4 when 0) per 1,024 values, the paper's L2 "
+            "norm (--qsgd-norm max: the max norm), through the sparse allreduce"))

@@ -7,6 +7,13 @@ uninterrupted one; :meth:`fresh` starts them at 0). ``shared=True``: every rank 
 positions, so only the k values travel, through one dense allreduce of k values (no indices:
 its cost); ``shared=False``: the rank's number joins the seed, every rank sends its own
 positions through the sparse allreduce (the default cost).
+
+``rescale=True`` (what ``build`` gives without error feedback): the values sent are
+``(n / k) g[idx]``, so that the expectation over the draws is ``g`` itself (unbiased random-k,
+Wangni et al. 2018, Stich et al. 2018's ``rand_k`` operator scaled by ``d / k``); with error
+feedback (Stich et al. 2018, "Sparsified SGD with memory") the values go unscaled and the memory
+keeps the rest. The paper's SGD has no momentum: the registry's recommended momentum is 0 (the
+apps' default unless ``--momentum`` is given).
 """
 
 from __future__ import annotations
@@ -25,10 +32,11 @@ from .._registry import (BITS, CompressorSpec, DENSITY, Param, SEED, bits_label,
 
 class RandomKCompressor(_Steps, Compressor):
     """``k`` (or a fraction ``density``) uniformly random positions per call, seeded by
-    ``(seed, key, step)`` and, with ``shared=False``, the rank. Exactly one of density and k."""
+    ``(seed, key, step)`` and, with ``shared=False``, the rank. Exactly one of density and k.
+    ``rescale``: send ``(n / k) g[idx]`` (unbiased; for use without error feedback)."""
 
     def __init__(self, density: float | None = None, k: int | None = None, *, seed: int = 0,
-                 shared: bool = True):
+                 shared: bool = True, rescale: bool = False):
         if (density is None) == (k is None):
             raise CompressionError(f"RandomKCompressor takes exactly one of density and k, "
                                    f"got density={density!r}, k={k!r}")
@@ -40,7 +48,7 @@ class RandomKCompressor(_Steps, Compressor):
         if not isinstance(seed, (int, np.integer)) or seed < 0:
             raise CompressionError(f"seed must be an integer >= 0, got {seed!r}")
         self.density, self.k = density, None if k is None else int(k)
-        self.seed, self.shared = int(seed), bool(shared)
+        self.seed, self.shared, self.rescale = int(seed), bool(shared), bool(rescale)
 
     def num_sent(self, n: int) -> int:
         if self.k is not None:
@@ -59,7 +67,14 @@ class RandomKCompressor(_Steps, Compressor):
 
     def compress_in(self, ctx, g: np.ndarray, key) -> SparseVector:
         idx = self.indices(g.shape[0], key, self._next_step(key), ctx.rank)
-        return SparseVector.unchecked(g.shape[0], idx, g[idx])
+        return SparseVector.unchecked(g.shape[0], idx, self._values(g, idx))
+
+    def _values(self, g: np.ndarray, idx: np.ndarray) -> np.ndarray:
+        """``g[idx]`` (a copy), times ``n / k`` with :attr:`rescale`."""
+        values = g[idx]
+        if self.rescale and idx.size:
+            values *= np.asarray(g.shape[0] / idx.size, g.dtype)
+        return values
 
     def __getattr__(self, name):
         # reduce_in exists only in the shared mode (the bundle looks it up with getattr)
@@ -70,7 +85,7 @@ class RandomKCompressor(_Steps, Compressor):
     def _reduce_shared(self, ctx, g: np.ndarray, key, *, stats=None, check=True) -> Reduced:
         n = g.shape[0]
         idx = self.indices(n, key, self._next_step(key))
-        values = g[idx]  # a copy: the allreduce's buffer
+        values = self._values(g, idx)  # a copy: the allreduce's buffer
         total = allreduce_in(ctx, SparseVector.dense(values.copy()), algorithm=DENSE_BASELINE,
                              stats=stats, check=check)
         sent = SparseVector.unchecked(n, idx, values)
@@ -86,11 +101,13 @@ class RandomKCompressor(_Steps, Compressor):
                                          quantizer=quantizer, algorithm=algorithm)
 
     def fresh(self) -> "RandomKCompressor":
-        return RandomKCompressor(self.density, self.k, seed=self.seed, shared=self.shared)
+        return RandomKCompressor(self.density, self.k, seed=self.seed, shared=self.shared,
+                                 rescale=self.rescale)
 
     def __repr__(self) -> str:
         what = f"density={self.density}" if self.density is not None else f"k={self.k}"
-        return f"RandomKCompressor({what}, seed={self.seed}, shared={self.shared})"
+        scaled = ", rescale=True" if self.rescale else ""
+        return f"RandomKCompressor({what}, seed={self.seed}, shared={self.shared}{scaled})"
 
     def __eq__(self, other) -> bool:
         return type(other) is type(self) and repr(self) == repr(other)
@@ -104,7 +121,9 @@ SHARED = Param("shared", "--shared-indices", "every rank draws the same position
 
 
 def build(*, density, bits, seed, shared, algorithm, error_feedback):
-    return Compression(RandomKCompressor(density=density, seed=seed, shared=shared),
+    # without memory the draw is rescaled by n / k (unbiased); with it, the memory keeps the rest
+    return Compression(RandomKCompressor(density=density, seed=seed, shared=shared,
+                                         rescale=not error_feedback),
                        quantizer_of(bits), memory_of(error_feedback), algorithm)
 
 
@@ -112,6 +131,11 @@ SPEC = register_compressor(CompressorSpec(
     name="randomk", order=30, build=build, params=(DENSITY, BITS, SEED, SHARED),
     no_quantizer=lambda p: "with shared indices" if p["shared"] else None,
     labels=(("bits", bits_label), ("density", percent_label),
-            ("shared_indices", lambda shared: "shared" if shared else None)),
-    summary="--density random positions per step, seeded; --shared-indices: the same on "
-            "every rank (a dense allreduce of k values)"))
+            ("shared_indices", lambda shared: "shared" if shared else None),
+            ("momentum", lambda m: f"SGD momentum {m:g}" if m else None)),
+    recommended={"momentum": 0.0,
+                 "source": "Stich et al. 2018 (with memory) and Wangni et al. 2018 (without: "
+                           "scaled by n / k, unbiased): plain SGD, no momentum"},
+    summary="--density random positions per step, seeded, error feedback (without: scaled by "
+            "n / k, unbiased); --shared-indices: the same on every rank (a dense allreduce of "
+            "k values); no SGD momentum unless --momentum is given"))

@@ -65,5 +65,7 @@ def build(*, bits, threshold, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="threshold", order=40, build=build, params=(BITS, THRESHOLD),
+    recommended={"source": "Strom 2015 / Dryden et al. 2016: "
+                           "the dense run's SGD (learning rate, momentum)"},
     labels=(("bits", bits_label), ("threshold", lambda t: f"abs >= {t}")),
     summary="every entry with |v| >= --threshold (variable k), error feedback"))
