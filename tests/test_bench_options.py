@@ -119,3 +119,32 @@ def test_quantized_and_nonblocking_runs_simulate_with_the_real_bytes(tmp_path, P
     if P > 1:  # quantizing changed the bytes of an algorithm with dense messages
         assert want[("dsar_split_allgather", 4, True)][0] < \
             want[("dsar_split_allgather", None, True)][0]
+
+
+def test_unset_coding_and_partitions_follow_the_sparcml_environment(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Issue 34, item 2: ``SPARCML_INDEX_CODING=raw sparc-bench ...`` recorded ``auto`` (the
+    CLI's own default overrode the process default); the flag still wins; a bad value in the
+    environment is a usage error (exit 2), as a bad flag is."""
+    from sparcapps.bench import cli
+
+    base = ["--simulate", "2", "--network", "2x10gbit", "--N", "4000", "--density", "0.01",
+            "--algorithms", "ssar_split_allgather", "--reps", "1", "--no-model"]
+
+    def recorded(path, *flags):
+        assert cli.main([*base, *flags, "--output", str(path)]) == 0
+        rows = [json.loads(line) for line in path.read_text().splitlines()]
+        return {(r["metrics"]["index_coding"], r["metrics"]["partitions"]) for r in rows
+                if r["algorithm"] == "ssar_split_allgather"}  # (dense has neither)
+
+    monkeypatch.setenv("SPARCML_INDEX_CODING", "raw")
+    monkeypatch.setenv("SPARCML_PARTITIONS", "equal")
+    assert recorded(tmp_path / "env.jsonl") == {("raw", "equal")}
+    assert recorded(tmp_path / "flag.jsonl", "--index-coding", "coded",
+                    "--partitions", "balanced") == {("coded", "balanced")}
+    monkeypatch.setenv("SPARCML_INDEX_CODING", "zip")
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main([*base, "--output", str(tmp_path / "bad.jsonl")])
+    assert exit_info.value.code == 2
+    assert "SPARCML_INDEX_CODING" in capsys.readouterr().err
+    assert not (tmp_path / "bad.jsonl").exists()

@@ -79,18 +79,18 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: a newly allocated result each call)")
     p.add_argument("--no-model", action="store_true",
                    help="skip calibrating the cost model (no predicted / lower-bound columns)")
-    add_list_argument(p, "--index-coding", choices=["auto", "coded", "raw"], default=["auto"],
+    add_list_argument(p, "--index-coding", choices=["auto", "coded", "raw"], default=None,
                       metavar="CODING",
                       help="indices on the wire: auto (a code where the link time it saves "
-                           "exceeds its CPU time, the default), coded (the smallest code, "
-                           "suffix +coded) and/or raw (indices as they are: what the code "
-                           "saves, suffix +raw); each sparse algorithm once per value, side by "
-                           "side")
-    add_list_argument(p, "--partitions", choices=["balanced", "equal"], default=["balanced"],
+                           "exceeds its CPU time), coded (the smallest code, suffix +coded) "
+                           "and/or raw (indices as they are: what the code saves, suffix +raw); "
+                           "each sparse algorithm once per value, side by side (default: "
+                           "$SPARCML_INDEX_CODING if set, else auto; the flag wins)")
+    add_list_argument(p, "--partitions", choices=["balanced", "equal"], default=None,
                       metavar="POLICY",
-                      help="blocks of the split algorithms: balanced (the default) and/or "
-                           "equal (blocks of N / P coordinates: what balancing saves, suffix "
-                           "+eq)")
+                      help="blocks of the split algorithms: balanced and/or equal (blocks of "
+                           "N / P coordinates: what balancing saves, suffix +eq) (default: "
+                           "$SPARCML_PARTITIONS if set, else balanced; the flag wins)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32",
                    help="value type of the vectors")
     p.add_argument("--reps", type=positive_int,
@@ -436,9 +436,27 @@ def _network_spec(parser, args) -> None:
     args.network = normalize_network(parser, args.network, max(args.simulate))
 
 
+def _process_defaults(parser, args) -> None:
+    """``--index-coding`` / ``--partitions`` not given: the library's process defaults (the
+    ``SPARCML_*`` environment, as every sparcml call reads it), so the records say what ran."""
+    if args.index_coding is not None and args.partitions is not None:
+        return
+    import sparcml
+
+    try:
+        defaults = sparcml.default_options()
+    except sparcml.InvalidOptionError as exc:
+        parser.error(str(exc))
+    if args.index_coding is None:
+        args.index_coding = [defaults.index_coding]
+    if args.partitions is None:
+        args.partitions = [defaults.partitions]
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _process_defaults(parser, args)
     if args.kernels:
         return run_kernels(args)
     if args.probe_network:
