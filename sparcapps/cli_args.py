@@ -125,7 +125,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = plain_text(action.help or "")
         default = action.default
         if default is None or default is False or default is argparse.SUPPRESS \
-                or "default" in text.lower():
+                or "default" in text.lower() or (isinstance(default, (list, tuple))
+                                                 and not default):  # never "(default: )"
             return text
         if isinstance(default, (list, tuple)):  # as it is typed: space-separated
             shown = " ".join(map(str, default)).replace("%", "%%")

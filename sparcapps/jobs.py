@@ -442,7 +442,7 @@ def _parser() -> argparse.ArgumentParser:
                         "count)")
     s.add_argument("--algorithm-flag", default="--algorithms", metavar="FLAG",
                    help="the app's option taking the group, e.g. --algorithm for the "
-                        "training apps")
+                        "training apps (sparc-linear, sparc-cnn)")
     s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra sbatch option, e.g. --sbatch-arg=--partition=debug (repeatable)")
     s.add_argument("--results", metavar="DIR",

@@ -91,7 +91,7 @@ def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(accuracy.subprocess, "run", fake_run)
-    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "--apps", "cnn"]) == 0
+    assert accuracy.main(["-n", "2", "--seeds", "0", "--apps", "cnn"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("sparc-deep-accuracy: records appended to "
                           "results/deep-accuracy.jsonl\n"), out
@@ -127,7 +127,7 @@ def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(accuracy.subprocess, "run", fake_run)
-    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "1", "--apps", "cnn",
+    assert accuracy.main(["-n", "2", "--seeds", "0", "1", "--apps", "cnn",
                           "--configs", "topk-ef"]) == 0
     out = capsys.readouterr().out
     assert len(runs) == len(set(runs)) == 4 and all(r.startswith("deep-accuracy-") for r in runs)
@@ -141,5 +141,5 @@ def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monke
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(accuracy.subprocess, "run", twice)
-    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "--apps", "cnn"]) == 1
+    assert accuracy.main(["-n", "2", "--seeds", "0", "--apps", "cnn"]) == 1
     assert "2 records of run deep-accuracy-" in capsys.readouterr().err

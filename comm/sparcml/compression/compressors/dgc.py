@@ -184,5 +184,5 @@ SPEC = register_compressor(CompressorSpec(
     name="dgc", order=50, build=build, params=(DENSITY, BITS, MOMENTUM, WARMUP, CLIP),
     own_momentum=True, labels=(("bits", bits_label), ("density", percent_label)),
     summary="Deep Gradient Compression: --density top-k of the momentum-corrected gradient, "
-            "momentum factor masking, --clip-norm, --density-warmup-steps (use --momentum 0 "
-            "in the optimizer: the memory applies --compressor-momentum)"))
+            "momentum factor masking, --clip-norm, --density-warmup-steps (its memory applies "
+            "--momentum: the SGD then runs without)"))

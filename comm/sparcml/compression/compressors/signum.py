@@ -18,4 +18,4 @@ def build(*, momentum, algorithm, error_feedback):
 SPEC = register_compressor(CompressorSpec(
     name="signum", order=90, build=build, params=(MOMENTUM,), own_momentum=True,
     labels=(("lr", lambda lr: f"lr {lr:g}"),),
-    summary="signs of a local momentum (--compressor-momentum), majority vote"))
+    summary="signs of a local --momentum (the SGD then runs without), majority vote"))
