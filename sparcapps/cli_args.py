@@ -51,7 +51,7 @@ __all__ = ["positive_int", "nonnegative_int", "fraction", "registered_algorithms
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
            "output_dir", "positive_float", "nonnegative_float", "add_deprecated_alias",
            "add_timeout_argument", "add_records_output_argument", "plain_text",
-           "add_compressor_arguments",
+           "add_compressor_arguments", "DENSITY_MEANING", "density_help",
            "add_options_arguments", "options_from_args"]
 
 BITS_CHOICES = (0, 2, 4, 8)
@@ -274,6 +274,17 @@ def add_records_output_argument(parser, *, per: str = "run", default: str | None
     return parser.add_argument("--output", metavar="FILE.jsonl", type=output_file,
                                default=default,
                                help=f"append one JSON record per {per} to this file{note}")
+
+
+#: what ``--density`` means in every tool (the allreduce's view: how sparse each rank's
+#: contribution is); each tool's help goes on to say where that vector comes from
+DENSITY_MEANING = "fraction of each rank's vector that enters the allreduce (nonzeros / N)"
+
+
+def density_help(source: str) -> str:
+    """The help of a ``--density`` flag: :data:`DENSITY_MEANING`, then ``source`` (where the
+    vector comes from in this tool)."""
+    return f"{DENSITY_MEANING}: {source}"
 
 
 def add_bits_argument(parser, *, default: int = 0, what: str = "dense messages"):

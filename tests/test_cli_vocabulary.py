@@ -16,8 +16,9 @@ from unittest import mock
 
 import pytest
 
-from sparcapps.cli_args import (BITS_CHOICES, ListAction, add_data_home_argument,
-                                algorithm_name, fraction, nonnegative_int, positive_int)
+from sparcapps.cli_args import (BITS_CHOICES, DENSITY_MEANING, ListAction,
+                                add_data_home_argument, algorithm_name, fraction,
+                                nonnegative_int, positive_int)
 from sparcapps.entry import SCRIPTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,8 +82,8 @@ def test_the_vocabulary(prog):
         if "--bits" in opts:
             bits = opts["--bits"]
             assert tuple(bits.choices) == BITS_CHOICES, where
-            # 0 (full precision) everywhere; the deep step-time benchmark times top-k + 4 bit
-            assert bits.default == (4 if prog == "sparc-deep-bench" else 0), where
+            # 0 (full precision) everywhere (sparc-deep-bench's was 4)
+            assert bits.default == 0, where
         for flag in opts:
             if flag.startswith("--checkpoint-every"):
                 assert flag in ("--checkpoint-every-steps", "--checkpoint-every-epochs") or \
@@ -264,16 +265,19 @@ def _data_home_help():
 CANONICAL = {
     "--topk": ("a count K of entries kept (a fraction is --density)",
                lambda a: _type_of(a) in (positive_int, nonnegative_int) and a.metavar == "K"),
-    "--density": ("a fraction in (0, 1] of the values", lambda a: _type_of(a) is fraction),
+    "--density": (f"a fraction in (0, 1]: the {DENSITY_MEANING}",
+                  lambda a: _type_of(a) is fraction and a.help.startswith(DENSITY_MEANING)),
     "--N": ("vector dimensions, a list", lambda a: isinstance(a, ListAction)
             and a.item_type is positive_int),
     "--seed": ("an integer seed", lambda a: _type_of(a) in (int, nonnegative_int)),
     "--timeout-seconds": ("a limit in seconds", lambda a: a.metavar == "SECONDS"
                           and "seconds" in a.help),
     "--data-home": ("where data sets live", lambda a: a.help == _data_home_help()),
-    "--output": ("what the tool writes, named by its metavar; records are appended",
-                 lambda a: a.metavar in ("FILE.jsonl", "DIR", "FILE.h5", "FILE.npz", "FILE")
+    "--output": ("the file the tool writes, named by its metavar; records are appended "
+                 "(a directory is --output-dir)",
+                 lambda a: a.metavar in ("FILE.jsonl", "FILE.h5", "FILE.npz", "FILE")
                  and (a.metavar != "FILE.jsonl" or "append" in a.help)),
+    "--output-dir": ("the directory the tool writes into", lambda a: a.metavar == "DIR"),
     "--reps": ("timed repetitions", lambda a: a.type is positive_int
                and "repetitions" in a.help),
     "--warmup": ("untimed repetitions", lambda a: a.type is nonnegative_int
@@ -440,12 +444,12 @@ def test_help_points_at_printed_columns(prog):
 # -- renamed flags: the old spelling still works, with one line ------------------------------
 
 # the arguments a parser needs besides the flag (required options, a subcommand)
-_BASE = {"sparc-record-gradients": ["cnn", "--output", "x.npz"],
+_BASE = {"sparc-record-gradients": ["cnn", "--output", "x.npz"], "sparc-report": ["r.jsonl"],
          "sparc-linear": ["--synth", "url"], "sparc-logreg": ["--synth", "url"],
          "sparc-svm": ["--synth", "url"], "sparc-data fetch": ["url"],
          "sparc-jobs wait": ["1"], "sparc-jobs sweep": ["t.sbatch", "--nodes", "1"]}
 _VALUE = {"--n": "1000", "--topk": "0.05", "--timeout": "5", "--workdir": "/tmp/x",
-          "--checkpoint-every": "3", "--nprocs": "2"}
+          "--checkpoint-every": "3", "--nprocs": "2", "--clip": "0.5", "--output": "/tmp/rep"}
 
 
 def _aliases():
@@ -465,6 +469,8 @@ ALIASES = _aliases()
 def test_the_renames_have_aliases():
     got = {(prog, old, new) for prog, _, old, new in (a.values for a in ALIASES)}
     assert {("sparc-bench-compress", "--n", "--N"),
+            ("sparc-deep-accuracy", "--nprocs", "-n"), ("sparc-lstm", "--clip", "--clip-grad-norm"),
+            ("sparc-report", "--output", "--output-dir"),
             ("sparc-record-gradients", "--topk", "--density"),
             ("sparc-data", "--timeout", "--timeout-seconds"),
             ("sparc-jobs", "--timeout", "--timeout-seconds"),
@@ -589,3 +595,25 @@ def test_help_is_fast_imports_no_app_dependency():
     print({prog: round(t, 2) for prog, (t, _) in got.items()})
     loaded = {prog: mods for prog, (_, mods) in got.items() if mods}
     assert not loaded, f"--help imported {loaded} (the first tool named loaded them)"
+
+
+def test_renamed_preset_still_works_and_says_so(capsys):
+    """``--preset default`` was never the default (``small`` is): it is ``acceptance`` now, and
+    the old name still reads, with one line."""
+    bench = parser_of("sparc-bench")
+    assert bench.parse_args([]).preset == "small"
+    assert bench.parse_args(["--preset", "acceptance"]).preset == "acceptance"
+    assert capsys.readouterr().err == ""
+    assert bench.parse_args(["--preset", "default"]).preset == "acceptance"
+    assert capsys.readouterr().err.splitlines() == [
+        "sparc-bench: deprecated: --preset default is now --preset acceptance"]
+    text = " ".join(bench.format_help().split())
+    assert "--preset {acceptance,small}" in text and "(default: small)" in text, text
+
+
+def test_report_requires_its_directory():
+    """``sparc-report`` without ``-o/--output-dir`` (or the old ``--output``) is a usage error."""
+    report = importlib.import_module("sparcapps.report")
+    with pytest.raises(SystemExit) as exit_:
+        report.main(["r.jsonl"])
+    assert exit_.value.code == 2

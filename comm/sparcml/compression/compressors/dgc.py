@@ -169,7 +169,9 @@ class DGCMemory(ResidualMemory):
 WARMUP = Param("density_warmup_steps", "--density-warmup-steps",
                "steps of the exponential density warm-up from 25%% down to --density",
                type=nonnegative_int, default=0)
-CLIP = Param("clip_norm", "--clip-norm", "clip each rank's bucket to this L2 norm", type=float,
+CLIP = Param("clip_norm", "--clip-norm", "clip the L2 norm of each rank's bucket to this "
+             "before compression (DGC's local clipping; the deep apps' optimizer clipping is "
+             "sparc-lstm --clip-grad-norm)", type=float,
              default=None)
 
 

@@ -17,4 +17,5 @@ def build(*, bits, algorithm, error_feedback):
 
 SPEC = register_compressor(CompressorSpec(
     name="qsgd", order=60, build=build, params=(BITS,),
-    summary="all values, QSGD-quantized to --bits, through the sparse allreduce"))
+    summary="all values, QSGD-quantized to --bits (4 where --bits is 0, the apps' "
+            "default: qsgd has no full precision), through the sparse allreduce"))
