@@ -19,10 +19,12 @@ The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_par
   :func:`add_checkpoint_every_argument`, the old ``--checkpoint-every`` kept as an alias);
 - ``--data-home`` wherever data are read (:func:`add_data_home_argument`);
 - one meaning per flag name across the tools (``tests/test_cli_vocabulary.py`` holds the table):
-  ``--topk K`` a count of entries, ``--density`` a fraction in (0, 1], ``--N`` vector
+  ``--topk K`` a count of entries, ``--density`` a fraction in (0, 1] of each rank's vector
+  that enters the allreduce (:data:`DENSITY_MEANING`, :func:`density_help`), ``--N`` vector
   dimensions, ``--seed`` an integer seed, ``--reps`` / ``--warmup`` timed / untimed
-  repetitions, ``--output`` what the tool writes, named by its metavar (``FILE.jsonl``: records,
-  appended; :func:`add_records_output_argument`), ``--timeout-seconds``
+  repetitions, ``--output`` the file the tool writes, named by its metavar (``FILE.jsonl``:
+  records, appended; :func:`add_records_output_argument`), ``--output-dir`` a directory,
+  ``-n P`` the ranks of each run (as ``mpiexec -n``), ``--timeout-seconds``
   (:func:`add_timeout_argument`); time and size flags name their unit (``--bucket-mb``,
   ``--chunk-mb``, ``--timeout-seconds``) or say it in the help;
 - a renamed flag keeps its old spelling as a hidden alias that still works and prints one

@@ -289,6 +289,12 @@ CANONICAL = {
                      lambda a: _type_of(a) is algorithm_name or a.dest == "algorithms"
                      and isinstance(a, argparse._AppendAction)),
     "--tol": ("SGDClassifier's tol", lambda a: a.type is float),
+    "-n": ("the ranks of each run, as mpiexec -n", lambda a: a.metavar == "P"
+           and a.type is positive_int),
+    "--clip-grad-norm": ("the optimizer's clipping of the averaged gradient (DGC's per-rank "
+                         "clipping is --clip-norm)", lambda a: "averaged gradient" in a.help),
+    "--clip-norm": ("DGC's clipping of each rank's bucket", lambda a: "each rank's bucket"
+                    in a.help),
 }
 
 # headers that are labels or counts: their unit is what they name
@@ -313,7 +319,8 @@ def test_every_console_script_is_checked():
 
 # other spellings of the vocabulary's flags (hidden deprecated aliases aside)
 SYNONYMS = {"--n": "--N", "--timeout": "--timeout-seconds", "--workdir": "--synth-cache",
-            "--data-dir": "--data-home", "--out": "--output", "--outdir": "--output"}
+            "--data-dir": "--data-home", "--out": "--output", "--outdir": "--output-dir",
+            "--nprocs": "-n", "--np": "-n", "--clip": "--clip-grad-norm"}
 
 
 @pytest.mark.parametrize("prog", VOCABULARY)
