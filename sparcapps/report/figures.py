@@ -21,7 +21,8 @@ from . import plotting as pl
 from .fmt import count, percent, sig, slug
 from .rows import REFERENCES, dense_name
 
-__all__ = ["Fig", "collective_figures", "input_label", "group_rows", "render"]
+__all__ = ["Fig", "collective_figures", "input_label", "group_rows", "render", "series_text",
+           "MODEL_LINES"]
 
 
 @dataclass

@@ -16,7 +16,7 @@ from . import plotting as pl
 from .fmt import config_label, dataset_label, sig, slug
 
 __all__ = ["training_runs", "training_figures", "time_to_accuracy", "scaling_figures",
-           "scaling_points"]
+           "scaling_points", "app_label"]
 
 _METRICS = ("test_accuracy", "train_accuracy", "loss")
 
