@@ -80,6 +80,8 @@ def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch
     from sparcapps.records import append_record, make_record
 
     def fake_run(cmd, **kwargs):
+        if cmd[1:] == ["--version"]:  # launcher.mpi_flavor, when its cache is cold
+            return subprocess.CompletedProcess(cmd, 0, "HYDRA build details", "")
         out = cmd[cmd.index("--output") + 1]
         run_id = cmd[cmd.index("--run-id") + 1]
         append_record(out, make_record("sparc-cnn", config={"run_id": run_id}, environment={},
@@ -116,6 +118,8 @@ def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monke
     runs = []
 
     def fake_run(cmd, **kwargs):
+        if cmd[1:] == ["--version"]:  # launcher.mpi_flavor, when its cache is cold
+            return subprocess.CompletedProcess(cmd, 0, "HYDRA build details", "")
         out = cmd[cmd.index("--output") + 1]
         run_id = cmd[cmd.index("--run-id") + 1]
         runs.append(run_id)
