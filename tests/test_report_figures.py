@@ -4,7 +4,6 @@ every line explained in the caption. Small synthetic records; the assertions rea
 matplotlib figures (Agg) through ``plotting.describe``."""
 
 import json
-import subprocess
 import sys
 
 from sparcapps.records import append_record, make_record, read_records
@@ -147,7 +146,7 @@ from sparcapps.records import append_record, make_record, summarize
 out = sys.argv[sys.argv.index("--output") + 1]
 scale = float(sys.argv[sys.argv.index("--scale") + 1])
 for P in (2, 4):
-    for alg, t in (("dense", 4e-3 * P), ("allgather", 1e-3 * P)):
+    for alg, t in (("allgather", 1e-3 * P),):  # one figure: strong scaling
         rec = make_record("sparc-bench", config={"pattern": "random", "dtype": "float32"},
                           environment={"command": sys.argv, "launcher": None}, P=P, N=1000,
                           density=0.01, algorithm=alg,
@@ -167,26 +166,27 @@ def test_rerun_before_and_after_share_their_y_range(tmp_path, monkeypatch):
     fake = tmp_path / "fake_bench.py"
     fake.write_text(_FAKE)
     orig = tmp_path / "orig.jsonl"
-    subprocess.run([sys.executable, str(fake), "--scale", "1", "--output", str(orig)],
-                   check=True, timeout=60)
-    # the command the rerun runs: the fake, writing 10x slower times
-    lines = orig.read_text().splitlines()
-    recs = [json.loads(line) for line in lines]
+    # the records as the fake writes them, with the command the rerun runs: the fake, writing
+    # 10x slower times
+    argv = [sys.executable, str(fake), "--scale", "10", "--output", str(orig)]
+    with monkeypatch.context() as m:
+        m.setattr(sys, "argv", [str(fake), "--scale", "1", "--output", str(orig)])
+        exec(compile(_FAKE, str(fake), "exec"), {})
+    recs = [json.loads(line) for line in orig.read_text().splitlines()]
     for r in recs:
-        r["environment"]["command"] = [sys.executable, str(fake), "--scale", "10", "--output",
-                                       str(orig)]
+        r["environment"]["command"] = argv
     orig.write_text("".join(json.dumps(r) + "\n" for r in recs))
     seen = {}
     monkeypatch.setattr(rerun, "_write", lambda out, fig, new_fig, cmp, ran: seen.update(
         fig=fig, new=new_fig, cmp=cmp))
     rerun.rerun_figure([orig], "strong-N-1000", tmp_path / "out", timeout=60)
     old, new = seen["fig"], seen["new"]
-    assert [round(c["time_ratio"], 6) for c in seen["cmp"]] == [10.0] * 4
+    assert [round(c["time_ratio"], 6) for c in seen["cmp"]] == [10.0] * 2
     old_y = [p["ylim"] for p in old.meta["panels"]]
     new_y = [p["ylim"] for p in new.meta["panels"]]
     assert old_y == new_y, (old_y, new_y)
     (lo, hi), = old_y  # covers both: the old points and the 10x new ones
-    assert lo <= 1e-3 * 2 * 1e3 and hi >= 4e-3 * 4 * 10 * 1e3, old_y
+    assert lo <= 1e-3 * 2 * 1e3 and hi >= 1e-3 * 4 * 10 * 1e3, old_y
     # the ranges alone, widened to cover both
     assert rerun.shared_ranges({"panels": [{"title": "a", "ylim": (1, 2)}]},
                                {"panels": [{"title": "a", "ylim": (3, 9)},
