@@ -184,7 +184,7 @@ def _app_words(words):
 
 def _documented():
     out = []
-    for doc in ("README.md", "jobs/README.md"):
+    for doc in ("README.md", "jobs/README.md", "datasets/README.md"):
         for line, words in _fenced_commands(REPO / doc):
             prog, argv = _app_words(words)
             if prog is not None:
@@ -498,8 +498,10 @@ def test_deprecated_alias_works_and_says_so(prog, path, old, new, capsys):
 
 
 def _doc_lines():
-    """Each line of README.md, jobs/README.md, BENCHMARKS.md and the sbatch templates."""
-    files = [REPO / "README.md", REPO / "jobs" / "README.md", REPO / "BENCHMARKS.md",
+    """Each line of README.md, jobs/README.md, datasets/README.md, BENCHMARKS.md and the sbatch
+    templates."""
+    files = [REPO / "README.md", REPO / "jobs" / "README.md", REPO / "datasets" / "README.md",
+             REPO / "BENCHMARKS.md",
              *sorted((REPO / "jobs").glob("*.sbatch"))]
     for f in files:
         for n, line in enumerate(f.read_text().splitlines(), 1):

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-DOCS = ("README.md", "jobs/README.md")
+DOCS = ("README.md", "jobs/README.md", "datasets/README.md")
 _RUN_BY = re.compile(r"<!-- run by (tests/[\w/]+\.py)::(\w+) -->")
 
 
