@@ -171,7 +171,7 @@ WARMUP = Param("density_warmup_steps", "--density-warmup-steps",
                type=nonnegative_int, default=0)
 CLIP = Param("clip_norm", "--clip-norm", "clip the L2 norm of each rank's bucket to this "
              "before compression (DGC's local clipping; the deep apps' optimizer clipping is "
-             "sparc-lstm --clip-grad-norm)", type=float,
+             "sparc-lstm --clip-grad-norm; default: no clipping)", type=float,
              default=None)
 
 
