@@ -19,10 +19,12 @@ The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_par
   :func:`add_checkpoint_every_argument`, the old ``--checkpoint-every`` kept as an alias);
 - ``--data-home`` wherever data are read (:func:`add_data_home_argument`);
 - one meaning per flag name across the tools (``tests/test_cli_vocabulary.py`` holds the table):
-  ``--topk K`` a count of entries, ``--density`` a fraction in (0, 1], ``--N`` vector
+  ``--topk K`` a count of entries, ``--density`` a fraction in (0, 1] of each rank's vector
+  that enters the allreduce (:data:`DENSITY_MEANING`, :func:`density_help`), ``--N`` vector
   dimensions, ``--seed`` an integer seed, ``--reps`` / ``--warmup`` timed / untimed
-  repetitions, ``--output`` what the tool writes, named by its metavar (``FILE.jsonl``: records,
-  appended; :func:`add_records_output_argument`), ``--timeout-seconds``
+  repetitions, ``--output`` the file the tool writes, named by its metavar (``FILE.jsonl``:
+  records, appended; :func:`add_records_output_argument`), ``--output-dir`` a directory,
+  ``-n P`` the ranks of each run (as ``mpiexec -n``), ``--timeout-seconds``
   (:func:`add_timeout_argument`); time and size flags name their unit (``--bucket-mb``,
   ``--chunk-mb``, ``--timeout-seconds``) or say it in the help;
 - a renamed flag keeps its old spelling as a hidden alias that still works and prints one
@@ -51,7 +53,7 @@ __all__ = ["positive_int", "nonnegative_int", "fraction", "registered_algorithms
            "add_list_argument", "deprecation_note", "first_rank", "Parser", "output_file",
            "output_dir", "positive_float", "nonnegative_float", "add_deprecated_alias",
            "add_timeout_argument", "add_records_output_argument", "plain_text",
-           "add_compressor_arguments",
+           "add_compressor_arguments", "DENSITY_MEANING", "density_help",
            "add_options_arguments", "options_from_args"]
 
 BITS_CHOICES = (0, 2, 4, 8)
@@ -125,7 +127,8 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         text = plain_text(action.help or "")
         default = action.default
         if default is None or default is False or default is argparse.SUPPRESS \
-                or "default" in text.lower():
+                or "default" in text.lower() or (isinstance(default, (list, tuple))
+                                                 and not default):  # never "(default: )"
             return text
         if isinstance(default, (list, tuple)):  # as it is typed: space-separated
             shown = " ".join(map(str, default)).replace("%", "%%")
@@ -275,6 +278,17 @@ def add_records_output_argument(parser, *, per: str = "run", default: str | None
     return parser.add_argument("--output", metavar="FILE.jsonl", type=output_file,
                                default=default,
                                help=f"append one JSON record per {per} to this file{note}")
+
+
+#: what ``--density`` means in every tool (the allreduce's view: how sparse each rank's
+#: contribution is); each tool's help goes on to say where that vector comes from
+DENSITY_MEANING = "fraction of each rank's vector that enters the allreduce (nonzeros / N)"
+
+
+def density_help(source: str) -> str:
+    """The help of a ``--density`` flag: :data:`DENSITY_MEANING`, then ``source`` (where the
+    vector comes from in this tool)."""
+    return f"{DENSITY_MEANING}: {source}"
 
 
 def add_bits_argument(parser, *, default: int = 0, what: str = "dense messages"):

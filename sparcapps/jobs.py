@@ -241,7 +241,14 @@ def _job_script(env: dict, words: list[str]) -> str:
         return "TEMPLATE"
     command = m.group(1)
     shown = " ".join(words).strip()
-    if shown and command.endswith(" " + shown):
+    # the longest prefix, cut at a space, that is the script on disk: right whatever Slurm
+    # made of the arguments (an argument with a newline breaks Command= over two lines)
+    parts = command.split(" ")
+    on_disk = next((" ".join(parts[:i]) for i in range(len(parts), 0, -1)
+                    if os.path.isfile(" ".join(parts[:i]))), None)
+    if on_disk is not None:
+        command = on_disk
+    elif shown and command.endswith(" " + shown):
         command = command[:-len(shown) - 1]
     script = Path(command.rstrip())
     try:
@@ -442,7 +449,7 @@ def _parser() -> argparse.ArgumentParser:
                         "count)")
     s.add_argument("--algorithm-flag", default="--algorithms", metavar="FLAG",
                    help="the app's option taking the group, e.g. --algorithm for the "
-                        "training apps")
+                        "training apps (sparc-linear, sparc-cnn)")
     s.add_argument("--sbatch-arg", action="append", default=[], metavar="ARG",
                    help="extra sbatch option, e.g. --sbatch-arg=--partition=debug (repeatable)")
     s.add_argument("--results", metavar="DIR",

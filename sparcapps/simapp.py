@@ -50,7 +50,8 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, step_unit: str = "step
                    help="with --simulate: refuse a P whose estimate exceeds this many GiB "
                         "(default: 80%% of this machine's memory)")
     g.add_argument("--sim-timeout", type=positive_float, default=None, metavar="SECONDS",
-                   help="with --simulate: give up a P after this much real time")
+                   help="with --simulate: give up a P after this much real time (default: no "
+                        "limit)")
 
 
 def normalize_network(parser, spec: str, P: int) -> str:

@@ -16,8 +16,9 @@ from unittest import mock
 
 import pytest
 
-from sparcapps.cli_args import (BITS_CHOICES, ListAction, add_data_home_argument,
-                                algorithm_name, fraction, nonnegative_int, positive_int)
+from sparcapps.cli_args import (BITS_CHOICES, DENSITY_MEANING, ListAction,
+                                add_data_home_argument, algorithm_name, fraction,
+                                nonnegative_int, positive_int)
 from sparcapps.entry import SCRIPTS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,8 +82,8 @@ def test_the_vocabulary(prog):
         if "--bits" in opts:
             bits = opts["--bits"]
             assert tuple(bits.choices) == BITS_CHOICES, where
-            # 0 (full precision) everywhere; the deep step-time benchmark times top-k + 4 bit
-            assert bits.default == (4 if prog == "sparc-deep-bench" else 0), where
+            # 0 (full precision) everywhere (sparc-deep-bench's was 4)
+            assert bits.default == 0, where
         for flag in opts:
             if flag.startswith("--checkpoint-every"):
                 assert flag in ("--checkpoint-every-steps", "--checkpoint-every-epochs") or \
@@ -183,7 +184,7 @@ def _app_words(words):
 
 def _documented():
     out = []
-    for doc in ("README.md", "jobs/README.md"):
+    for doc in ("README.md", "jobs/README.md", "datasets/README.md"):
         for line, words in _fenced_commands(REPO / doc):
             prog, argv = _app_words(words)
             if prog is not None:
@@ -264,16 +265,19 @@ def _data_home_help():
 CANONICAL = {
     "--topk": ("a count K of entries kept (a fraction is --density)",
                lambda a: _type_of(a) in (positive_int, nonnegative_int) and a.metavar == "K"),
-    "--density": ("a fraction in (0, 1] of the values", lambda a: _type_of(a) is fraction),
+    "--density": (f"a fraction in (0, 1]: the {DENSITY_MEANING}",
+                  lambda a: _type_of(a) is fraction and a.help.startswith(DENSITY_MEANING)),
     "--N": ("vector dimensions, a list", lambda a: isinstance(a, ListAction)
             and a.item_type is positive_int),
     "--seed": ("an integer seed", lambda a: _type_of(a) in (int, nonnegative_int)),
     "--timeout-seconds": ("a limit in seconds", lambda a: a.metavar == "SECONDS"
                           and "seconds" in a.help),
     "--data-home": ("where data sets live", lambda a: a.help == _data_home_help()),
-    "--output": ("what the tool writes, named by its metavar; records are appended",
-                 lambda a: a.metavar in ("FILE.jsonl", "DIR", "FILE.h5", "FILE.npz", "FILE")
+    "--output": ("the file the tool writes, named by its metavar; records are appended "
+                 "(a directory is --output-dir)",
+                 lambda a: a.metavar in ("FILE.jsonl", "FILE.h5", "FILE.npz", "FILE")
                  and (a.metavar != "FILE.jsonl" or "append" in a.help)),
+    "--output-dir": ("the directory the tool writes into", lambda a: a.metavar == "DIR"),
     "--reps": ("timed repetitions", lambda a: a.type is positive_int
                and "repetitions" in a.help),
     "--warmup": ("untimed repetitions", lambda a: a.type is nonnegative_int
@@ -285,6 +289,12 @@ CANONICAL = {
                      lambda a: _type_of(a) is algorithm_name or a.dest == "algorithms"
                      and isinstance(a, argparse._AppendAction)),
     "--tol": ("SGDClassifier's tol", lambda a: a.type is float),
+    "-n": ("the ranks of each run, as mpiexec -n", lambda a: a.metavar == "P"
+           and a.type is positive_int),
+    "--clip-grad-norm": ("the optimizer's clipping of the averaged gradient (DGC's per-rank "
+                         "clipping is --clip-norm)", lambda a: "averaged gradient" in a.help),
+    "--clip-norm": ("DGC's clipping of each rank's bucket", lambda a: "each rank's bucket"
+                    in a.help),
 }
 
 # headers that are labels or counts: their unit is what they name
@@ -309,7 +319,8 @@ def test_every_console_script_is_checked():
 
 # other spellings of the vocabulary's flags (hidden deprecated aliases aside)
 SYNONYMS = {"--n": "--N", "--timeout": "--timeout-seconds", "--workdir": "--synth-cache",
-            "--data-dir": "--data-home", "--out": "--output", "--outdir": "--output"}
+            "--data-dir": "--data-home", "--out": "--output", "--outdir": "--output-dir",
+            "--nprocs": "-n", "--np": "-n", "--clip": "--clip-grad-norm"}
 
 
 @pytest.mark.parametrize("prog", VOCABULARY)
@@ -440,12 +451,12 @@ def test_help_points_at_printed_columns(prog):
 # -- renamed flags: the old spelling still works, with one line ------------------------------
 
 # the arguments a parser needs besides the flag (required options, a subcommand)
-_BASE = {"sparc-record-gradients": ["cnn", "--output", "x.npz"],
+_BASE = {"sparc-record-gradients": ["cnn", "--output", "x.npz"], "sparc-report": ["r.jsonl"],
          "sparc-linear": ["--synth", "url"], "sparc-logreg": ["--synth", "url"],
          "sparc-svm": ["--synth", "url"], "sparc-data fetch": ["url"],
          "sparc-jobs wait": ["1"], "sparc-jobs sweep": ["t.sbatch", "--nodes", "1"]}
 _VALUE = {"--n": "1000", "--topk": "0.05", "--timeout": "5", "--workdir": "/tmp/x",
-          "--checkpoint-every": "3"}
+          "--checkpoint-every": "3", "--nprocs": "2", "--clip": "0.5", "--output": "/tmp/rep"}
 
 
 def _aliases():
@@ -465,6 +476,8 @@ ALIASES = _aliases()
 def test_the_renames_have_aliases():
     got = {(prog, old, new) for prog, _, old, new in (a.values for a in ALIASES)}
     assert {("sparc-bench-compress", "--n", "--N"),
+            ("sparc-deep-accuracy", "--nprocs", "-n"), ("sparc-lstm", "--clip", "--clip-grad-norm"),
+            ("sparc-report", "--output", "--output-dir"),
             ("sparc-record-gradients", "--topk", "--density"),
             ("sparc-data", "--timeout", "--timeout-seconds"),
             ("sparc-jobs", "--timeout", "--timeout-seconds"),
@@ -485,8 +498,10 @@ def test_deprecated_alias_works_and_says_so(prog, path, old, new, capsys):
 
 
 def _doc_lines():
-    """Each line of README.md, jobs/README.md, BENCHMARKS.md and the sbatch templates."""
-    files = [REPO / "README.md", REPO / "jobs" / "README.md", REPO / "BENCHMARKS.md",
+    """Each line of README.md, jobs/README.md, datasets/README.md, BENCHMARKS.md and the sbatch
+    templates."""
+    files = [REPO / "README.md", REPO / "jobs" / "README.md", REPO / "datasets" / "README.md",
+             REPO / "BENCHMARKS.md",
              *sorted((REPO / "jobs").glob("*.sbatch"))]
     for f in files:
         for n, line in enumerate(f.read_text().splitlines(), 1):
@@ -507,3 +522,107 @@ def test_docs_use_no_renamed_flag():
                 if re.search(rf"(^|\s){re.escape(old)}(\s|=|$|`)", m.group(3)):
                     bad.append(f"{where}: {prog} {old}")
     assert not bad, bad
+
+
+# -- every flag a help text names exists (issue 36 item 4) ------------------------------------
+
+# flags of other programs a help text may name, with the program it must name beside them
+FOREIGN_FLAGS = {"--allow-run-as-root": "Open MPI", "--oversubscribe": "Open MPI",
+                 "--map-by": "Open MPI", "--partition": "sbatch"}
+
+
+def _help_flag_problems(prog, parser_texts):
+    """``(where, flag)`` for each ``--flag`` named in a help text (``parser_texts``: ``(where,
+    text)`` of ``prog``'s parsers) that is neither ``prog``'s own, nor one of a ``sparc-*`` tool
+    the same text names, nor another program's flag with that program named."""
+    own = _flags_of(prog)
+    bad = []
+    for where, text in parser_texts:
+        flat = " ".join(text.split())
+        named = {t for t, _ in _tool_refs(flat) if t in SCRIPTS}
+        theirs = set().union(*(_flags_of(t) for t in named)) if named else set()
+        for flag in re.findall(r"(?<![\w-])(--[a-zA-Z][\w-]*)", flat):
+            if flag in own or flag in theirs:
+                continue
+            if flag in FOREIGN_FLAGS and FOREIGN_FLAGS[flag] in flat:
+                continue
+            bad.append((where, flag))
+    return bad
+
+
+def test_help_names_only_flags_that_exist():
+    """Every ``--flag`` any console script's ``--help`` (subcommands included) mentions exists
+    (``sparc-cnn --help`` named ``--compressor-momentum``, which never did), and no help shows
+    an empty ``(default: )``."""
+    bad, empty = [], []
+    for prog in VOCABULARY:
+        texts = [(p.prog, p.format_help()) for _, p in _walk(prog)]
+        bad += _help_flag_problems(prog, texts)
+        empty += [where for where, text in texts if "(default: )" in " ".join(text.split())]
+    assert not bad, bad
+    assert not empty, empty
+    # the check can fail: a made-up flag in a help text is found
+    assert _help_flag_problems("sparc-cnn", [("x", "uses --compressor-momentum")]) == \
+        [("x", "--compressor-momentum")]
+    assert _help_flag_problems("sparc-cnn", [("x", "like sparc-bench --probe-network")]) == []
+
+
+_HELP_PROBE = r"""
+import contextlib, io, importlib, json, sys, time
+from sparcapps.entry import SCRIPTS
+heavy = ("torch", "sklearn", "h5py", "matplotlib", "tqdm", "threadpoolctl")
+out = {}
+for prog, target in sorted(SCRIPTS.items()):
+    module, func = target.split(":")
+    sys.argv = [prog, "--help"]
+    start = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            getattr(importlib.import_module(module), func)()
+    except SystemExit:
+        pass
+    out[prog] = [time.perf_counter() - start, [m for m in heavy if m in sys.modules]]
+print(json.dumps(out))
+"""
+
+
+def test_help_is_fast_imports_no_app_dependency():
+    """``--help`` of every console script (run in one fresh interpreter, in order) imports
+    none of the apps' heavy dependencies (torch, scikit-learn, h5py, matplotlib, tqdm,
+    threadpoolctl): the linear apps' help took 6-8 s under load when ``sparcapps.linear``
+    imported scikit-learn and h5py on the way to its parser. The module check is the bound (it
+    does not move with the machine's load); the seconds are printed."""
+    import json
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _HELP_PROBE], capture_output=True, text=True,
+                          timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(got) == set(SCRIPTS)
+    print({prog: round(t, 2) for prog, (t, _) in got.items()})
+    loaded = {prog: mods for prog, (_, mods) in got.items() if mods}
+    assert not loaded, f"--help imported {loaded} (the first tool named loaded them)"
+
+
+def test_renamed_preset_still_works_and_says_so(capsys):
+    """``--preset default`` was never the default (``small`` is): it is ``acceptance`` now, and
+    the old name still reads, with one line."""
+    bench = parser_of("sparc-bench")
+    assert bench.parse_args([]).preset == "small"
+    assert bench.parse_args(["--preset", "acceptance"]).preset == "acceptance"
+    assert capsys.readouterr().err == ""
+    assert bench.parse_args(["--preset", "default"]).preset == "acceptance"
+    assert capsys.readouterr().err.splitlines() == [
+        "sparc-bench: deprecated: --preset default is now --preset acceptance"]
+    text = " ".join(bench.format_help().split())
+    assert "--preset {acceptance,small}" in text and "(default: small)" in text, text
+
+
+def test_report_requires_its_directory():
+    """``sparc-report`` without ``-o/--output-dir`` (or the old ``--output``) is a usage error."""
+    report = importlib.import_module("sparcapps.report")
+    with pytest.raises(SystemExit) as exit_:
+        report.main(["r.jsonl"])
+    assert exit_.value.code == 2

@@ -80,6 +80,8 @@ def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch
     from sparcapps.records import append_record, make_record
 
     def fake_run(cmd, **kwargs):
+        if cmd[1:] == ["--version"]:  # launcher.mpi_flavor, when its cache is cold
+            return subprocess.CompletedProcess(cmd, 0, "HYDRA build details", "")
         out = cmd[cmd.index("--output") + 1]
         run_id = cmd[cmd.index("--run-id") + 1]
         append_record(out, make_record("sparc-cnn", config={"run_id": run_id}, environment={},
@@ -91,7 +93,7 @@ def test_accuracy_records_default_to_results_and_say_where(tmp_path, monkeypatch
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(accuracy.subprocess, "run", fake_run)
-    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "--apps", "cnn"]) == 0
+    assert accuracy.main(["-n", "2", "--seeds", "0", "--apps", "cnn"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("sparc-deep-accuracy: records appended to "
                           "results/deep-accuracy.jsonl\n"), out
@@ -116,6 +118,8 @@ def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monke
     runs = []
 
     def fake_run(cmd, **kwargs):
+        if cmd[1:] == ["--version"]:  # launcher.mpi_flavor, when its cache is cold
+            return subprocess.CompletedProcess(cmd, 0, "HYDRA build details", "")
         out = cmd[cmd.index("--output") + 1]
         run_id = cmd[cmd.index("--run-id") + 1]
         runs.append(run_id)
@@ -127,7 +131,7 @@ def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monke
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(accuracy.subprocess, "run", fake_run)
-    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "1", "--apps", "cnn",
+    assert accuracy.main(["-n", "2", "--seeds", "0", "1", "--apps", "cnn",
                           "--configs", "topk-ef"]) == 0
     out = capsys.readouterr().out
     assert len(runs) == len(set(runs)) == 4 and all(r.startswith("deep-accuracy-") for r in runs)
@@ -141,5 +145,5 @@ def test_accuracy_reads_each_runs_own_record_with_another_writer(tmp_path, monke
         return subprocess.CompletedProcess(cmd, 0, "", "")
 
     monkeypatch.setattr(accuracy.subprocess, "run", twice)
-    assert accuracy.main(["--nprocs", "2", "--seeds", "0", "--apps", "cnn"]) == 1
+    assert accuracy.main(["-n", "2", "--seeds", "0", "--apps", "cnn"]) == 1
     assert "2 records of run deep-accuracy-" in capsys.readouterr().err

@@ -52,8 +52,8 @@ def test_dir_checks_name_the_problem(tmp_path, a_file):
 
 
 CLIS = [
-    ("sparcapps.report", ["x.jsonl", "-o", "{file}"], "-o/--output"),
-    ("sparcapps.report", ["x.jsonl", "-o", "{file}/report"], "-o/--output"),
+    ("sparcapps.report", ["x.jsonl", "-o", "{file}"], "-o/--output-dir"),
+    ("sparcapps.report", ["x.jsonl", "-o", "{file}/report"], "-o/--output-dir"),
     ("sparcapps.bench.cli", ["--N", "1000", "--output", "{file}/x.jsonl"], "--output"),
     ("sparcapps.bench.cli", ["--N", "1000", "--output", "{dir}"], "--output"),
     ("sparcapps.linear.cli", ["--output", "{file}/x.jsonl"], "--output"),

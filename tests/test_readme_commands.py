@@ -82,8 +82,10 @@ PLAN = [
     ("README.md", "sparc-report results/sim.jsonl", "RUN", ({}, [])),
     ("README.md", "sparc-linear --synth url --epochs 1 --simulate", "RUN",
      ({"--simulate": ["2", "3"]}, ["--rows", "3000", "--features", "20000", "--batch-size", "32"])),
-    ("README.md", "sparc-svm --synth url --epochs 1 --algorithm dense --simulate", "RUN",
+    ("README.md", "sparc-linear --synth url --epochs 1 --algorithm dense --simulate", "RUN",
      ({"--simulate": ["2", "3"]}, ["--rows", "3000", "--features", "20000", "--batch-size", "32"])),
+    ("README.md", "sparc-report sim-lr.jsonl", "ELSEWHERE",  # simulated + dense, one axes
+     "tests/test_apps_simulated.py::test_linear_apps_simulated_equal_mpiexec_bitwise"),
     ("README.md", "mpiexec -n 4 sparc-linear --synth url --loss log", "RUN",
      (_mpiexec_n(4), ["--rows", "3000", "--features", "20000", "--batch-size", "32"])),
     ("README.md", "mpiexec -n 4 sparc-svm", "ELSEWHERE",
@@ -97,6 +99,7 @@ PLAN = [
      "tests/test_deep_apps.py::test_apps_end_to_end_on_two_ranks"),
     ("README.md", "mpiexec -n 4 sparc-lstm", "ELSEWHERE",
      "tests/test_deep_apps.py::test_apps_end_to_end_on_two_ranks"),
+    ("README.md", "sparc-report r.jsonl", "RUN", ({}, [])),
     ("README.md", "sparc-cnn --density 0.01 --bits 4 --batch-size 8 --epochs 1 --simulate",
      "ELSEWHERE", "tests/test_deep_simulate.py::test_simulated_deep_apps_equal_mpiexec_bitwise"),
     ("README.md", "sparc-data list", "RUN", ({}, [])),
@@ -107,7 +110,7 @@ PLAN = [
     ("README.md", "sbatch", *SLURM),
     ("README.md", "sparc-jobs sweep", "DRY", None),
     ("README.md", "sparc-report results/strong", *SLURM),
-    ("README.md", "sudo env PATH=$PATH bash jobs/emulate.sh", "ELSEWHERE",
+    ("README.md", "bash jobs/emulate.sh", "ELSEWHERE",
      "tests/test_emulated_net.py::test_sparc_bench_on_emulated_nodes"),
     ("jobs/README.md", "sbatch", *SLURM_JOBS),
     ("jobs/README.md", "sparc-jobs sweep ...", "SHORTHAND", None),  # the sweep above, + a flag
@@ -118,11 +121,11 @@ PLAN = [
     ("jobs/README.md", "module load", "CANNOT", "put them in a file and point `SPARC_SETUP`"),
     ("jobs/README.md", "source $HOME/sparcml/.venv/bin/activate", "CANNOT",
      "put them in a file and point `SPARC_SETUP`"),
-    ("jobs/README.md", "sudo bash jobs/slurm-local-", "ELSEWHERE",
+    ("jobs/README.md", "bash jobs/slurm-local-", "ELSEWHERE",
      "tests/test_slurm.py::test_templates_under_slurm"),
     ("jobs/README.md", "export SLURM_CONF=", "ELSEWHERE",
      "tests/test_slurm.py::test_templates_under_slurm"),
-    ("jobs/README.md", "sudo env PATH=$PATH bash jobs/emulate.sh", "ELSEWHERE",
+    ("jobs/README.md", "bash jobs/emulate.sh", "ELSEWHERE",
      "tests/test_emulated_net.py::test_sparc_bench_on_emulated_nodes"),
 ]
 
@@ -242,6 +245,8 @@ def test_the_readme_chain_runs(tmp_path):
     resumed = next(v for k, v in out.items() if "--resume" in k)
     assert "is a finished run" not in resumed and "epoch 5:" in resumed, resumed
     assert (tmp_path / "report" / "sim" / "report.html").is_file()
+    # the report of the apps' lines: the sparse run timed against its dense baseline
+    assert "dense baseline" in (tmp_path / "report" / "apps" / "report.md").read_text()
     assert (tmp_path / "m.h5").is_file() and (tmp_path / "url-like.h5").is_file()
 
 

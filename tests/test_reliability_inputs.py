@@ -89,7 +89,7 @@ def test_sparc_jobs_wait_without_squeue_is_one_line_exit_2(monkeypatch, capsys):
 
 @pytest.mark.parametrize("app,flags", [("lstm", ["--lr", "nan"]), ("lstm", ["--bptt", "-3"]),
                                        ("lstm", ["--lr", "-0.1"]), ("cnn", ["--lr", "inf"]),
-                                       ("lstm", ["--clip", "nan"]),
+                                       ("lstm", ["--clip-grad-norm", "nan"]),
                                        ("cnn", ["--warmup-steps", "-1"]),
                                        ("cnn", ["--bucket-mb", "0"])])
 def test_deep_apps_refuse_bad_numbers_at_parse_time(app, flags, capsys):
@@ -130,7 +130,7 @@ def _refused_dir(tmp_path):
 @pytest.mark.parametrize("module,argv,flag", [
     ("sparcapps.bench.cli", ["--N", "100", "--output", "{ro}/x.jsonl"], "--output"),
     ("sparcapps.linear.cli", ["--output", "{ro}/x.jsonl"], "--output"),
-    ("sparcapps.report", ["x.jsonl", "-o", "{ro}/report"], "-o/--output"),
+    ("sparcapps.report", ["x.jsonl", "-o", "{ro}/report"], "-o/--output-dir"),
     ("sparcapps.deep.lstm", ["--output", "{ro}/x.jsonl"], "--output"),
     ("sparcapps.deep.cnn", ["--output", "{ro}/x.jsonl"], "--output"),
 ])

@@ -187,3 +187,64 @@ def test_failed_rerun_names_its_command_shell_quoted(tmp_path, monkeypatch):
     with pytest.raises(Exception, match=r"exited with status 3: .* '\$\(touch pwned\)'"):
         rerun_figure([path], fig.id, tmp_path / "out")
     assert not (tmp_path / "pwned").exists()
+
+
+_FAKE_BENCH = """#!{python}
+import sys
+from sparcapps.records import append_record, capture_environment, make_record, summarize
+out = sys.argv[sys.argv.index("--output") + 1]
+append_record(out, make_record("sparc-bench", config={{}}, environment=capture_environment(),
+                               P=1, N=1024, density=0.01, algorithm="allgather",
+                               timings={{"allreduce": summarize([1e-3])}}))
+"""
+
+
+def test_template_path_with_spaces_recorded_whole_through_the_template(tmp_path):
+    """Issue 36 (round 3's leftover): a template whose path has spaces, submitted with plain
+    sbatch, runs its real ``sparc-jobs run`` line; the record's sbatch line and the report's
+    rerun command hold the path whole, as one word, with arguments that have spaces, quotes,
+    a tab and a newline (which breaks scontrol's Command= over two lines: the suffix of
+    arguments was not found and the path took in the arguments' first line). No Slurm: a stand-in scontrol prints the job as Slurm does (the path, then the
+    arguments joined by spaces), a stand-in sparc-bench writes the record."""
+    import shlex
+    import subprocess
+
+    from sparcapps.report.commands import command_of, rerun_command
+    from sparcapps.report.rerun import _executable
+
+    jobs_dir = tmp_path / "my jobs"
+    jobs_dir.mkdir()
+    template = jobs_dir / "bench strong.sbatch"
+    template.write_text((REPO / "jobs" / "bench-strong.sbatch").read_text())
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    args = ["--N", "1024", "--title", "it's a b", "tab\there", "two\nlines"]
+    (fake / "scontrol").write_text(
+        "#!/bin/sh\ncat <<'EOF'\nJobId=7 JobName=x\n   Command=" + str(template) + " "
+        + " ".join(args) + f"\n   WorkDir={tmp_path}\nEOF\n")
+    (fake / "sparc-bench").write_text(_FAKE_BENCH.format(python=sys.executable))
+    for f in fake.iterdir():
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{BIN}{os.pathsep}{os.environ['PATH']}",
+           "SLURM_JOB_ID": "7", "SLURM_NNODES": "2", "SLURM_NTASKS_PER_NODE": "1",
+           "SLURM_NTASKS": "2", "SLURM_SUBMIT_DIR": str(tmp_path), "SPARC_LAUNCH": "env",
+           "SPARC_RESULTS": str(tmp_path / "results")}
+    for var in ("SPARC_SUBMIT_SBATCH", "SPARC_SUBMIT_SWEEP"):
+        env.pop(var, None)
+    proc = subprocess.run(["bash", "my jobs/bench strong.sbatch", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (rec,), problems = read_records([tmp_path / "results" / "sparc-bench-strong-7" /
+                                     "records.jsonl"])
+    assert problems == []
+    line = rec["environment"]["submitted"]["sbatch"]
+    assert shlex.split(line) == ["SPARC_LAUNCH=env", f"SPARC_RESULTS={tmp_path / 'results'}",
+                                 "sbatch", "--nodes=2", "--ntasks-per-node=1",
+                                 "my jobs/bench strong.sbatch", *args], line
+    cmd = command_of(rec)
+    assert cmd.level == "sbatch" and "my jobs/bench strong.sbatch" in cmd.argv
+    again = shlex.split(rerun_command(rec))
+    assert again[again.index("sbatch") + 3] == "my jobs/bench strong.sbatch", again
+    argv, _ = _executable(cmd, tmp_path / "new.jsonl", tmp_path / "new-results")
+    assert argv[:2] == ["sbatch", "--wait"] and argv[4:] == ["my jobs/bench strong.sbatch",
+                                                             *args], argv

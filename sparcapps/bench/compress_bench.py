@@ -164,8 +164,8 @@ def bench_topk(n: int = 5_000_000, density: float = 0.01, reps: int = 7, dtype=n
 
 
 def main(argv=None) -> None:
-    from sparcapps.cli_args import (add_deprecated_alias, add_list_argument, fraction,
-                                    make_parser, positive_int)
+    from sparcapps.cli_args import (add_deprecated_alias, add_list_argument, density_help,
+                                    fraction, make_parser, positive_int)
 
     parser = make_parser("sparc-bench-compress", __doc__)
     n_flag = add_list_argument(parser, "--N", item_type=positive_int, default=[5_000_000],
@@ -174,7 +174,7 @@ def main(argv=None) -> None:
     parser.add_argument("--reps", type=positive_int, default=7,
                         help="timed repetitions per case")
     add_list_argument(parser, "--density", item_type=fraction, default=[0.01], metavar="D",
-                      help="fractions of the values TopK keeps")
+                      help=density_help("what TopK keeps, one case per value"))
     args = parser.parse_args(argv)
     for n in args.N:
         _print_qsgd(n, args.reps)

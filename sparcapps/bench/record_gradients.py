@@ -104,7 +104,7 @@ def cnn_topk_gradients(count: int, *, width: int = 100, batch_size: int = 32,
 def main(argv=None) -> int:
     from .replay import save_replay
 
-    from sparcapps.cli_args import (add_deprecated_alias, fraction, make_parser,
+    from sparcapps.cli_args import (add_deprecated_alias, density_help, fraction, make_parser,
                                     nonnegative_int, output_file, positive_int)
     from sparcapps.output_paths import write_with_fallback
 
@@ -120,7 +120,8 @@ def main(argv=None) -> int:
     p.add_argument("--train-rows", type=positive_int, default=50_000,
                    help="linear: training rows")
     density = p.add_argument("--density", type=fraction, default=0.01,
-                             help="cnn: the fraction of the gradient kept (top-k by magnitude)")
+                             help=density_help("cnn: what top-k (by magnitude) keeps of the "
+                                               "gradient"))
     add_deprecated_alias(p, "--topk", density)
     p.add_argument("--width", type=positive_int, default=100,
                    help="cnn: DigitsCNN width (100: 5.3M parameters)")

@@ -104,9 +104,14 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--scale", type=positive_float,
                       help="fraction of the catalog's row count (default 0.01)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generator")
-    p.add_argument("--features", type=positive_int, help="override the feature count")
-    p.add_argument("--nnz-per-row", type=positive_float, help="mean nonzeros per row")
-    p.add_argument("--zipf", type=float, help="power-law exponent of feature frequencies")
+    p.add_argument("--features", type=positive_int,
+                   help="override the feature count (default: the preset's; needed for "
+                        "a custom twin)")
+    p.add_argument("--nnz-per-row", type=positive_float,
+                   help="mean nonzeros per row (default: the preset's; needed for a "
+                        "custom twin)")
+    p.add_argument("--zipf", type=float, help="power-law exponent of feature frequencies "
+                                              "(default: the preset's; 1.1 for a custom twin)")
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
     p.add_argument("--no-progress", action="store_true", help=no_progress)
     _add_common(p)

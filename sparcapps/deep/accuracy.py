@@ -1,15 +1,15 @@
 """Test accuracy of quantized top-k SGD against the dense baseline, per app and seed.
 
-``sparc-deep-accuracy [--nprocs 4] [--seeds 0 1 2] [--apps cnn lstm]`` launches,
-for every app and seed, ``mpiexec -n P`` runs of the app (each with its default epochs, model
-and learning rate) in three configurations: ``dense_baseline`` (full gradients, dense
+``sparc-deep-accuracy [-n 4] [--seeds 0 1 2] [--apps cnn lstm]`` launches, for every app and
+seed, ``mpiexec -n P`` runs of the app (sparc-cnn, sparc-lstm; each with its default epochs,
+model and learning rate) in three configurations: ``dense_baseline`` (full gradients, dense
 allreduce), ``topk-ef`` (density 1%, 4-bit QSGD, error feedback) and ``topk-noef`` (the same
-without error feedback); ``--configs`` adds ``global-topk-ef`` (the top 1% of the gradients'
-sum over ranks, ``--global-topk``, exact values, error feedback); ``--compressors NAME ...``
-adds one configuration ``compressor-NAME`` per name of :data:`sparcml.compression.COMPRESSORS`
-(``--compressor NAME``; its parameters after ``--``). It prints the final test accuracy of
-each run, the mean per
-configuration and the difference to dense in points, and the bytes sent per step and rank.
+without error feedback); ``--configs`` adds ``global-topk-ef`` (the top 1% of the gradients' sum
+over ranks, ``--global-topk``, exact values, error feedback); ``--compressors NAME ...`` adds
+one configuration ``compressor-NAME`` per name of :data:`sparcml.compression.COMPRESSORS`
+(``--compressor NAME``; its parameters after ``--``). It prints the final test accuracy of each
+run, the mean per configuration and the difference to dense in points, and the bytes sent per
+step and rank.
 Records go to ``--output`` (default: ``results/deep-accuracy.jsonl``, appended; the path is
 printed first), one per run, as the apps write them. Each run gets its own ``--run-id``
 (``deep-accuracy-<random hex>-<app>-<seed>-<configuration>``, kept in the record's config),
@@ -44,11 +44,13 @@ DEFAULT_CONFIGS = ["dense_baseline", "topk-ef", "topk-noef"]
 def main(argv=None) -> int:
     from sparcapps.records import read_records
 
-    from sparcapps.cli_args import (add_list_argument, add_records_output_argument, make_parser,
-                                    positive_int)
+    from sparcapps.cli_args import (add_deprecated_alias, add_list_argument,
+                                    add_records_output_argument, make_parser, positive_int)
 
     p = make_parser("sparc-deep-accuracy", __doc__)
-    p.add_argument("--nprocs", type=positive_int, default=4, help="ranks of each run")
+    nprocs = p.add_argument("-n", dest="nprocs", metavar="P", type=positive_int, default=4,
+                            help="ranks of each run, as mpiexec -n")
+    add_deprecated_alias(p, "--nprocs", nprocs)
     add_list_argument(p, "--seeds", item_type=int, default=[0, 1, 2], metavar="SEED",
                       help="one run per seed and configuration")
     add_list_argument(p, "--apps", choices=("cnn", "lstm"), default=["cnn", "lstm"],

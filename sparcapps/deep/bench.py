@@ -1,10 +1,11 @@
 """Step time of data-parallel training, dense allreduce vs quantized top-k, side by side.
 
-``mpiexec -n 4 sparc-deep-bench [--width 100] [--reps 10]`` trains the digits CNN
+``mpiexec -n 4 sparc-deep-bench [--width 100] [--reps 10] [--bits 4]`` trains the digits CNN
 (``--width 100``: 5.4M parameters) with one :class:`sparcml.torch.DistributedOptimizer` per
 configuration (``dense_baseline``: full gradients, MPI allreduce, ``Compression.none()``;
-``topk``: density 1% + 4-bit QSGD with error feedback over the default algorithm,
-recursive doubling), the configurations interleaved repetition by repetition so that both see
+``topk``: ``--density`` 1% with error feedback over the default algorithm, recursive
+doubling, its values QSGD-quantized with ``--bits B``, full precision by default as in every
+tool), the configurations interleaved repetition by repetition so that both see
 the same machine load. Per repetition (slowest rank; columns in seconds):
 
 - ``step``: forward + backward (the hooks compress and launch the buckets) + ``synchronize()``
@@ -39,8 +40,8 @@ __all__ = ["main", "build_parser"]
 
 def build_parser():
     from sparcapps.cli_args import (add_bits_argument, add_records_output_argument,
-                                    algorithm_name, fraction, make_parser, nonnegative_int,
-                                    positive_int)
+                                    algorithm_name, density_help, fraction, make_parser,
+                                    nonnegative_int, positive_int)
 
     p = make_parser("sparc-deep-bench", __doc__)
     p.add_argument("--width", type=positive_int, default=100,
@@ -52,9 +53,10 @@ def build_parser():
                    help="timed repetitions per configuration")
     p.add_argument("--warmup", type=nonnegative_int, default=2, help="untimed repetitions first")
     p.add_argument("--density", type=fraction, default=0.01,
-                   help="top-k density of the compressed configuration")
-    # the configuration this benchmark times is top-k + 4-bit QSGD: its default, not the apps'
-    add_bits_argument(p, default=4, what="the compressed configuration's values")
+                   help=density_help("what top-k keeps of each gradient bucket in the "
+                                     "compressed configuration"))
+    # 0 as in every tool; the README's line times top-k + 4-bit QSGD with --bits 4
+    add_bits_argument(p, what="the compressed configuration's values")
     p.add_argument("--algorithm", default=None, type=algorithm_name,
                    help="allreduce algorithm of the top-k configuration (default: sparcml's)")
     p.add_argument("--bucket-mb", type=float, default=4.0, help="gradient MiB per bucket")

@@ -16,7 +16,7 @@ APP = "sparc-lstm"
 
 
 def build_parser():
-    from sparcapps.cli_args import nonnegative_float, positive_int
+    from sparcapps.cli_args import add_deprecated_alias, nonnegative_float, positive_int
 
     from .train import build_parser as common
 
@@ -24,8 +24,11 @@ def build_parser():
                datasets=("digits", "ptb"), width=128, depth=1, lr=0.3, epochs=40,
                batch_size=32)
     p.add_argument("--bptt", type=positive_int, default=35, help="ptb: time steps per window")
-    p.add_argument("--clip", type=nonnegative_float, default=0.25,
-                   help="ptb: clip the averaged gradient's norm to this (0: no clipping)")
+    # --clip-norm is DGC's clipping of each rank's bucket: this one is the optimizer's
+    clip = p.add_argument("--clip-grad-norm", dest="clip", type=nonnegative_float, default=0.25,
+                          help="ptb: clip the L2 norm of the averaged gradient to this before "
+                               "the update (torch.nn.utils.clip_grad_norm_; 0: no clipping)")
+    add_deprecated_alias(p, "--clip", clip)
     return p
 
 

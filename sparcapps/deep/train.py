@@ -86,7 +86,8 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                                     add_options_arguments, add_records_output_argument,
                                     algorithm_help, algorithm_name, fraction, make_parser,
                                     positive_int)
-    from sparcapps.cli_args import nonnegative_float, nonnegative_int, positive_float
+    from sparcapps.cli_args import (density_help, nonnegative_float, nonnegative_int,
+                                    positive_float)
 
     p = make_parser(prog, description, parser_class=_DeepParser)
     p.app_defaults = {"lr": lr, "momentum": momentum}
@@ -126,7 +127,7 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                    help="torch threads per rank (ranks usually share the cores)")
     g = p.add_argument_group("communication")
     g.add_argument("--density", type=fraction, default=0.01,
-                   help="fraction of each gradient bucket sent (top-k)")
+                   help=density_help("what top-k keeps of each gradient bucket"))
     add_bits_argument(g, what="the values sent")
     add_options_arguments(g)
     g.add_argument("--algorithm", default=DEFAULT_ALGORITHM, type=algorithm_name,

@@ -9,12 +9,32 @@
   ``python -m sparcapps.linear.compare``.
 """
 
-from .errors import (CheckpointError, CheckpointMismatchError, InputDataError, LinearModelError,
-                     ModelFileError, NotBinaryError)
-from .estimator import LOSSES, SparseLinearClassifier
-from .io import load_checkpoint, load_model, save_checkpoint, save_model
-from .schedule import SCHEDULES, Schedule
-from .state import TrainState
+# names imported at their first use (PEP 562): ``sparc-linear --help`` reads only the parser's
+# modules, not scikit-learn (the estimator) or h5py (the model files)
+_WHERE = {
+    "SparseLinearClassifier": "estimator", "LOSSES": "estimator",
+    "save_model": "io", "load_model": "io", "save_checkpoint": "io", "load_checkpoint": "io",
+    "SCHEDULES": "schedule", "Schedule": "schedule", "TrainState": "state",
+    **{name: "errors" for name in (
+        "LinearModelError", "InputDataError", "NotBinaryError", "CheckpointError",
+        "CheckpointMismatchError", "ModelFileError")},
+}
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
 
 __all__ = [
     "SparseLinearClassifier",

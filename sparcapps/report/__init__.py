@@ -37,15 +37,18 @@ __all__ = ["build_report", "collective_rows", "command_of", "rerun_command", "re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from sparcapps.cli_args import add_timeout_argument, make_parser, output_dir
+    from sparcapps.cli_args import (add_deprecated_alias, add_timeout_argument, make_parser,
+                                    output_dir)
     from sparcapps.output_paths import write_with_fallback
 
     p = make_parser("sparc-report", "Turn result records into a Markdown + HTML report with "
                     "tables, figures, environment and the commands to rerun each group of "
                     "figures.")
     p.add_argument("results", nargs="+", help="records files (.jsonl) or directories of them")
-    p.add_argument("-o", "--output", required=True, metavar="DIR", type=output_dir,
-                   help="report directory (created)")
+    # --output is a file in every other tool: here the directory is --output-dir
+    out = p.add_argument("-o", "--output-dir", dest="output", metavar="DIR", type=output_dir,
+                         help="report directory (created; required)")
+    add_deprecated_alias(p, "--output", out)
     p.add_argument("--title", default="SparCML results", help="the report's title")
     p.add_argument("--strict", action="store_true",
                    help="exit non-zero when any line had to be skipped")
@@ -55,6 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "old and new figure side by side")
     add_timeout_argument(p, default=3600, what="each command of --rerun")
     args = p.parse_args(argv)
+    if args.output is None:  # not argparse's required=: the deprecated --output counts too
+        p.error("the following arguments are required: -o/--output-dir")
     try:
         if args.rerun:
             md, cmp = rerun_figure(args.results, args.rerun, args.output,

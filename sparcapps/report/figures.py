@@ -21,7 +21,8 @@ from . import plotting as pl
 from .fmt import count, percent, sig, slug
 from .rows import REFERENCES, dense_name
 
-__all__ = ["Fig", "collective_figures", "input_label", "group_rows", "render"]
+__all__ = ["Fig", "collective_figures", "input_label", "group_rows", "render", "series_text",
+           "MODEL_LINES"]
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Fig:
 def render(fig, fid: str) -> tuple[bytes, bytes, dict]:
     """The PNG, the SVG and :func:`plotting.describe` of a figure, in the order Fig takes
     them."""
+    pl.apply_y_range(fig, fid)
     png, svg = pl.save(fig, fid)
     return png, svg, pl.describe(fig)
 
@@ -101,6 +103,25 @@ def _panels(title, xlabel, ylabel, rows, enough, *, wide=False):
         f" Left out (a single point each, in the table): {', '.join(left_out)}."
         if left_out else "")
     return fig, list(zip(axes, parts)), [r for p in parts for r in p], text
+
+
+def series_text(rows) -> str:
+    """What the configurations drawn from ``rows`` are, for the caption: the dense baseline,
+    modeled-only lines, simulated lines."""
+    series = {r["series"] for r in rows}
+    dense = dense_name()
+    parts = []
+    if dense in series or dense + pl.MODELED in series:
+        parts.append(f"{dense}: the baseline, MPI_Allreduce of the densified vectors (black)")
+    modeled = sorted(s for s in series if pl.modeled_series(s))
+    if modeled:
+        parts.append(f"{', '.join(modeled)}: predicted by the cost model for the simulated "
+                     "network, not simulated (a dense baseline too large to simulate, or "
+                     "--model-only), drawn dotted with x markers on the same axes as the "
+                     "simulated lines it compares with")
+    if any(r["simulated"] for r in rows if not pl.modeled_series(r["series"])):
+        parts.append("simulated lines dashed with hollow markers")
+    return (" Series: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _distinct(key, n=2):
@@ -187,7 +208,7 @@ def _scaling(rows, styles, kind):
         fid = slug(kind, "N" if kind == "strong" else "NperP", k[0], "d", k[1], k[2], k[3])
         figs.append(Fig(fid, f"{kind.capitalize()} scaling", f"{kind} scaling, {what}; "
                         + _bars_text(bars, len(grp), "quartiles of the repetitions") + "."
-                        + caveat, *render(fig, fid), grp))
+                        + series_text(grp) + caveat, *render(fig, fid), grp))
     return figs
 
 
@@ -220,7 +241,9 @@ def _speedup(rows, styles):
         figs.append(Fig(fid, "Speedup over dense",
                         f"speedup over dense, {what}; " + _bars_text(
                             bars, len(grp), "dense quartiles over this algorithm's quartiles "
-                            "(q25/q75 .. q75/q25)") + "; P = 1 left out (no communication)."
+                            "(q25/q75 .. q75/q25)") + "; P = 1 left out (no communication). "
+                        "dense (= 1): the black line at 1, the baseline every ratio is "
+                        "taken against." + series_text(grp)
                         + caveat, *render(fig, fid), grp))
     return figs
 
@@ -248,7 +271,7 @@ def _vs_density(rows, styles):
         fid = slug("density", "P", k[0], "N", k[1], k[2], k[3])
         figs.append(Fig(fid, "Time vs density", f"time vs density, {what}; "
                         + _bars_text(bars, len(grp), "quartiles of the repetitions") + "."
-                        + caveat, *render(fig, fid), grp))
+                        + series_text(grp) + caveat, *render(fig, fid), grp))
     return figs
 
 
@@ -293,9 +316,21 @@ def _model(rows, styles):
         pl.legend(fig, styles, series, extra=extra)
         fid = slug("model", "P", k[0], "N", k[1], k[2], k[3], k[4])
         figs.append(Fig(fid, "Measured vs cost model vs lower bound",
-                        f"measured vs cost model, {what}", *render(fig, fid), grp))
+                        f"measured vs cost model, {what}. " + MODEL_LINES + series_text(grp),
+                        *render(fig, fid), grp))
     return figs
 
+
+# what the model figure's lines are (each label of REFERENCES and the dashed lines), for its
+# caption: a line a reader cannot look up is no use
+MODEL_LINES = (
+    "Solid lines: the measured median per algorithm. cost model (dashed, the algorithm's "
+    "colour): the calibrated cost model's prediction for that algorithm. RS+AG volume "
+    "(gray, dash-dot): the time of the bytes a reduce-scatter of the inputs plus an allgather "
+    "of the result move per rank, (P - 1)/P (k + K) (index + value bytes), at the calibrated "
+    "seconds per byte: what the split algorithms' traffic costs without latency or compute. "
+    "lower bound (gray, dotted): the bytes every rank must receive at least, (K - k) (index + "
+    "value bytes), at the same rate (k: nonzeros per rank, K: nonzeros of the result).")
 
 MODELED_ONLY = "; modeled only"  # :func:`sparcapps.report.fmt.network_label`'s mark
 

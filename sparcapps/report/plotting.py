@@ -17,9 +17,10 @@ import math
 import textwrap
 from typing import Iterable, Sequence
 
-__all__ = ["DPI", "MIN_REPS", "MARKERS", "MODELED", "modeled_series", "new_figure", "new_axes", "rank_axis", "percent_axis",
-           "style_for", "source_label", "legend", "outside_legend", "save", "describe",
-           "log_y", "dodge", "shifted", "plot_line", "SeriesStyles"]
+__all__ = ["DPI", "MIN_REPS", "MARKERS", "MODELED", "modeled_series", "new_figure", "new_axes",
+           "rank_axis", "percent_axis", "style_for", "source_label", "legend", "outside_legend",
+           "save", "describe", "log_y", "dodge", "shifted", "plot_line", "SeriesStyles",
+           "unique_labels", "shared_y_ranges", "apply_y_range"]
 
 DPI = 150
 MIN_REPS = 5  # error bars (quartiles) only from at least this many repetitions
@@ -263,10 +264,62 @@ def _unwrap(text: str) -> str:
     return " ".join(text.split("\n"))
 
 
+def unique_labels(labels: Sequence[str], details: Sequence[str]) -> list[str]:
+    """``labels`` with each one that occurs more than once told apart: ``details[i]`` (what
+    differs: the whole network spec, the seed, the record) appended, then ``#k`` if that
+    is not enough. Two series under one label cannot be read apart in a legend."""
+    def dups(xs):
+        return {x for x in xs if xs.count(x) > 1}
+
+    out = list(labels)
+    twice = dups(out)
+    out = [f"{lb}, {d}" if lb in twice and d else lb for lb, d in zip(out, details)]
+    twice = dups(out)
+    seen: dict = {}
+    for i, lb in enumerate(out):
+        if lb in twice:
+            seen[lb] = seen.get(lb, 0) + 1
+            out[i] = f"{lb} #{seen[lb]}"
+    return out
+
+
+# figure id -> one (low, high) y range per panel, in panel order (:func:`shared_y_ranges`)
+_Y_RANGES: dict = {}
+
+
+class shared_y_ranges:
+    """``with shared_y_ranges({fid: [(lo, hi), ...]})``: the figures of those ids drawn in
+    the block get these y ranges, panel by panel (:func:`apply_y_range`, which the figures'
+    ``render`` calls): a rerun's before and after figures on one y range, so that they
+    compare."""
+
+    def __init__(self, ranges: dict):
+        self.ranges = ranges
+
+    def __enter__(self):
+        _Y_RANGES.update(self.ranges)
+        return self
+
+    def __exit__(self, *exc):
+        for fid in self.ranges:
+            _Y_RANGES.pop(fid, None)
+        return False
+
+
+def apply_y_range(fig, fid: str) -> None:
+    """Set the y ranges :func:`shared_y_ranges` holds for ``fid`` (nothing when none)."""
+    ranges = _Y_RANGES.get(fid)
+    if ranges:
+        for ax, lim in zip(fig.axes, ranges):
+            if lim is not None:
+                ax.set_ylim(*lim)
+
+
 def _axes_meta(ax) -> dict:
     data = [line for line in ax.get_lines() if (line.get_gid() or "").startswith("series")]
     return {"title": _unwrap(ax.get_title()), "xlabel": ax.get_xlabel(),
             "ylabel": ax.get_ylabel(), "xscale": ax.get_xscale(), "yscale": ax.get_yscale(),
+            "ylim": [float(v) for v in ax.get_ylim()],
             "xticks": [float(t) for t in ax.get_xticks()],
             "xticklabels": [t.get_text() for t in ax.get_xticklabels()],
             "errorbars": len(ax.containers),

@@ -21,12 +21,13 @@ from typing import Sequence
 from sparcapps import launcher
 from sparcapps.records import RecordError, iter_record_files, read_records
 
+from . import plotting as pl
 from .build import all_figures, load
 from .doc import Doc
 from .fmt import count, ms, percent, sig
 from .plotting import source_label
 
-__all__ = ["ReportError", "rerun_figure", "compare_rows"]
+__all__ = ["ReportError", "rerun_figure", "compare_rows", "shared_ranges"]
 
 
 class ReportError(RecordError):
@@ -64,6 +65,24 @@ def _executable(cmd, new_records: Path, results: Path) -> tuple[list[str], dict]
             argv[1:1] = launcher.launch_flags(flavor)
             env = launcher.launch_env(flavor, env)
     return argv, env
+
+
+def _ranges(meta) -> list[tuple]:
+    return [tuple(p["ylim"]) for p in meta["panels"]]
+
+
+def shared_ranges(old_meta, new_meta) -> tuple[list[tuple], list[tuple]]:
+    """The y range of each panel of the before and the after figure (:func:`plotting.describe`
+    metadata), widened to cover both: panels of one source (title) get one range, so that
+    the two figures compare point by point at a glance."""
+    span: dict = {}
+    for meta in (old_meta, new_meta):
+        for p in meta["panels"]:
+            lo, hi = p["ylim"]
+            have = span.get(p["title"])
+            span[p["title"]] = (lo, hi) if have is None else (min(have[0], lo), max(have[1], hi))
+    return ([span[p["title"]] for p in old_meta["panels"]],
+            [span[p["title"]] for p in new_meta["panels"]])
 
 
 def _point(r) -> tuple:
@@ -134,6 +153,13 @@ def rerun_figure(paths: Sequence[str | Path], figure_id: str, out_dir: str | Pat
         raise ReportError(f"the rerun wrote no records that make figure {fig.id} "
                           f"(records: {', '.join(map(str, sources)) or 'none'})")
     new_fig = matching[0]
+    old_ranges, new_ranges = shared_ranges(fig.meta, new_fig.meta)
+    if old_ranges != _ranges(fig.meta):  # drawn again on the y range they share
+        with pl.shared_y_ranges({fig.id: old_ranges}):
+            fig = _find(all_figures(records)[2], fig.id)
+    if new_ranges != _ranges(new_fig.meta):
+        with pl.shared_y_ranges({fig.id: new_ranges}):
+            new_fig = next(f for f in all_figures(new_recs)[2] if f.id == fig.id)
     cmp = compare_rows(fig.rows, new_fig.rows)
     _write(out, fig, new_fig, cmp, ran)
     return out / "report.md", cmp
@@ -151,7 +177,8 @@ def _write(out: Path, fig, new_fig, cmp, ran) -> None:
     missing = sum(c["new"] is None for c in cmp)
     doc.p(f"{len(cmp)} points; geometric mean of new/old median time {sig(t)}, of new/old "
           f"speedup over dense {sig(s)}; {missing} point(s) missing from the rerun. Ratios near "
-          "1 reproduce the figure; timings on a shared or busy machine vary by tens of percent.")
+          "1 reproduce the figure; timings on a shared or busy machine vary by tens of percent. "
+          "Before and after are drawn on one y range per panel.")
     doc.table(["configuration", "source", "P", "N", "density", "old median ms",
                "new median ms", "new/old time", "old speedup", "new speedup", "new/old speedup"],
               [[c["old"]["series"], source_label(c["old"]["simulated"], c["old"]["network"]),

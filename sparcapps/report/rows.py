@@ -53,10 +53,17 @@ def series_label(rec: dict) -> str:
     return label
 
 
+_MODELED_ONLY = "; modeled only"  # network_label's mark of a row predicted, not simulated
+
+
 def _key(rec: dict) -> tuple:
-    """What must match for two records to be compared: input, network, simulated or not."""
+    """What must match for two records to be compared: input, network, simulated or not (a
+    modeled-only dense row, too large to simulate, is the baseline of its network's rows)."""
+    net = network_label(rec)
+    if isinstance(net, str) and net.endswith(_MODELED_ONLY):
+        net = net[:-len(_MODELED_ONLY)]
     return (rec.get("P"), rec.get("N"), rec.get("density"), field(rec, "pattern"),
-            field(rec, "dtype"), bool(rec.get("simulated")), network_label(rec))
+            field(rec, "dtype"), bool(rec.get("simulated")), net)
 
 
 def collective_rows(records: Iterable[dict]) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from . import plotting as pl
 from .fmt import config_label, dataset_label, sig, slug
 
 __all__ = ["training_runs", "training_figures", "time_to_accuracy", "scaling_figures",
-           "scaling_points"]
+           "scaling_points", "app_label"]
 
 _METRICS = ("test_accuracy", "train_accuracy", "loss")
 
@@ -27,11 +27,26 @@ def training_runs(records) -> list[dict]:
     for r in records:
         epochs = (r.get("metrics") or {}).get("epochs")
         if r.get("status") == "ok" and isinstance(epochs, list) and epochs:
-            runs.append({"app": r.get("app"), "dataset": dataset_label(r), "P": r.get("P"),
+            runs.append({"app": app_label(r), "dataset": dataset_label(r), "P": r.get("P"),
                          "config": config_label(r), "series": series_label(r),
                          "simulated": bool(r.get("simulated")), "network": r.get("network"),
                          "epochs": epochs, "record": r, "command": command_of(r)})
     return runs
+
+
+_LINEAR = ("sparc-linear", "sparc-logreg", "sparc-svm")
+
+
+def app_label(rec: dict) -> str | None:
+    """The model a training run trained, as the figures group runs: ``sparc-logreg`` and
+    ``sparc-svm`` are ``sparc-linear`` with a loss, so their runs (a dense baseline among
+    them) share the figures of ``sparc-linear`` runs of that loss: ``sparc-linear`` (log
+    loss, its default) or ``sparc-linear --loss hinge``."""
+    app = rec.get("app")
+    if app not in _LINEAR:
+        return app
+    loss = (rec.get("config") or {}).get("loss") or ("hinge" if app == "sparc-svm" else "log")
+    return "sparc-linear" if loss == "log" else f"sparc-linear --loss {loss}"
 
 
 def _metric(runs) -> str | None:
@@ -100,6 +115,10 @@ def training_figures(runs) -> list[Fig]:
                 if e.get("wall_seconds") is not None and e.get(metric) is not None]
                for g in runs]
         offsets = pl.dodge({i: dict(p) for i, p in enumerate(pts) if p})
+        labels = pl.unique_labels(
+            [f"{g['config']}, P = {g['P']}"
+             + (f", {pl.source_label(True, g['network'])}" if g["simulated"] else "")
+             for g in runs], [_run_detail(g) for g in runs])
         for i, (g, p) in enumerate(zip(runs, pts)):
             if p:
                 dense = g["config"] == "dense baseline"
@@ -107,9 +126,7 @@ def training_figures(runs) -> list[Fig]:
                     ax, [q[0] for q in p], [q[1] for q in p], offsets[i], ls="-",
                     marker="o" if dense else pl.MARKERS[(i + 1) % len(pl.MARKERS)],
                     color="black" if dense else f"C{i % 10}", lw=2 if dense else 1.5,
-                    markersize=4, gid=f"series-{i}",
-                    label=f"{g['config']}, P = {g['P']}"
-                    + (f", {pl.source_label(True, g['network'])}" if g["simulated"] else ""))
+                    markersize=4, gid=f"series-{i}", label=labels[i])
                 handles.append(line)
         targets = {(t["target"], t["basis"]) for t in time_to_accuracy(grp)}
         if len(targets) == 1:  # one P: the time-to-accuracy target as a line
@@ -120,10 +137,25 @@ def training_figures(runs) -> list[Fig]:
                    else "99% of the runs' lowest best)")))
         pl.outside_legend(fig, handles)
         fid = slug(metric, app, dataset)
-        figs.append(Fig(fid, "Training runs",
-                        f"{app}{', ' + dataset if dataset else ''}: {name} vs wall time",
-                        *render(fig, fid), grp))
+        caption = (f"{app}{', ' + dataset if dataset else ''}: {name} vs wall time, one line "
+                   "per run (its configuration, P and, when simulated, the network: modeled "
+                   "seconds)")
+        if any(g["config"] == "dense baseline" for g in runs):
+            caption += "; dense baseline: full gradients, dense allreduce (black)"
+        if len(targets) == 1:
+            caption += ("; time-to-accuracy target (gray, dotted): the accuracy the time to "
+                        "accuracy is measured to")
+        figs.append(Fig(fid, "Training runs", caption + ".", *render(fig, fid), grp))
     return figs
+
+
+def _run_detail(run) -> str:
+    """What tells two runs of one configuration and P apart: the seed, else the record's
+    place (file:line)."""
+    cfg = run["record"].get("config") or {}
+    if cfg.get("seed") is not None:
+        return f"seed {cfg['seed']}"
+    return str(run["record"].get("_source") or "")
 
 
 def training_table(runs) -> tuple[list[str], list[list]]:
@@ -261,6 +293,7 @@ def scaling_figures(runs) -> list[Fig]:
                                                p["source"]))
             networks = sorted({p["network"] for p in pts if p["simulated"]})
             missing = []
+            drawn = []
             for (_, series, source), grp in lines:
                 grp = sorted(grp, key=lambda p: p["P"])
                 xs = [p["P"] for p in grp if p[key]]
@@ -272,9 +305,18 @@ def scaling_figures(runs) -> list[Fig]:
                 if grp[0]["simulated"]:  # one line style per network
                     kw["linestyle"] = _NET_STYLES[networks.index(grp[0]["network"])
                                                   % len(_NET_STYLES)]
+                drawn.append((series, grp[0]))
                 handles.append(pl.plot_line(
                     ax, xs, ys, label=f"{series}, {_short_source(grp[0])}",
                     gid=f"series-{len(handles)}", **kw))
+            # two networks of one rate and latency (16x10gbit,ppn=4 and 64x10gbit,ppn=8):
+            # their whole spec tells them apart
+            short = [h.get_label() for h in handles]
+            whole = [f"{s}, {p['source']}" for s, p in drawn]
+            for h, lb in zip(handles, pl.unique_labels(
+                    [w if short.count(lb) > 1 else lb for lb, w in zip(short, whole)],
+                    [""] * len(handles))):
+                h.set_label(lb)
             pl.rank_axis(ax, [p["P"] for p in pts])
             ax.set_yscale("log")
             pl.outside_legend(fig, handles)

@@ -8,7 +8,7 @@ warm-up.
   N ranks had gradients alike) before it joins the accumulation; one norm per bucket (the
   model's gradient when it fits one bucket; the apps' default ``--bucket-mb`` holds the small
   models whole); ``clip_norm`` None: no clipping. The apps give it the run's own clipping
-  threshold (``sparc-lstm``'s ``--clip``) unless ``--clip-norm`` is given, and then do not clip
+  threshold (``sparc-lstm``'s ``--clip-grad-norm``) unless ``--clip-norm`` is given, and then do not clip
   the averaged gradient again;
 - **momentum correction**: ``u = m u + g``, ``v = v + u`` (``m``: ``--compressor-momentum``,
   0.9), the SGD then runs without momentum (its recommended ``--momentum`` is 0);
