@@ -231,8 +231,9 @@ WARMUP = Param("density_warmup_steps", "--density-warmup-steps",
                "stages (default: the paper's 4 epochs; 0: none)",
                type=nonnegative_int, default=None)
 CLIP = Param("clip_norm", "--clip-norm",
-             "the global L2 clipping threshold; each rank clips its bucket to it times "
-             "P**-0.5 (default: the app's own gradient clipping threshold, if it has one)",
+             "DGC's local clipping of each rank's bucket: the global L2 threshold, each "
+             "rank clipping to it times P**-0.5 (default: the app's own gradient clipping "
+             "threshold, if it has one)",
              type=float, default=None)
 
 
