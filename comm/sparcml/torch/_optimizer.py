@@ -23,6 +23,7 @@ from .._options import Options
 from .._errors import IncompatibleOptionsError, SparcmlError
 from .._runtime.nonblocking import submit
 from . import _checkpoint as checkpoint, _legacy as legacy
+from ._device import DevicePath, supported as device_supported
 from ._buckets import (Bucket, check_unowned, claim, gather_gradients, make_buckets,
                        modified_since_gather, named_parameters as _named_parameters, release,
                        scatter_gradients)
@@ -53,6 +54,14 @@ def _reduce_bucket(ctx, b: Bucket, compression: Compression, full: bool, check: 
     b.sent = r.sent if compression.lossy and not full else None
     b.values_sent, b.compress_seconds = r.values_sent, r.compress_seconds
     return r.result
+
+
+def _exchange_bucket(ctx, b: Bucket, device: DevicePath, vec, full: bool, check: bool):
+    """On the communication thread: the device path's exchange of the selected ``vec``."""
+    result = device.exchange(ctx, b, vec, full=full, check=check)
+    b.sent = vec if not full else None
+    b.values_sent = vec.nnz
+    return result
 
 
 class DistributedOptimizer(torch.optim.Optimizer):
@@ -93,6 +102,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
         The options of every reduction (partitions, index coding, node shared memory, ...),
         replacing ``compression.options``; default: the compression's, else the process
         defaults (the ``SPARCML_*`` environment). Agreed across ranks with the others.
+    device_path : bool, optional
+        Device-resident compression (:mod:`sparcml.torch._device`): the memory, the selection
+        and the result's scatter stay on the parameters' device, and only the selected entries
+        and the exchange's result cross to the host. Default (None): on when the parameters
+        live on an accelerator (CUDA), on one device, and the compression is one the device
+        path takes (top-k, random-k, threshold, DGC; no quantizer); the others keep the host
+        path. True: on, CPU parameters included (the tests), an
+        :class:`~sparcml.IncompatibleOptionsError` for a compression it does not take.
+        False: the host path.
 
     Deprecated keywords (one release, with a :class:`DeprecationWarning` that shows the new
     call): ``density``, ``k``, ``bits``, ``bucket_size`` (bytes), ``algorithm``,
@@ -141,7 +159,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, optimizer, named_parameters=None, *, compression=None,
                  bucket_bytes: int = DEFAULT_BUCKET_BYTES, backward_passes_per_step: int = 1,
                  warmup_steps: int = 0, comm=None, seed: int = 0,
-                 options: Options | None = None, **deprecated):
+                 options: Options | None = None, device_path: bool | None = None,
+                 **deprecated):
         legacy.check_names(deprecated)
         if deprecated:
             legacy.warn(deprecated, stacklevel=2)
@@ -176,18 +195,44 @@ class DistributedOptimizer(torch.optim.Optimizer):
             options = (f"compression={compression.describe()} bucket_bytes={self.bucket_bytes}"
                        f" backward_passes_per_step={self.backward_passes_per_step} "
                        f"warmup_steps={self.warmup_steps} seed={self.seed}")
+            if device_path not in (None, True, False):
+                raise IncompatibleOptionsError(f"device_path must be None, True or False, "
+                                               f"got {device_path!r}")
+            if device_path is not None:
+                options += f" device_path={device_path}"
+            why = device_supported(compression)
+            if device_path and why is not None:
+                raise IncompatibleOptionsError(
+                    f"device_path=True takes top-k, random-k, threshold or DGC without a "
+                    f"quantizer, not {why}; leave device_path unset for the host path")
         self._names = named_parameters = (None if named_parameters is None
                                           else list(named_parameters))
         self._build(options, failed.error)
         # the communication thread alone uses it (memory, quantizer RNG), in submission order
         self.compression = compression.fresh(seed=self.seed)
         self._options = options
+        self._device_path = device_path
+        self._device = self._device_for(device_path)
         self._step = 0
         self._synchronized = False
         self._no_sync = False
         self.stats = CompressionStats()
         self.last_step = CompressionStats()
         self._current = CompressionStats()
+
+    def _device_for(self, device_path) -> DevicePath | None:
+        """The device path's state when it runs (see ``device_path``), else None."""
+        if device_path is False or device_supported(self.compression) is not None:
+            return None
+        devices = {p.device for b in self._buckets for p in b.params}
+        if device_path is None and (len(devices) != 1
+                                    or next(iter(devices)).type != "cuda"):
+            return None
+        if len(devices) > 1:
+            raise IncompatibleOptionsError(
+                f"device_path=True needs every parameter on one device, got "
+                f"{sorted(map(str, devices))}")
+        return DevicePath(self.compression, self.rank, self.size)
 
     def _base_init(self) -> None:
         """What ``torch.optim.Optimizer.__init__`` sets up besides the parameter groups, which
@@ -265,6 +310,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         other ranks received it, quantized when a quantizer is used, so that ``residual ==
         gradient + old residual - sent``; None after a step that sent the full gradient)."""
         memory = self.compression.memory
+        if self._device is not None:
+            self._device.export()
         return [{"index": b.index, "names": list(b.names), "numel": b.numel,
                  "dtype": str(b.dtype), "residual": memory.residual(b.index), "sent": b.sent}
                 for b in self._buckets]
@@ -286,6 +333,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.remove_hooks()
         self._build(self._options, None)
         self.compression.memory.reset()
+        self._device = self._device_for(self._device_path)
 
     # GradScaler.step(opt) then calls step(grad_scaler=scaler) on every rank instead of
     # skipping it on the ranks whose local gradients hold an Inf (they would not reduce).
@@ -391,9 +439,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _launch(self, b: Bucket) -> None:
         t0 = time.perf_counter()
-        gather_gradients(b)
         full = self._step < self.warmup_steps and self.compression.lossy
         b.full = full or self.compression.compressor.lossless
+        if self._device is not None:  # select on the device here, exchange on the thread
+            vec, b.finite = self._device.select(b, full=full)
+            b.compress_seconds = time.perf_counter() - t0
+            b.request = submit(self.comm, f"DistributedOptimizer bucket {b.index}",
+                               _exchange_bucket, b, self._device, vec, full, self._step == 0)
+            self._next_launch += 1
+            return
+        gather_gradients(b)
         self._current.flatten_seconds += time.perf_counter() - t0
         b.request = submit(self.comm, f"DistributedOptimizer bucket {b.index}", _reduce_bucket,
                            b, self.compression, full, self._step == 0)
@@ -437,6 +492,15 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     "unscale, then `with opt.skip_synchronize(): opt.step()` (or "
                     "scaler.step(opt))")
             for b, result, flag in zip(self._buckets, results, flags):
+                if self._device is not None:
+                    cur.values += b.numel
+                    cur.sent_values += b.values_sent
+                    cur.result_values += self._device.apply(b, result, bool(flag & NONFINITE))
+                    cur.dense_bytes += (2 * (self.size - 1) * b.numel * b.dtype.itemsize
+                                        // self.size)
+                    full_count += b.full
+                    cur.compress_seconds += b.compress_seconds
+                    continue
                 if flag & NONFINITE:
                     b.flat.fill(np.nan)
                 else:
@@ -474,12 +538,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
         ``"sparcml"`` entry: this rank's step count, error-feedback memory and quantizer RNG
         state (see :mod:`.checkpoint`). Save one per rank; call between steps."""
         self._idle("state_dict()")
+        if self._device is not None:
+            self._device.export()
         return checkpoint.state_dict(self)
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore :meth:`state_dict` (or a plain optimizer's state: see :mod:`.checkpoint`)."""
         self._idle("load_state_dict()")
         checkpoint.load_state_dict(self, state_dict)
+        if self._device is not None:
+            self._device.clear()  # the next step takes the loaded memory to the device
 
     def __repr__(self) -> str:
         return (f"DistributedOptimizer({type(self.optimizer).__name__}, "

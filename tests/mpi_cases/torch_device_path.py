@@ -1,0 +1,113 @@
+"""sparcml.torch's device path (issue 35) against the host path, on CPU tensors
+(``device_path=True``): the same gradients and parameters bit for bit after every step, the
+same residuals, and host copies per step of O(k) (the k entries sent, the exchange's result and
+a flag byte), where the host path copies the whole bucket each way.
+
+Run with ``python -m mpi4py`` (rank 0 prints ``TORCH-DEVICE-PATH <n> OK``), or call
+:func:`check_all` with ``MPI.COMM_SELF`` in process (P = 1).
+"""
+
+import numpy as np
+import torch
+from mpi4py import MPI
+
+import sparcml.torch as st
+from sparcml._errors import IncompatibleOptionsError
+from sparcml.compression import Compression, NoneMemory, TopKCompressor
+from sparcml.compression.compressors.dgc import DGCCompressor, DGCMemory
+from sparcml.compression.compressors.randomk import RandomKCompressor
+from sparcml.compression.compressors.threshold import ThresholdCompressor
+from sparcml import QSGD
+from sparcml.torch._buckets import COPIES
+
+from _mpi_checks import ok, passed
+
+STEPS = 3
+N = 50 * 40 + 40 + 40 * 10 + 10  # the model's values (2,450)
+
+
+def cases():
+    """(name, compression, optimizer keywords): every compressor of the device path."""
+    return [
+        ("topk", Compression(TopKCompressor(density=0.01)), {}),
+        ("topk per tensor", Compression(TopKCompressor(density=0.01, per_tensor=True)), {}),
+        ("randomk", Compression(RandomKCompressor(density=0.01, shared=False)), {}),
+        ("randomk shared", Compression(RandomKCompressor(density=0.01)), {}),
+        ("randomk unbiased", Compression(RandomKCompressor(density=0.01, rescale=True),
+                                         memory=NoneMemory()), {}),
+        ("threshold", Compression(ThresholdCompressor(0.05)), {}),
+        ("dgc", Compression(DGCCompressor(0.01), memory=DGCMemory()), {}),
+        ("dgc warm-up", Compression(DGCCompressor(0.01, warmup_steps=2, initial_density=0.02), memory=DGCMemory()),
+         {"warmup_steps": 1, "bucket_bytes": 4000}),
+    ]
+
+
+def run(comm, compression, device_path, **kwargs):
+    """STEPS steps of a small MLP; per step the gradients, the host copies (to the host, to
+    the device) and the values sent; the final parameters and residuals."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(50, 40), torch.nn.ReLU(),
+                                torch.nn.Linear(40, 10))
+    opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  model.named_parameters(), compression=compression, comm=comm,
+                                  device_path=device_path, **kwargs)
+    gen = torch.Generator().manual_seed(1 + comm.Get_rank())
+    grads, copies, sent = [], [], []
+    for _ in range(STEPS):
+        x, y = torch.randn(32, 50, generator=gen), torch.randint(0, 10, (32,), generator=gen)
+        opt.zero_grad()
+        COPIES.reset()  # the buckets are launched during backward()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        copies.append((COPIES.to_host, COPIES.to_device))
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters()]).clone())
+        sent.append([(b["sent"].nnz, b["sent"].indices.dtype.itemsize) if b["sent"] is not None
+                     else (b["numel"], 0) for b in opt.buckets])
+    residuals = [b["residual"] for b in opt.buckets]
+    return grads, [p.detach().clone() for p in model.parameters()], copies, sent, residuals
+
+
+def check_all(comm) -> int:
+    P = comm.Get_size()
+    for name, compression, kwargs in cases():
+        gh, ph, ch, _, rh = run(comm, compression, False, **kwargs)
+        gd, pd, cd, sd, rd = run(comm, compression, True, **kwargs)
+        for s in range(STEPS):
+            ok(torch.equal(gh[s], gd[s]), f"{name}: step {s}'s gradient differs from the host "
+                                          f"path's")
+            ok(ch[s] == (N * 4, N * 4), f"{name}: the host path copies the whole gradient "
+                                        f"each way, counted {ch[s]}")
+            k = sum(nnz for nnz, _ in sd[s])
+            if kwargs.get("warmup_steps", 0) > s:
+                ok(cd[s][0] == N * 4 + len(sd[s]), f"{name}: a warm-up step sends all")
+                continue
+            # to the host: the k entries (index + float32 value) and one flag byte per bucket
+            want = sum(nnz * (size + 4) + 1 for nnz, size in sd[s])
+            if name.startswith("randomk"):  # its positions are drawn on the host
+                want -= sum(nnz * size for nnz, size in sd[s])
+            ok(cd[s][0] == want, f"{name}: step {s} copied {cd[s][0]} bytes to the host, "
+                                 f"expected {want} (k = {k})")
+            # to the device: the result, at most P k entries (index + value); random-k's k
+            # positions
+            ok(cd[s][1] <= (P + 1) * k * 12 and cd[s][1] < N * 4,
+               f"{name}: step {s} copied {cd[s][1]} bytes to the device (k = {k}, N = {N})")
+            ok(k < N // 10, f"{name}: k = {k} is not small against N = {N}")
+        for a, b in zip(ph, pd):
+            ok(torch.equal(a, b), f"{name}: the parameters differ from the host path's")
+        for a, b in zip(rh, rd):
+            ok((a is None and b is None) or np.array_equal(a, b),
+               f"{name}: the residuals differ from the host path's")
+    try:
+        run(comm, Compression(TopKCompressor(density=0.01), quantizer=QSGD(4)), True)
+        ok(False, "device_path=True with a quantizer did not raise")
+    except IncompatibleOptionsError as exc:
+        ok("quantizer" in str(exc), f"the refusal names the quantizer: {exc}")
+    return passed()
+
+
+if __name__ == "__main__":
+    comm = MPI.COMM_WORLD
+    torch.set_num_threads(1)
+    total = comm.reduce(check_all(comm), root=0)
+    if comm.Get_rank() == 0:
+        print(f"TORCH-DEVICE-PATH {total} OK", flush=True)
