@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # GPU check of the PyTorch adapter's device path (issue 15), for a machine with CUDA:
 # CUDA tensors through DistributedOptimizer at P = 2 give the CPU path's results (pinned host
-# staging), and top-k of 16M values on the device is timed beside the host path.
+# staging); the device-resident compression (issue 35: top-k, random-k, threshold, DGC) gives
+# the host path's; top-k of 16M values on the device is timed beside the host path, and so is
+# the optimizer's step (16M values, top-k 1%) on each path, with the bytes each copies.
 #
 #   bash scripts/gpu-check.sh            # prints GPU-CHECK lines, exits 0 when every check holds
 #

@@ -27,7 +27,7 @@ from .._vector import SparseVector
 
 __all__ = ["Bucket", "named_parameters", "make_buckets", "gather_gradients", "scatter_gradients",
            "owner", "check_unowned", "claim", "release", "COMM_DTYPES", "comm_dtype",
-           "pin_host_buffers", "modified_since_gather", "COPIES"]
+           "pin_host_buffers", "modified_since_gather"]
 
 #: parameter dtype -> the dtype its gradient travels in (see the module docstring)
 COMM_DTYPES = {torch.float32: torch.float32, torch.float64: torch.float64,
@@ -36,24 +36,6 @@ _NUMPY = {torch.float32: np.float32, torch.float64: np.float64}
 # id(parameter) -> (weakref to it, weakref to the DistributedOptimizer whose hooks it carries):
 # one reduction per gradient (tensors compare element-wise, so no WeakKeyDictionary)
 _OWNERS: dict = {}
-
-
-class _Copies:
-    """Bytes the adapter copied between the parameters' memory and the host since
-    :meth:`reset` (``to_host``, ``to_device``): the host path's staging of whole buckets
-    (:func:`gather_gradients`, :func:`scatter_gradients`) and the device path's copies
-    (:mod:`._device`). Instrumentation for the tests and ``scripts/gpu_check.py``."""
-
-    def __init__(self):
-        self.reset()
-
-    def reset(self) -> None:
-        self.to_host = 0
-        self.to_device = 0
-
-
-#: the instrumented count of the adapter's copies between device and host
-COPIES = _Copies()
 
 
 @dataclass
@@ -74,6 +56,8 @@ class Bucket:
     full: bool = False                      # this step sent the full gradient
     finite: bool = True                     # this step's gradient held no Inf/NaN
     compress_seconds: float = 0.0
+    to_host_bytes: int = 0                  # copied between the parameters and the host this
+    to_device_bytes: int = 0                # step (the host path's staging; the device path's)
     traffic: TrafficStats = field(default_factory=TrafficStats)
 
     def name_of(self, param) -> str:
@@ -164,7 +148,7 @@ def gather_gradients(b: Bucket) -> None:
                     f"sparse=False")
             else:
                 dst.copy_(p.grad.reshape(-1))
-                COPIES.to_host += p.grad.numel() * p.grad.element_size()
+                b.to_host_bytes += p.grad.numel() * p.grad.element_size()
 
 
 def modified_since_gather(b: Bucket) -> bool:
@@ -183,7 +167,7 @@ def scatter_gradients(b: Bucket) -> None:
             if p.grad is None:
                 p.grad = torch.empty_like(p)
             p.grad.copy_(src)
-            COPIES.to_device += src.numel() * src.element_size()
+            b.to_device_bytes += src.numel() * src.element_size()
 
 
 # -- which optimizer reduces a parameter ------------------------------------------------------

@@ -19,8 +19,10 @@ stays where the parameters are (torch ops on their device):
   exchange comes back (the sum of P sparse vectors: at most P k entries; a dense result, as a
   dense algorithm returns, comes back whole), scattered into ``.grad`` on the device.
 
-Per step and bucket, the host copies are therefore O(k) (:data:`COPIES` counts them: every copy
-between the device and the host goes through :func:`to_host` / :func:`to_device`), not O(N);
+Per step and bucket, the host copies are therefore O(k), not O(N): every copy between the
+device and the host goes through :func:`to_host` / :func:`to_device`, which count it in the
+bucket (the step's ``to_host_bytes`` / ``to_device_bytes`` of
+:class:`~sparcml.torch.CompressionStats`);
 one flag byte says whether the gradient was finite. Warm-up steps (``warmup_steps``: the
 bucket sent whole) copy the whole bucket, as they must.
 
@@ -54,20 +56,24 @@ from ..compression.compressors.dgc import DGCCompressor, DGCMemory
 from ..compression.compressors.randomk import RandomKCompressor
 from ..compression.compressors.threshold import ThresholdCompressor
 from .._topk.local import TopK
-from ._buckets import COPIES, Bucket
+from ._buckets import Bucket
 
-__all__ = ["COPIES", "DevicePath", "supported", "to_host", "to_device"]
+__all__ = ["DevicePath", "supported", "to_host", "to_device"]
 
 
-def to_host(t: torch.Tensor) -> np.ndarray:
-    """A host copy of ``t`` as NumPy (counted in :data:`COPIES`)."""
-    COPIES.to_host += t.numel() * t.element_size()
+def to_host(t: torch.Tensor, b: Bucket | None) -> np.ndarray:
+    """A host copy of ``t`` as NumPy (counted in bucket ``b``'s ``to_host_bytes``; None: a
+    checkpoint's copy, not a step's)."""
+    if b is not None:
+        b.to_host_bytes += t.numel() * t.element_size()
     return t.detach().to("cpu", copy=True).numpy()
 
 
-def to_device(a: np.ndarray, device) -> torch.Tensor:
-    """A copy of ``a`` on ``device`` (counted in :data:`COPIES`)."""
-    COPIES.to_device += a.nbytes
+def to_device(a: np.ndarray, device, b: Bucket | None) -> torch.Tensor:
+    """A copy of ``a`` on ``device`` (counted in bucket ``b``'s ``to_device_bytes``; None: a
+    checkpoint's copy, not a step's)."""
+    if b is not None:
+        b.to_device_bytes += a.nbytes
     return torch.from_numpy(np.ascontiguousarray(a)).to(device, copy=True)
 
 
@@ -128,10 +134,10 @@ class DevicePath:
         """Copy the device state into the compression's (host) memory."""
         m = self.compression.memory
         if isinstance(m, ResidualMemory):
-            m._residuals.update({k: to_host(r) for k, r in self.residual.items()})
+            m._residuals.update({k: to_host(r, None) for k, r in self.residual.items()})
             m._scratch.clear()
         if isinstance(m, DGCMemory):
-            m._velocity.update({k: to_host(u) for k, u in self.velocity.items()})
+            m._velocity.update({k: to_host(u, None) for k, u in self.velocity.items()})
 
     def clear(self) -> None:
         """Forget the device state (the next step takes the host memory's, if any)."""
@@ -141,7 +147,7 @@ class DevicePath:
     def _state(self, store: dict, host: dict, key, like: torch.Tensor, zeros: bool):
         t = store.get(key)
         if t is None and key in host:  # loaded from a checkpoint: to the device once
-            t = store[key] = to_device(host[key], like.device)
+            t = store[key] = to_device(host[key], like.device, None)
         if t is None and zeros:
             t = store[key] = torch.zeros_like(like)
         return t
@@ -187,13 +193,13 @@ class DevicePath:
         key = b.index
         x = self.gather(b)
         flag = torch.isfinite(x).all().reshape(1).to(torch.uint8)
-        finite = bool(to_host(flag)[0])
+        finite = bool(to_host(flag, b)[0])
         if not finite:
             x = torch.zeros_like(x)
         if full:
             if isinstance(m, DGCMemory):
                 x = self._momentum(x, key).clone()
-            return SparseVector.dense(to_host(x)), finite
+            return SparseVector.dense(to_host(x, b)), finite
         if isinstance(m, DGCMemory):
             x = self._momentum(x, key)
         if isinstance(m, ResidualMemory):
@@ -219,7 +225,7 @@ class DevicePath:
         else:  # random-k: the compressor's positions, drawn on the host
             step = c._next_step(key)
             host_idx = c.indices(n, key, step, self.rank)
-            idx = to_device(host_idx, g.device)
+            idx = to_device(host_idx, g.device, b)
             values = g[idx]
             if c.rescale and idx.numel():
                 values = values * torch.tensor(n / idx.numel(), dtype=g.dtype,
@@ -227,8 +233,8 @@ class DevicePath:
         if values is None:
             values = g[idx]
         if host_idx is None:
-            host_idx = to_host(idx)
-        vec = SparseVector.unchecked(n, host_idx, to_host(values))
+            host_idx = to_host(idx, b)
+        vec = SparseVector.unchecked(n, host_idx, to_host(values, b))
         if isinstance(m, ResidualMemory):  # the residual: g - sent; DGC: u = 0 where sent
             g[idx.long()] -= values
             self.residual[key] = g
@@ -260,13 +266,13 @@ class DevicePath:
         device = b.params[0].device
         wire = b.host.dtype
         if result.is_dense:
-            out = to_device(np.asarray(result.values), device)
+            out = to_device(np.asarray(result.values), device, b)
             count = int(np.count_nonzero(result.values))
         else:
             out = torch.zeros(b.numel, dtype=wire, device=device)
             if result.nnz:
-                out[to_device(np.asarray(result.indices, np.int64), device)] = to_device(
-                    np.asarray(result.values), device)
+                out[to_device(np.asarray(result.indices, np.int64), device, b)] = to_device(
+                    np.asarray(result.values), device, b)
             count = result.nnz
         if nonfinite:
             out.fill_(float("nan"))

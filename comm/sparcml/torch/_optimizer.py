@@ -522,9 +522,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._next_launch = 0
         cur.wait_seconds += time.perf_counter() - t0
         cur.bytes_sent = sum(b.traffic.bytes_sent for b in self._buckets)
+        cur.to_host_bytes = sum(b.to_host_bytes for b in self._buckets)
+        cur.to_device_bytes = sum(b.to_device_bytes for b in self._buckets)
         cur.messages = sum(b.traffic.messages for b in self._buckets)
         for b in self._buckets:
             b.traffic.reset()
+            b.to_host_bytes = b.to_device_bytes = 0
         cur.steps, cur.dense_steps = 1, int(full_count == len(self._buckets))
         self.stats._add(cur)
         self.last_step, self._current = cur, CompressionStats()

@@ -19,7 +19,11 @@ class CompressionStats:
     host buffers, on the calling thread (inside ``backward()``); ``compress_seconds``: error
     feedback and top-k, on the communication thread (overlapping backward; the quantization
     runs inside the allreduce); ``wait_seconds``: time blocked in
-    :meth:`DistributedOptimizer.synchronize` (the communication not hidden behind backward).
+    :meth:`DistributedOptimizer.synchronize` (the communication not hidden behind backward);
+    ``to_host_bytes`` / ``to_device_bytes``: bytes copied between the parameters' memory and
+    the host for the reduction (the host path stages each bucket's whole gradient both ways;
+    the device path of :mod:`sparcml.torch._device`, the k selected entries to the host and
+    the exchange's result back).
 
     The figures of a stretch of training (an epoch, say)::
 
@@ -39,6 +43,8 @@ class CompressionStats:
     flatten_seconds: float = 0.0
     compress_seconds: float = 0.0
     wait_seconds: float = 0.0
+    to_host_bytes: int = 0
+    to_device_bytes: int = 0
 
     @property
     def sent_density(self) -> float:
