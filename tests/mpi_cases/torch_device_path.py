@@ -63,7 +63,58 @@ def run(comm, compression, device_path, **kwargs):
     return grads, [p.detach().clone() for p in model.parameters()], copies, sent, residuals
 
 
+def _model_opt(comm, compression, device_path=True):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(50, 40), torch.nn.ReLU(),
+                                torch.nn.Linear(40, 10))
+    return model, st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                          model.named_parameters(), compression=compression,
+                                          comm=comm, device_path=device_path)
+
+
+def _step(comm, model, opt, s, scale=1.0):
+    gen = torch.Generator().manual_seed(100 * s + comm.Get_rank())
+    x, y = torch.randn(32, 50, generator=gen), torch.randint(0, 10, (32,), generator=gen)
+    opt.zero_grad()
+    (torch.nn.functional.cross_entropy(model(x), y) * scale).backward()
+    opt.step()
+
+
+def check_resume_and_nonfinite(comm) -> None:
+    """A run resumed from ``state_dict()`` (the device memory exported, then loaded back to the
+    device) continues bitwise as the uninterrupted one; an Inf gradient gives NaN gradients on
+    every rank and leaves the memory as the host path leaves it (zeros compensated)."""
+    make = lambda: Compression(DGCCompressor(0.01), memory=DGCMemory())  # noqa: E731
+    model, opt = _model_opt(comm, make())
+    for s in range(2):
+        _step(comm, model, opt, s)
+    saved = opt.state_dict()
+    params = [p.detach().clone() for p in model.parameters()]
+    for s in range(2, 4):
+        _step(comm, model, opt, s)
+    model2, opt2 = _model_opt(comm, make())
+    with torch.no_grad():
+        for p, q in zip(model2.parameters(), params):
+            p.copy_(q)
+    opt2.load_state_dict(saved)
+    for s in range(2, 4):
+        _step(comm, model2, opt2, s)
+    ok(all(torch.equal(p, q) for p, q in zip(model.parameters(), model2.parameters())),
+       "a device-path run resumed from state_dict() differs from the uninterrupted one")
+    hosts = []
+    for device_path in (True, False):
+        model, opt = _model_opt(comm, make(), device_path)
+        _step(comm, model, opt, 0)
+        _step(comm, model, opt, 1, scale=float("inf") if comm.Get_rank() == 0 else 1.0)
+        ok(all(torch.isnan(p.grad).all() for p in model.parameters()),
+           f"device_path={device_path}: an Inf on rank 0 did not make every gradient NaN")
+        hosts.append([b["residual"] for b in opt.buckets])
+    ok(all(np.array_equal(a, b) for a, b in zip(*hosts)),
+       "after an Inf step the device path's residuals differ from the host path's")
+
+
 def check_all(comm) -> int:
+    check_resume_and_nonfinite(comm)
     P = comm.Get_size()
     for name, compression, kwargs in cases():
         gh, ph, ch, _, rh = run(comm, compression, False, **kwargs)
