@@ -34,7 +34,8 @@ def cases():
                                          memory=NoneMemory()), {}),
         ("threshold", Compression(ThresholdCompressor(0.05)), {}),
         ("dgc", Compression(DGCCompressor(0.01), memory=DGCMemory()), {}),
-        ("dgc warm-up", Compression(DGCCompressor(0.01, warmup_steps=2, initial_density=0.02), memory=DGCMemory()),
+        ("dgc warm-up", Compression(DGCCompressor(0.01, warmup_steps=2, initial_density=0.02),
+                                    memory=DGCMemory()),
          {"warmup_steps": 1, "bucket_bytes": 4000}),
     ]
 

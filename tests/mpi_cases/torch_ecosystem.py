@@ -263,11 +263,16 @@ for name, compression, warmup in (
         # the optimizer's path at step 1)
         ("dgc", build("dgc", density=0.3, density_warmup_steps=3), 0),
         ("powersgd", build("powersgd", rank=2), 0),
-        ("signum", build("signum", momentum=0.8), 0)):
+        ("signum", build("signum", momentum=0.8), 0),
+        # the device path (issue 35) on CPU tensors, in the optimizer and the hook alike
+        ("topk device", Compression(TopKCompressor(density=0.2), None, ResidualMemory()), 0),
+        ("dgc device", build("dgc", density=0.3, density_warmup_steps=3), 1),
+        ("threshold device", build("threshold", threshold=0.05), 0)):
+    device_path = {"device_path": True} if name.endswith(" device") else {}
     ref = make_model()
-    ref_opt = wrap(ref, compression=compression, seed=4, warmup_steps=warmup)
+    ref_opt = wrap(ref, compression=compression, seed=4, warmup_steps=warmup, **device_path)
     ddp = DDP(make_model())
-    state = SparcmlHookState(compression, seed=4, warmup_steps=warmup)
+    state = SparcmlHookState(compression, seed=4, warmup_steps=warmup, **device_path)
     ddp.register_comm_hook(state, sparcml_hook)
     ddp_opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
     for s in range(4):

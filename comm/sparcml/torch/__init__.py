@@ -60,6 +60,8 @@ first use, since the hook needs ``torch.distributed``).
 Modules (internal): :mod:`._optimizer` (the wrapper), :mod:`._buckets` (parameters into flat
 host buffers), :mod:`._reduction` (one bucket's reduction and the agreement on Inf/NaN, shared
 with the hook), :mod:`._checkpoint` (state dicts), :mod:`._hooks` (the DDP hook),
+:mod:`._device` (device-resident compression: the memory and the selection on the parameters'
+device, only the k entries to the host),
 :mod:`._stats` (:class:`CompressionStats`), :mod:`._broadcast` (equal starting states),
 :mod:`._legacy` (the deprecated keyword arguments).
 """

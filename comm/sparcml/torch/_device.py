@@ -1,4 +1,5 @@
-"""Device-resident compression for :class:`~sparcml.torch.DistributedOptimizer` (issue 35).
+"""Device-resident compression for :class:`~sparcml.torch.DistributedOptimizer` and the DDP
+hook (:mod:`._hooks`) (issue 35).
 
 The host path (:mod:`._buckets`) copies every bucket's whole gradient to a (pinned) host
 buffer, compresses it there and copies the whole result back. On the device path, for the
@@ -187,11 +188,16 @@ class DevicePath:
         return u
 
     def select(self, b: Bucket, *, full: bool):
-        """Compensate, select and update the memory of bucket ``b`` on its device; returns the
-        host vector to exchange and whether the gradient was finite."""
+        """:meth:`compress` the gradients of bucket ``b`` (:meth:`gather`)."""
+        return self.compress(self.gather(b), b.index, [tuple(p.shape) for p in b.params],
+                             b, full=full)
+
+    def compress(self, x: torch.Tensor, key, shapes, counter, *, full: bool):
+        """Compensate, select and update the memory of ``key`` on the device of ``x`` (flat,
+        in the wire dtype; the tensors of ``shapes``); returns the host vector to exchange and
+        whether ``x`` was finite. ``counter``: what counts the copies (a bucket)."""
         c, m = self.compression.compressor, self.compression.memory
-        key = b.index
-        x = self.gather(b)
+        b = counter
         flag = torch.isfinite(x).all().reshape(1).to(torch.uint8)
         finite = bool(to_host(flag, b)[0])
         if not finite:
@@ -208,7 +214,6 @@ class DevicePath:
         else:
             g = x
         n = g.shape[0]
-        shapes = [tuple(p.shape) for p in b.params]
         values = host_idx = None
         if type(c) is TopKCompressor:
             if c.per_tensor:
@@ -242,7 +247,7 @@ class DevicePath:
                 self.velocity[key][idx.long()] = 0
         return vec, finite
 
-    def exchange(self, ctx, b: Bucket, vec: SparseVector, *, full: bool, check: bool):
+    def exchange(self, ctx, b, vec: SparseVector, *, full: bool, check: bool):
         """On the communication thread: the compression's allreduce of ``vec`` (what the host
         path's :meth:`~sparcml.compression.Compression.allreduce_in` does after compressing)."""
         comp = self.compression
@@ -263,13 +268,24 @@ class DevicePath:
     def apply(self, b: Bucket, result: SparseVector, nonfinite: bool) -> int:
         """Write the averaged ``result`` (NaN when ``nonfinite``) into the gradients of ``b``
         on their device; returns the result's nonzero count."""
-        device = b.params[0].device
-        wire = b.host.dtype
+        out, count = self.averaged(result, b.numel, b.host.dtype, b.params[0].device, b,
+                                   nonfinite)
+        with torch.no_grad():
+            for p, off in zip(b.params, b.offsets):
+                src = out[off:off + p.numel()].view_as(p)
+                if p.grad is None:
+                    p.grad = torch.empty_like(p)
+                p.grad.copy_(src)
+        return count
+
+    def averaged(self, result: SparseVector, n: int, wire, device, b, nonfinite: bool):
+        """``result`` divided by P (NaN when ``nonfinite``) as a flat tensor of ``n`` on
+        ``device``, and its nonzero count; ``b`` counts the copies."""
         if result.is_dense:
             out = to_device(np.asarray(result.values), device, b)
             count = int(np.count_nonzero(result.values))
         else:
-            out = torch.zeros(b.numel, dtype=wire, device=device)
+            out = torch.zeros(n, dtype=wire, device=device)
             if result.nnz:
                 out[to_device(np.asarray(result.indices, np.int64), device, b)] = to_device(
                     np.asarray(result.values), device, b)
@@ -278,10 +294,4 @@ class DevicePath:
             out.fill_(float("nan"))
         elif self.size > 1:
             out.div_(self.size)
-        with torch.no_grad():
-            for p, off in zip(b.params, b.offsets):
-                src = out[off:off + p.numel()].view_as(p)
-                if p.grad is None:
-                    p.grad = torch.empty_like(p)
-                p.grad.copy_(src)
-        return count
+        return out, count

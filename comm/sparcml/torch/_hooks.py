@@ -16,6 +16,10 @@ broadcast: the gradients travel over MPI, beside it)::
 What :func:`sparcml_hook` does with each bucket DDP hands it (a ``GradBucket``: a flat buffer of
 gradients, in DDP's bucket order, which is the same on every rank):
 
+(On the device path, :mod:`._device`: for CUDA buckets and top-k, random-k, threshold or DGC
+without a quantizer, step 2's memory and selection run on the device in the hook itself and only
+the k entries cross to the host; the result is written into the buffer on the device.)
+
 1. the buffer goes to a host array (itself for a CPU float32/float64 buffer; else a float32 or
    float64 copy, pinned for an accelerator; half precision travels as float32, as in
    :mod:`.buckets`);
@@ -53,6 +57,7 @@ from .._runtime.context import TrafficStats
 from .._errors import IncompatibleOptionsError, UnsupportedDtypeError
 from .._runtime.nonblocking import submit
 from ._buckets import COMM_DTYPES, pin_host_buffers
+from ._device import DevicePath, supported as device_supported
 from ._reduction import NONFINITE, agree_flags, reduce_flat
 
 __all__ = ["SparcmlHookState", "sparcml_hook", "init_process_group"]
@@ -66,7 +71,9 @@ class SparcmlHookState:
     order), ``warmup_steps`` (the first N steps send full gradients through the dense
     baseline, as the optimizer's) and ``options`` (a :class:`sparcml.Options` for every
     reduction, replacing ``compression.options``; default: the compression's, else the
-    process defaults).
+    process defaults). ``device_path``: as :class:`~sparcml.torch.DistributedOptimizer`'s
+    (default: compress on the device for CUDA buckets when the compression is top-k, random-k,
+    threshold or DGC without a quantizer; only the k entries and the result cross to the host).
 
     Collective: every rank builds it with the same options (else
     :class:`~sparcml.RankMismatchError`, or any rank's invalid option, on every rank).
@@ -75,7 +82,8 @@ class SparcmlHookState:
     """
 
     def __init__(self, compression: Compression | None = None, *, comm=None,
-                 warmup_steps: int = 0, seed: int = 0, options: Options | None = None):
+                 warmup_steps: int = 0, seed: int = 0, options: Options | None = None,
+                 device_path: bool | None = None):
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank, self.size = self.comm.Get_rank(), self.comm.Get_size()
         lines: list[str] = []
@@ -91,11 +99,23 @@ class SparcmlHookState:
                 if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                     raise IncompatibleOptionsError(f"{name} must be an integer >= 0, "
                                                    f"got {value!r}")
+            if device_path not in (None, True, False):
+                raise IncompatibleOptionsError(f"device_path must be None, True or False, "
+                                               f"got {device_path!r}")
+            why = device_supported(compression)
+            if device_path and why is not None:
+                raise IncompatibleOptionsError(
+                    f"device_path=True takes top-k, random-k, threshold or DGC without a "
+                    f"quantizer, not {why}; leave device_path unset for the host path")
             lines = [f"compression={compression.describe()} warmup_steps={warmup_steps} "
-                     f"seed={seed}"]
+                     f"seed={seed}" + ("" if device_path is None
+                                       else f" device_path={device_path}")]
         agree_on_lines(self.comm, lines, "the options of SparcmlHookState", failed.error)
         self.compression = compression.fresh(seed=seed)
         self.warmup_steps = warmup_steps
+        self._device_path = device_path
+        self._device = (None if device_path is False or device_supported(self.compression)
+                        else DevicePath(self.compression, self.rank, self.size))
         self.step = 0
         self.traffic = TrafficStats()
         self._pending: list[_Bucket] = []
@@ -108,11 +128,14 @@ class SparcmlHookState:
 
 
 class _Bucket:
-    __slots__ = ("future", "buffer", "host", "index", "finite")
+    __slots__ = ("future", "buffer", "host", "index", "finite", "traffic", "result",
+                 "to_host_bytes", "to_device_bytes")
 
-    def __init__(self, future, buffer, host, index):
+    def __init__(self, future, buffer, host, index, traffic=None):
         self.future, self.buffer, self.host, self.index = future, buffer, host, index
         self.finite = True
+        self.traffic, self.result = traffic, None
+        self.to_host_bytes = self.to_device_bytes = 0
 
 
 def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
@@ -136,6 +159,8 @@ def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
     if state._layout.get(index, layout) != layout:
         old = dict(state._layout)  # the layouts the residuals were kept in
     state._layout[index] = layout
+    if state._device is not None and (state._device_path or buf.device.type == "cuda"):
+        return _hook_on_device(state, bucket, buf, wire, index, old, layout, shapes)
     if buf.device.type == "cpu" and buf.dtype == wire and buf.is_contiguous():
         host = buf
     else:
@@ -153,6 +178,56 @@ def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
     if pending is not None:
         state.step += 1
     return item.future
+
+
+def _hook_on_device(state, bucket, buf, wire, index, old, layout, shapes):
+    """:func:`sparcml_hook` on the device path (:mod:`._device`): compensate and select here,
+    on the device; the exchange of the k entries on the communication thread, which writes the
+    averaged result into the buffer on the device."""
+    device = state._device
+    if old is not None:  # a rebuilt bucket: its parameters' state, through the host memory
+        if state._pieces is None:
+            device.export()
+        _move_state(state, index, old, layout)
+        device.residual.pop(index, None)
+        device.velocity.pop(index, None)
+    item = _Bucket(torch.futures.Future(), buf, None, index, state.traffic)
+    full = state.step < state.warmup_steps and state.compression.lossy
+    vec, item.finite = device.compress(buf.reshape(-1).to(wire), index, shapes, item,
+                                       full=full)
+    state._pending.append(item)
+    pending = None
+    if bucket.is_last():
+        pending, state._pending = state._pending, []
+        state._pieces = None
+    submit(state.comm, f"sparcml_hook bucket {index}", _exchange, state, item, vec, full,
+           state.step == 0, pending)
+    if pending is not None:
+        state.step += 1
+    return item.future
+
+
+def _exchange(ctx, state: SparcmlHookState, item: _Bucket, vec, full: bool, check: bool,
+              pending) -> None:
+    """On the communication thread, the device path: exchange one bucket's selection; after
+    the step's last, agree on non-finite buckets and complete every future of the step."""
+    try:
+        item.result = state._device.exchange(ctx, item, vec, full=full, check=check)
+        if pending is None:
+            return
+        flags = agree_flags(ctx, np.array([0 if it.finite else NONFINITE for it in pending],
+                                          dtype=np.uint8))
+        for it, flag in zip(pending, flags):
+            out, _ = state._device.averaged(it.result, it.buffer.numel(),
+                                            COMM_DTYPES[it.buffer.dtype], it.buffer.device, it,
+                                            bool(flag & NONFINITE))
+            it.buffer.copy_(out.view_as(it.buffer))
+            it.future.set_result(it.buffer)
+    except BaseException as exc:
+        for it in pending or [item]:
+            if not it.future.done():
+                it.future.set_exception(exc)
+        raise
 
 
 def _move_state(state: SparcmlHookState, key, old_layouts: dict, layout) -> None:
