@@ -150,6 +150,14 @@ def check_all(comm) -> int:
         ok(False, "device_path=True with a quantizer did not raise")
     except IncompatibleOptionsError as exc:
         ok("quantizer" in str(exc), f"the refusal names the quantizer: {exc}")
+    from sparcml.torch._hooks import SparcmlHookState
+
+    try:
+        SparcmlHookState(Compression(TopKCompressor(density=0.01), quantizer=QSGD(4)),
+                         comm=comm, device_path=True)
+        ok(False, "SparcmlHookState(device_path=True) with a quantizer did not raise")
+    except IncompatibleOptionsError as exc:
+        ok("quantizer" in str(exc), f"the hook's refusal names the quantizer: {exc}")
     return passed()
 
 
