@@ -158,13 +158,15 @@ def test_waits_yield_when_emulated_nodes_share_this_machines_cores():
 def test_an_idle_link_does_not_pass_small_messages_at_memory_speed():
     """tbf alone passes its bucket (500 KB at 1 Gbit) at memory speed after an idle moment
     (measured: 6-7 Gbit/s for 128 and 512 KiB); the peak-rate bucket of two frames keeps them
-    near the link's rate. Lower bounds leave room for a loaded machine."""
+    near the link's rate. The upper bounds are the property; the lower ones only say that
+    bytes moved (a loaded machine's CPU, not the link, sets them: under CI's load a 0.2 bound
+    failed)."""
     before = _our_namespaces()
     out = _emulate("2x1gbit", str(BIN / "python"), str(REPO / "scripts" / "link_probe.py"),
                    "128", "512")
     assert out.returncode == 0, out.stdout + out.stderr
     rates = json.loads(out.stdout.strip().splitlines()[-1])
     for label in ("128 KiB after idle", "512 KiB after idle"):
-        assert 0.2 < rates[label]["gbit/s"] < 1.6, rates
-    assert 0.5 < rates["16 MiB both ways"]["gbit/s"] < 1.1, rates
+        assert 0.01 < rates[label]["gbit/s"] < 1.6, rates
+    assert 0.01 < rates["16 MiB both ways"]["gbit/s"] < 1.1, rates
     assert _our_namespaces() == before
