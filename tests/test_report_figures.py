@@ -123,8 +123,9 @@ def test_training_dense_baseline_on_the_same_axes_and_unique_labels(tmp_path):
         assert len(f.meta["panels"]) == 1
         labels = [line["label"] for line in f.meta["lines"]]
         assert any(lb.startswith("dense baseline, simulated") for lb in labels), labels
-        assert any("16x10gbit,ppn=4" in lb for lb in labels) and \
-            any("64x10gbit,ppn=8" in lb for lb in labels), labels
+        # (the node count left out: a run's unused nodes change nothing; the ppn does)
+        assert any("(10gbit,ppn=4)" in lb for lb in labels) and \
+            any("(10gbit,ppn=8)" in lb for lb in labels), labels
     training = training_figures(runs)
     assert len(training) == 1
     labels = training[0].meta["legend"]
@@ -192,3 +193,15 @@ def test_rerun_before_and_after_share_their_y_range(tmp_path, monkeypatch):
                                {"panels": [{"title": "a", "ylim": (3, 9)},
                                            {"title": "b", "ylim": (5, 6)}]}) == \
         ([(1, 9)], [(1, 9), (5, 6)])
+
+
+def test_runs_of_one_network_share_a_line_whatever_node_count_their_command_gave():
+    """An app sizes the network to the largest ``--simulate`` P of its command: the dense
+    baseline of ``--simulate 4 16`` (16x100gbit) and the sparse runs of ``--simulate 4 16 64``
+    (64x100gbit) are one network for P <= 16; another ppn or rate stays apart."""
+    from sparcapps.report.training import network_of_run
+
+    assert network_of_run("16x100gbit,ppn=1,latency=1.5us") == \
+        network_of_run("64x100gbit,ppn=1,latency=1.5us") == "100gbit,ppn=1,latency=1.5us"
+    assert network_of_run("16x10gbit,ppn=4") != network_of_run("16x10gbit,ppn=8")
+    assert network_of_run("10gbit") == "10gbit" and network_of_run(None) is None

@@ -29,9 +29,24 @@ def training_runs(records) -> list[dict]:
         if r.get("status") == "ok" and isinstance(epochs, list) and epochs:
             runs.append({"app": app_label(r), "dataset": dataset_label(r), "P": r.get("P"),
                          "config": config_label(r), "series": series_label(r),
-                         "simulated": bool(r.get("simulated")), "network": r.get("network"),
+                         "simulated": bool(r.get("simulated")),
+                         "network": network_of_run(r.get("network")),
                          "epochs": epochs, "record": r, "command": command_of(r)})
     return runs
+
+
+def network_of_run(spec):
+    """A simulated run's network without its node count (``64x10gbit,ppn=1,...`` ->
+    ``10gbit,ppn=1,...``): an app sizes the network to the largest ``--simulate`` P of its
+    command, and with full bisection and no contention the nodes a P-rank run does not use
+    change nothing, so runs of ``--simulate 4 16`` and ``--simulate 4 16 64`` share a line."""
+    if not isinstance(spec, str):
+        return spec
+    head, _, rest = spec.partition(",")
+    count, x, rate = head.partition("x")
+    if x and count.isdigit():
+        head = rate
+    return ",".join(p for p in (head, rest) if p)
 
 
 _LINEAR = ("sparc-linear", "sparc-logreg", "sparc-svm")
