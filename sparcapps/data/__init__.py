@@ -25,6 +25,8 @@ Stable API (used by the applications)::
 The command line is ``sparc-data`` (:mod:`.cli`).
 """
 
+from sparcapps._lazy import lazy_exports
+
 # Names are imported on first use (PEP 562), so that ``sparc-data list`` and the catalog work
 # without the [apps] extra (h5py, scipy) that the readers and writers need.
 _WHERE = {
@@ -45,19 +47,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 __all__ = [

@@ -9,6 +9,8 @@
   ``python -m sparcapps.linear.compare``.
 """
 
+from sparcapps._lazy import lazy_exports
+
 # names imported at their first use (PEP 562): ``sparc-linear --help`` reads only the parser's
 # modules, not scikit-learn (the estimator) or h5py (the model files)
 _WHERE = {
@@ -21,19 +23,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_exports(__name__, _WHERE, globals())
 
 
 __all__ = [
