@@ -26,6 +26,7 @@ from mpi4py import MPI
 
 from sparcml._runtime.context import context_for
 from sparcml.compression import COMPRESSORS, DGCMemory, build, get_compressor
+from test_compressors import reference_powersgd_per_tensor
 
 SHAPES = [(6, 8), (6,), (4, 5)]
 SIZES = [int(np.prod(s)) for s in SHAPES]
@@ -189,27 +190,8 @@ def ref_cast(xs, fmt):
 
 def ref_powersgd(xs, r=RANK, seed=0):
     """Vogels et al. 2019 per matrix (>= 2 dims), one power iteration, warm start, error
-    feedback; the other tensors whole."""
-    e, qs, out = np.zeros(N), {}, []
-    for x in xs:
-        g = x + e
-        sent = g.copy()
-        for i, (shape, a, b) in enumerate(zip(SHAPES, OFFSETS, OFFSETS[1:])):
-            if len(shape) < 2:
-                continue
-            rows, cols = shape[0], (b - a) // shape[0]
-            rr = min(r, rows, cols)
-            m = g[a:b].reshape(rows, cols)
-            q = qs.get(i)
-            if q is None:
-                q = np.random.default_rng([seed, rows, cols]).standard_normal((cols, rr))
-            p, rt = np.linalg.qr(m @ q)
-            p = p * np.where(np.diag(rt) < 0, -1.0, 1.0)
-            qs[i] = q = m.T @ p
-            sent[a:b] = (p @ q.T).ravel()
-        e = g - sent
-        out.append(sent)
-    return out
+    feedback; the other tensors whole (test_compressors' NumPy reference)."""
+    return [sent for sent, _ in reference_powersgd_per_tensor(xs, SHAPES, r, seed)]
 
 
 REFERENCES = {
