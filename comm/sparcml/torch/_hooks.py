@@ -211,23 +211,37 @@ def _exchange(ctx, state: SparcmlHookState, item: _Bucket, vec, full: bool, chec
               pending) -> None:
     """On the communication thread, the device path: exchange one bucket's selection; after
     the step's last, agree on non-finite buckets and complete every future of the step."""
+    def finish(it: _Bucket, nonfinite: bool) -> None:
+        out, _ = state._device.averaged(it.result, it.buffer.numel(),
+                                        COMM_DTYPES[it.buffer.dtype], it.buffer.device, it,
+                                        nonfinite)
+        it.buffer.copy_(out.view_as(it.buffer))
+
     try:
         item.result = state._device.exchange(ctx, item, vec, full=full, check=check)
-        if pending is None:
-            return
-        flags = agree_flags(ctx, np.array([0 if it.finite else NONFINITE for it in pending],
-                                          dtype=np.uint8))
-        for it, flag in zip(pending, flags):
-            out, _ = state._device.averaged(it.result, it.buffer.numel(),
-                                            COMM_DTYPES[it.buffer.dtype], it.buffer.device, it,
-                                            bool(flag & NONFINITE))
-            it.buffer.copy_(out.view_as(it.buffer))
-            it.future.set_result(it.buffer)
+        if pending is not None:
+            _complete_step(ctx, pending, finish)
     except BaseException as exc:
-        for it in pending or [item]:
-            if not it.future.done():
-                it.future.set_exception(exc)
+        _fail_step(pending or [item], exc)
         raise
+
+
+def _complete_step(ctx, pending, finish) -> None:
+    """After a step's last bucket (communication thread): agree with every rank on which
+    buckets held a non-finite value, then ``finish(bucket, nonfinite)`` each and complete its
+    future with its buffer."""
+    flags = agree_flags(ctx, np.array([0 if it.finite else NONFINITE for it in pending],
+                                      dtype=np.uint8))
+    for it, flag in zip(pending, flags):
+        finish(it, bool(flag & NONFINITE))
+        it.future.set_result(it.buffer)
+
+
+def _fail_step(buckets, exc: BaseException) -> None:
+    """Give ``exc`` to every future of ``buckets`` not completed yet (the caller re-raises)."""
+    for it in buckets:
+        if not it.future.done():
+            it.future.set_exception(exc)
 
 
 def _move_state(state: SparcmlHookState, key, old_layouts: dict, layout) -> None:
@@ -261,19 +275,19 @@ def _reduce(ctx, state: SparcmlHookState, item: _Bucket, full: bool, check: bool
         if pending is None:
             return
         state._pieces = None
-        flags = agree_flags(ctx, np.array([0 if it.finite else NONFINITE for it in pending],
-                                          dtype=np.uint8))
-        for it, flag in zip(pending, flags):
-            if flag & NONFINITE:
-                it.host.fill_(float("nan"))
-            if it.host is not it.buffer:
-                it.buffer.copy_(it.host.view_as(it.buffer))
-            it.future.set_result(it.buffer)
+        _complete_step(ctx, pending, _host_to_buffer)
     except BaseException as exc:
-        for it in pending or [item]:
-            if not it.future.done():
-                it.future.set_exception(exc)
+        _fail_step(pending or [item], exc)
         raise
+
+
+def _host_to_buffer(it: _Bucket, nonfinite: bool) -> None:
+    """The host path's end of a bucket: its averaged sum (NaN where some rank's gradient was
+    not finite) into DDP's buffer."""
+    if nonfinite:
+        it.host.fill_(float("nan"))
+    if it.host is not it.buffer:
+        it.buffer.copy_(it.host.view_as(it.buffer))
 
 
 def init_process_group(backend: str = "gloo", comm=None, **kwargs) -> None:
