@@ -98,6 +98,16 @@ class _NoOptions:
         return hash(type(self))
 
 
+class _EqualByRepr:
+    """Objects whose ``repr`` shows every option: equal when of the same class and repr."""
+
+    def __eq__(self, other) -> bool:
+        return type(other) is type(self) and repr(self) == repr(other)
+
+    def __hash__(self) -> int:
+        return hash((type(self), repr(self)))
+
+
 # -- compressors ------------------------------------------------------------------------------
 
 class Compressor(ABC):
@@ -189,7 +199,7 @@ class NoneCompressor(_NoOptions, Compressor):
         return SparseVector.dense(x)
 
 
-class TopKCompressor(Compressor):
+class TopKCompressor(_EqualByRepr, Compressor):
     """Keep the largest magnitudes: a fraction ``density`` in (0, 1], or ``k`` entries (at most
     the array's length), of the whole array, or of every ``chunk`` consecutive values (512 in
     the original CNTK integration of SparCML). Exactly one of ``density`` and ``k``. Ties go to
@@ -240,12 +250,6 @@ class TopKCompressor(Compressor):
         what = f"density={self.density}" if self.density is not None else f"k={self.k}"
         return f"TopKCompressor({what}" + (f", chunk={self.chunk}" if self.chunk else "") + (
             ", per_tensor=True" if self.per_tensor else "") + ")"
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash((type(self), repr(self)))
 
 
 def per_tensor_topk(x: np.ndarray, shapes, topk: TopK) -> SparseVector:

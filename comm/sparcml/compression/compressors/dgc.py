@@ -37,7 +37,8 @@ from ..._errors import CompressionError, UnsupportedDtypeError
 from ..._topk.local import TopK
 from ..._vector import SparseVector, VALUE_DTYPES
 from .._common import _Steps, _check_density, _check_finite
-from .._objects import (Compression, Compressor, NoneMemory, ResidualMemory, _join, _split,
+from .._objects import (Compression, Compressor, NoneMemory, ResidualMemory, _EqualByRepr,
+                        _join, _split,
                         per_tensor_topk)
 from .._registry import (BITS, CompressorSpec, DENSITY, MOMENTUM, Param, bits_label,
                          nonnegative_int, percent_label, quantizer_of, register_compressor)
@@ -46,7 +47,7 @@ from .._registry import (BITS, CompressorSpec, DENSITY, MOMENTUM, Param, bits_la
 WARMUP_EPOCHS = 4
 
 
-class DGCCompressor(_Steps, Compressor):
+class DGCCompressor(_EqualByRepr, _Steps, Compressor):
     """Top ``density`` of the (momentum-corrected) input of each tensor, per key; during the
     first ``warmup_steps`` steps the density is ``initial_density * (density /
     initial_density) ** (stage / warmup_stages)``, ``stage = floor(step * warmup_stages /
@@ -108,14 +109,8 @@ class DGCCompressor(_Steps, Compressor):
                 f"initial_density={self.initial_density}, "
                 f"warmup_stages={self.warmup_stages}, per_tensor=True)")
 
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and repr(self) == repr(other)
 
-    def __hash__(self) -> int:
-        return hash(repr(self))
-
-
-class DGCMemory(ResidualMemory):
+class DGCMemory(_EqualByRepr, ResidualMemory):
     """DGC's memory: per key a velocity ``u`` and an accumulation ``v`` (the residual).
 
     :meth:`compensate_in`: ``x`` clipped to L2 norm ``clip_norm / sqrt(P)`` (P: the ranks;
@@ -218,12 +213,6 @@ class DGCMemory(ResidualMemory):
 
     def __repr__(self) -> str:
         return f"DGCMemory(momentum={self.momentum}, clip_norm={self.clip_norm})"
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
 
 
 WARMUP = Param("density_warmup_steps", "--density-warmup-steps",

@@ -25,12 +25,12 @@ from ..._collectives.entry import allreduce_in
 from ..._errors import CompressionError
 from ..._vector import SparseVector
 from .._common import _Steps, _check_density, key_seed
-from .._objects import Compression, Compressor, Reduced
+from .._objects import Compression, Compressor, Reduced, _EqualByRepr
 from .._registry import (BITS, CompressorSpec, DENSITY, Param, SEED, bits_label, memory_of,
                          percent_label, quantizer_of, register_compressor)
 
 
-class RandomKCompressor(_Steps, Compressor):
+class RandomKCompressor(_EqualByRepr, _Steps, Compressor):
     """``k`` (or a fraction ``density``) uniformly random positions per call, seeded by
     ``(seed, key, step)`` and, with ``shared=False``, the rank. Exactly one of density and k.
     ``rescale``: send ``(n / k) g[idx]`` (unbiased; for use without error feedback)."""
@@ -108,12 +108,6 @@ class RandomKCompressor(_Steps, Compressor):
         what = f"density={self.density}" if self.density is not None else f"k={self.k}"
         scaled = ", rescale=True" if self.rescale else ""
         return f"RandomKCompressor({what}, seed={self.seed}, shared={self.shared}{scaled})"
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
 
 
 SHARED = Param("shared", "--shared-indices", "every rank draws the same positions (a dense "

@@ -22,7 +22,7 @@ from ..._quant.qsgd import QSGD
 from ..._vector import SparseVector
 from .._common import (_Steps, _allgather, _segments, key_seed, pack_ternary,
                        unpack_ternary)
-from .._objects import Compression, Compressor, Reduced
+from .._objects import Compression, Compressor, Reduced, _EqualByRepr
 from .._registry import SEED, CompressorSpec, memory_of, register_compressor
 
 
@@ -33,7 +33,7 @@ def terngrad(bucket_size: int = 1024, seed=None) -> QSGD:
     return QSGD(2, bucket_size=bucket_size, norm="max", seed=seed)
 
 
-class TernGradCompressor(_Steps, Compressor):
+class TernGradCompressor(_EqualByRepr, _Steps, Compressor):
     """TernGrad per tensor: clip at ``clip_sigmas`` standard deviations (None: no clipping),
     scaler ``max |g|`` of the tensor, stochastic ternary values (see the module docstring)."""
 
@@ -117,12 +117,6 @@ class TernGradCompressor(_Steps, Compressor):
 
     def __repr__(self) -> str:
         return f"TernGradCompressor(clip_sigmas={self.clip_sigmas}, seed={self.seed})"
-
-    def __eq__(self, other) -> bool:
-        return type(other) is type(self) and repr(self) == repr(other)
-
-    def __hash__(self) -> int:
-        return hash(repr(self))
 
 
 def build(*, seed, algorithm, error_feedback):
