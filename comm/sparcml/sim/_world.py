@@ -97,11 +97,10 @@ class World:
         # threads waiting (a rank's own, or its non-blocking engine's): ident -> (rank, ready
         # predicate, caller's frame); ranks whose function returned; what moved last
         self.waiting: dict[int, tuple] = {}
-        self.returned: list[int] = []
+        self.returned: set[int] = set()
         # ranks that wait (threads each) or returned, kept as they change: the deadlock check
         # runs at every wait, and counting them there was O(P) (a fifth of a P = 1,000 run)
         self._waits_of: dict[int, int] = {}
-        self._returned_set: set[int] = set()
         self._covered = 0
         self.progress = 0
         self.suspect: tuple[int, float] | None = None
@@ -149,7 +148,7 @@ class World:
         me = threading.get_ident()
         self.waiting[me] = (st.rank, ready, sys._getframe(1))
         waits = self._waits_of.get(st.rank, 0)
-        if waits == 0 and st.rank not in self._returned_set:
+        if waits == 0 and st.rank not in self.returned:
             self._covered += 1
         self._waits_of[st.rank] = waits + 1
         self._detect_deadlock()
@@ -167,7 +166,7 @@ class World:
                 self._waits_of[st.rank] = waits
             else:
                 del self._waits_of[st.rank]
-                if st.rank not in self._returned_set:
+                if st.rank not in self.returned:
                     self._covered -= 1
             self.progress += 1
             self.lock.release()
@@ -180,9 +179,8 @@ class World:
         """Rank ``st``'s function returned (lock not held): if every other rank now waits for
         something no rank will send, the run is a deadlock."""
         with self.lock:
-            self.returned.append(st.rank)
-            if st.rank not in self._returned_set:
-                self._returned_set.add(st.rank)
+            if st.rank not in self.returned:
+                self.returned.add(st.rank)
                 if st.rank not in self._waits_of:
                     self._covered += 1
             self._detect_deadlock()
@@ -262,7 +260,7 @@ class World:
         if link.due_for_pruning():
             # no later request is ready before a running rank's clock or a message in flight
             # (posted, not yet received): what ended before both can go
-            times = [st.clock for st in self.ranks if st.rank not in self._returned_set]
+            times = [st.clock for st in self.ranks if st.rank not in self.returned]
             times += [m["start"] for box in self.mailboxes.values() for m in box]
             if times:
                 link.prune(min(times))
