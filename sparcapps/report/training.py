@@ -275,12 +275,13 @@ _NET_STYLES = ("--", ":", "-.")
 
 
 def _short_source(point) -> str:
-    """'measured', or 'simulated, 10gbit, latency=10us' (the spec's rate and latency; the
-    caption and the records hold the whole spec)."""
+    """'measured', or 'simulated, 10gbit, latency=10us' (the spec's rate and latency: the
+    point's network has no node count, :func:`network_of_run`; the caption and the records
+    hold the whole spec)."""
     if not point["simulated"]:
         return point["source"]
     parts = (point["network"] or "").split(",")
-    rate = parts[0].split("x", 1)[-1]
+    rate = parts[0]
     latency = next((q for q in parts[1:] if q.startswith("latency=")), "")
     return ", ".join(x for x in ("simulated", rate, latency) if x)
 
@@ -324,7 +325,7 @@ def scaling_figures(runs) -> list[Fig]:
                 handles.append(pl.plot_line(
                     ax, xs, ys, label=f"{series}, {_short_source(grp[0])}",
                     gid=f"series-{len(handles)}", **kw))
-            # two networks of one rate and latency (16x10gbit,ppn=4 and 64x10gbit,ppn=8):
+            # two networks of one rate and latency (10gbit,ppn=4 and 10gbit,ppn=8):
             # their whole spec tells them apart
             short = [h.get_label() for h in handles]
             whole = [f"{s}, {p['source']}" for s, p in drawn]
