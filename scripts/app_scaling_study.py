@@ -32,7 +32,7 @@ Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"
 - the deep apps (``--data cnn lstm``): digits, 3 epochs, 8 examples per rank and step, top-k
   1% + 4-bit QSGD with error feedback against ``--dense``; simulated on the same
   two networks (P = 2, 4, 16, 64), measured at P = 1, 2, 4.
-- measured P: 1, 2, 4, 8 (url), 1, 2, 4 (webspam) with ``sparc-mpiexec`` on this machine (2
+- measured P: 1, 2, 4, 8 (url and webspam) with ``sparc-mpiexec`` on this machine (2
   cores: P = 4 and 8 run 2 and 4 ranks per core, so their times measure the host more than
   the algorithm).
 """
@@ -56,7 +56,7 @@ DEEP_COMMON = ["--epochs", "3", "--batch-size", "8", "--seed", "0", "--no-progre
 DEEP_SIM_P = [2, 4, 16, 64]
 DEEP_MEASURED_P = [1, 2, 4]
 SIM_P = {"url": [2, 4, 8, 16, 64, 256], "webspam": [4, 16, 64]}
-MEASURED_P = {"url": [1, 2, 4, 8], "webspam": [1, 2, 4]}
+MEASURED_P = {"url": [1, 2, 4, 8], "webspam": [1, 2, 4, 8]}
 NETWORKS = ["10gbit,latency=10us", "100gbit,latency=1.5us"]
 APPS = {"lr": ["sparc-linear", "--loss", "log"], "svm": ["sparc-svm"]}
 ALGORITHMS = {"sparse": [], "dense": ["--algorithm", "dense"]}
