@@ -9,7 +9,10 @@ divided by the epoch's steps. The bytes per rank are compared too (``=`` where e
 last line counts the rows whose step time is within 1.3x. Exits 1 when a measured record has
 no simulated twin.
 
-The measured runs come from ``jobs/emulate.sh NODESx1gbit -- sparc-linear ...``; the
+The linear apps' epochs give ``train_seconds``, the deep apps' ``epoch_seconds`` (the same
+thing: the epoch's training steps, evaluation excluded); the deep apps' bytes are their
+``bytes_per_step`` times the steps. The measured runs come from
+``jobs/emulate.sh NODESx1gbit -- sparc-linear ...`` (or ``sparc-cnn``, ``sparc-lstm``); the
 simulated ones from ``sparc-linear ... --simulate P --network SPEC --compute-scale C`` with the
 spec ``sparc-bench --probe-network`` printed on the same emulated network and C the ranks per
 core of the measured run (this machine's cores are shared by the emulated nodes).
@@ -36,7 +39,16 @@ def _index(path):
 def _per_step(rec, key):
     epochs = rec["metrics"]["epochs"]
     use = epochs[1:] if len(epochs) > 1 else epochs
+    if key == "train_seconds" and "train_seconds" not in use[0]:
+        key = "epoch_seconds"  # a deep app's record
     return statistics.median(e[key] / max(e["steps"], 1) for e in use)
+
+
+def _sent(rec):
+    """Bytes sent per rank in the whole run (the linear apps' max over ranks)."""
+    if "sent_per_rank_max" in rec["bytes"]:
+        return rec["bytes"]["sent_per_rank_max"]
+    return sum(e["bytes_per_step"] * e["steps"] for e in rec["metrics"]["epochs"])
 
 
 def main(argv):
@@ -56,7 +68,7 @@ def main(argv):
             continue
         ratios = [_per_step(m, k) / max(_per_step(s, k), 1e-12)
                   for k in ("train_seconds", "compute_seconds", "comm_seconds")]
-        sent_m, sent_s = m["bytes"]["sent_per_rank_max"], s["bytes"]["sent_per_rank_max"]
+        sent_m, sent_s = _sent(m), _sent(s)
         sent = f"{sent_m / 2**10:,.1f} KiB" + (" =" if sent_m == sent_s else
                                                f" (sim {sent_s / 2**10:,.1f})")
         within += (1 / LIMIT) <= ratios[0] <= LIMIT
