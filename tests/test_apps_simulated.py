@@ -217,3 +217,18 @@ def test_replicas_refuse_ranks_that_diverge():
     assert len(set(ids)) == 1
     unshared = sim.run(3, lambda comm: id(sim.Replicas(comm).shared("x", list)), share=False)
     assert len(set(unshared.results)) == 3
+
+
+def test_validation_table_reads_the_deep_apps_records():
+    """The committed deep validation records (sparc-cnn / sparc-lstm: ``epoch_seconds`` and
+    ``bytes_per_step`` where the linear apps have ``train_seconds`` and ``bytes``): every
+    measured run finds its simulated twin with the same bytes, and the count line is there."""
+    deep = REPO / "benchmarks" / "app-validation" / "deep"
+    out = subprocess.run([sys.executable, str(REPO / "scripts" / "app_validation_table.py"),
+                          str(deep / "measured.jsonl"), str(deep / "simulated.jsonl")],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith(("| sparc-cnn", "| sparc-lstm"))]
+    assert len(rows) == 8 and all(" KiB = |" in ln for ln in rows), out.stdout
+    assert "rows within 1.3x" in out.stdout.splitlines()[-1]
+    assert out.stdout == (deep / "table.md").read_text()
