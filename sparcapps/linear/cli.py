@@ -420,8 +420,9 @@ def _estimate(args, P: int):
     # by other jobs): about 0.3 s per rank (its shard, engine, plan, evaluation) and 15 ms
     # per rank and step; a quiet machine takes several times less
     seconds = P * (0.3 + 0.015 * steps * args.epochs) + rows * nnz_row * 2e-7
-    if args.algorithm == DENSE_BASELINE:  # every rank's N-vector summed each step
-        nbytes += 3 * P * 4 * N
+    if args.algorithm == DENSE_BASELINE:  # every rank's N-vector summed each step: 14 bytes
+        nbytes += 14 * P * N  # a value per rank (fitted: webspam-like at P = 64 peaked at 16.9
+        # GiB where 12 bytes estimated 15 GiB)
         seconds += steps * args.epochs * P * N * 2e-9
     return SimPlan(P, nbytes, seconds, f"{int(steps)} steps per epoch")
 
