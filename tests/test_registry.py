@@ -2,6 +2,7 @@
 (type-only imports included), and its runtime imports no feature above it."""
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -309,8 +310,10 @@ def _imports(path: Path, known: set[str], mod: str | None = None) -> set[str]:
     return {t for t in out if t in known and t != mod}
 
 
+@functools.lru_cache(maxsize=1)
 def _import_graph() -> dict[str, set[str]]:
-    """Every module of comm/sparcml and sparcapps -> the modules of both it imports."""
+    """Every module of comm/sparcml and sparcapps -> the modules of both it imports (built
+    once per test session; read it, do not change it)."""
     paths = {_module_name(p): p for root in (PACKAGE, REPO / "sparcapps")
              for p in root.rglob("*.py")}
     known = set(paths)
