@@ -146,27 +146,48 @@ class Parser(argparse.ArgumentParser):
         self.exit(2)
 
 
+_OPTION_FLAGS = ("partitions", "index_coding")  # the Options fields given as flags
+
+
 def add_options_arguments(group) -> None:
     """``--partitions`` and ``--index-coding``: fields of the :class:`sparcml.Options` every
-    call gets (:func:`options_from_args`); unset, the process defaults (``SPARCML_*``)."""
+    call gets (:func:`options_from_args`); unset, the process defaults (``SPARCML_*``, as the
+    library reads them); given, the flag wins over the variable."""
     group.add_argument("--partitions", choices=["balanced", "equal"], default=None,
                        help="blocks of the split algorithms' reduce-scatter (default: "
-                            "SPARCML_PARTITIONS, else balanced)")
+                            "$SPARCML_PARTITIONS if set, else balanced; the flag wins)")
     group.add_argument("--index-coding", choices=["auto", "coded", "raw"], default=None,
-                       help="indices of sparse messages (default: SPARCML_INDEX_CODING, else "
-                            "auto: coded where the link time saved exceeds the CPU time)")
+                       help="indices of sparse messages (default: $SPARCML_INDEX_CODING if "
+                            "set, else auto: coded where the link time saved exceeds the CPU "
+                            "time; the flag wins)")
 
 
-def options_from_args(args):
+def options_from_args(args, parser=None):
     """The :class:`sparcml.Options` of :func:`add_options_arguments`'s flags: the process
-    defaults with the flags given."""
+    defaults (:func:`sparcml.default_options`, the ``SPARCML_*`` variables every sparcml call
+    reads) with the flags given (a flag wins over its variable).
+
+    With ``parser`` (a CLI's, called right after parsing): a bad ``SPARCML_*`` variable is a
+    usage error (``parser.error``: one line naming the variable, exit 2), as a bad flag is,
+    and the flags left unset are filled in ``args`` with the values that will run, so that
+    the run's record says what ran. Without, :class:`sparcml.InvalidOptionError`."""
     from dataclasses import replace
 
     import sparcml
 
-    given = {name: getattr(args, name, None) for name in ("partitions", "index_coding")}
-    return replace(sparcml.default_options(),
-                   **{name: value for name, value in given.items() if value is not None})
+    given = {name: getattr(args, name, None) for name in _OPTION_FLAGS}
+    try:
+        options = replace(sparcml.default_options(),
+                          **{name: value for name, value in given.items() if value is not None})
+    except sparcml.InvalidOptionError as exc:
+        if parser is None:
+            raise
+        parser.error(str(exc))
+    if parser is not None:
+        for name in _OPTION_FLAGS:
+            if hasattr(args, name):
+                setattr(args, name, getattr(options, name))
+    return options
 
 
 def make_parser(prog: str, description: str | None = None, *, parser_class=None,

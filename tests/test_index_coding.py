@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from sparcml._model import costmodel
+from sparcml._options import CallOptions, default_options
 from sparcml._wire.codec import BITMAP, ELIAS_FANO, RAW, Codec, Part, decode, index_layout
 
 
@@ -13,7 +14,8 @@ def _message(density, dim=1 << 20, seed=0, raw=False):
     k = int(density * dim)
     idx = np.sort(rng.choice(dim, k, replace=False)).astype(np.int32)
     val = rng.standard_normal(k).astype(np.float32)
-    buf, dense = Codec(np.int32, np.float32, code_indices=not raw).encode(Part(0, dim, idx, val))
+    buf, dense = Codec(np.int32, np.float32, options=CallOptions(code_indices=not raw)).encode(
+        Part(0, dim, idx, val))
     assert not dense
     return buf, idx, val
 
@@ -35,11 +37,19 @@ def test_the_smallest_code_is_chosen_by_count_and_range():
 
 
 def test_coding_can_be_switched_off_by_the_environment(monkeypatch):
+    """The environment gives the process defaults, resolved at the entry points: a codec or
+    a cost function given no options codes whatever the environment says."""
     monkeypatch.setenv("SPARCML_INDEX_CODING", "raw")
-    assert not Codec(np.int32, np.float32).code_indices
-    assert costmodel.index_bytes(1000, 1 << 20, 4) == 4.0
-    monkeypatch.setenv("SPARCML_INDEX_CODING", "auto")
+    assert not Codec(np.int32, np.float32,
+                     options=CallOptions.of(default_options())).code_indices
     assert Codec(np.int32, np.float32).code_indices
+    assert costmodel.index_bytes(1000, 1 << 20, 4, coded=default_options().code_indices) == 4.0
+    assert costmodel.index_bytes(1000, 1 << 20, 4) < 4.0
+    shape = dict(P=4, N=1 << 20, k=1000)
+    raw = costmodel.CostModel().predict("ssar_recursive_double", **shape)  # the defaults
+    monkeypatch.setenv("SPARCML_INDEX_CODING", "auto")
+    assert Codec(np.int32, np.float32, options=CallOptions.of(default_options())).code_indices
+    assert costmodel.CostModel().predict("ssar_recursive_double", **shape) < raw
 
 
 @pytest.mark.parametrize("density", [1e-4, 1e-3, 1e-2, 0.1, 0.3, 0.45])
@@ -62,7 +72,8 @@ def test_codes_only_where_the_link_time_saved_exceeds_the_coding_time():
     idx = np.sort(rng.choice(dim, count, replace=False)).astype(np.int32)
     val = rng.standard_normal(count).astype(np.float32)
     for costs, smaller in (((1e-10, coding), False), ((8e-9, coding), True), (None, True)):
-        buf, _ = Codec(np.int32, np.float32, link_costs=costs).encode(Part(0, dim, idx, val))
+        buf, _ = Codec(np.int32, np.float32, options=CallOptions(link_costs=costs)).encode(
+            Part(0, dim, idx, val))
         assert (buf.nbytes < 8 * count) == smaller, costs
         part = decode(buf)  # the header names the code: any receiver decodes it
         assert np.array_equal(part.indices, idx) and np.array_equal(part.values, val)

@@ -16,7 +16,6 @@ import sparcml.sim as sim
 from sparcml import Options
 from sparcml._model import mpi_collectives as mpi
 from sparcml._model.costmodel import CostModel
-from sparcml._options import in_call
 
 NEVER = 2**31 - 1
 NET = "64x10gbit,latency=5us"
@@ -132,16 +131,16 @@ def test_cost_model_charges_the_collective_path_without_python_per_message():
     Python once per part, not P - 1 point-to-point messages at ``alpha``."""
     model = CostModel(alpha=1e-4, collective_alpha=5e-6, part_overhead=2e-6, beta=1e-9)
     shape = dict(P=1024, N=1 << 24, k=1 << 14)
-    with in_call(Options(native_min_ranks=NEVER)):
-        p2p = model.predict("ssar_split_allgather", **shape)
+    p2p = model.predict("ssar_split_allgather", options=Options(native_min_ranks=NEVER),
+                        **shape)
     native = model.predict("ssar_split_allgather", **shape)
     assert p2p - native > 1023 * 1e-4 - 1024 * 2e-6 - 1e-3
-    with in_call(Options(native_min_ranks=2048)):  # below the threshold: messages
-        assert model.predict("ssar_split_allgather", **shape) == p2p
+    below = Options(native_min_ranks=2048)  # below the threshold: messages
+    assert model.predict("ssar_split_allgather", options=below, **shape) == p2p
     assert model.collective_step(1024) == 5e-6
     assert CostModel(allgather_alpha=2e-5).collective_step(16) == pytest.approx(5e-6)
-    with in_call(Options(native_min_ranks=NEVER)):
-        topk_p2p = model.predict_topk(P=1024, N=1 << 24, k_local=1 << 14, k=1 << 14)
+    topk_p2p = model.predict_topk(P=1024, N=1 << 24, k_local=1 << 14, k=1 << 14,
+                                  options=Options(native_min_ranks=NEVER))
     assert model.predict_topk(P=1024, N=1 << 24, k_local=1 << 14, k=1 << 14) < topk_p2p
 
 

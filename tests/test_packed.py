@@ -9,6 +9,7 @@ from sparcml import QSGD
 from sparcml._collectives import arith
 from sparcml._collectives.exchange import block_bounds, split_parts
 from sparcml._errors import SparcmlError
+from sparcml._options import CallOptions
 from sparcml._runtime.workspace import Workspace
 from sparcml._vector import SparseVector
 from sparcml._wire import packed_kernels as pk
@@ -68,7 +69,8 @@ def test_encode_split_is_bitwise_codec_encode(seed):
         vec = _random_vector(rng, dim, idt, vdt)
         link = None if rng.random() < 0.5 else (float(rng.random() * 1e-9),
                                                  float(rng.random() * 1e-8))
-        codec = Codec(idt, vdt, code_indices=bool(rng.random() < 0.7), link_costs=link)
+        codec = Codec(idt, vdt, options=CallOptions(code_indices=bool(rng.random() < 0.7),
+                                                    link_costs=link))
         if rng.random() < 0.5:
             bounds = block_bounds(dim, size)
         else:  # uneven cuts, empty parts included
@@ -114,7 +116,7 @@ def test_fold_and_assemble_packed_are_bitwise_the_per_message_path(seed):
         size = int(rng.integers(1, 30))  # pairwise (<= 8 parts) and heap folds alike
         dim = int(rng.choice([1, 50, 1000, 70_000]))
         idt, vdt = DTYPES[int(rng.integers(len(DTYPES)))]
-        codec = Codec(idt, vdt, code_indices=bool(rng.random() < 0.7))
+        codec = Codec(idt, vdt, options=CallOptions(code_indices=bool(rng.random() < 0.7)))
         b = block_bounds(dim, int(rng.integers(1, 5)))
         j = int(rng.integers(len(b) - 1))
         lo, hi = int(b[j]), int(b[j + 1])

@@ -26,7 +26,7 @@ class _OneProcess:
 
     def __init__(self, ranks):
         self.size, self.comm, self.ranks = len(ranks), None, ranks
-        self.partition_memory, self.partitions = None, partition.BALANCED
+        self.partition_memory = None
         self.waiter = self
 
     def collective(self, comm, name, *args):

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import sparcml
 from sparcml._wire import index_kernels
+from sparcml._options import CallOptions
 from sparcml._quant.qsgd import QSGD
 from sparcml._wire.codec import (BITMAP, ELIAS_FANO, HEADER_SIZE, RAW, SHORT_HEADER_SIZE, Codec, Part,
                          decode, read_header)
@@ -23,7 +24,7 @@ def _valid_message(dense, quantized, n, coding="raw"):
     quantized sparse message goes dense before a bitmap is its smallest code)."""
     quantized = quantized and (dense or coding != "bitmap")
     codec = Codec(np.int32, np.float32, QSGD(4, bucket_size=8, seed=0) if quantized else None,
-                  quantize_sparse=quantized, code_indices=coding != "raw")
+                  quantize_sparse=quantized, options=CallOptions(code_indices=coding != "raw"))
     if dense:
         return codec.encode_dense(np.linspace(-1, 1, n).astype(np.float32), 3)
     if coding == "bitmap":  # density 1/3: a bitmap takes at most the bytes of Elias-Fano
@@ -95,7 +96,7 @@ def test_coded_indices_round_trip(length, data, index_dtype, quantized):
         return
     part = decode(buf)
     assert part.indices.dtype == index_dtype and np.array_equal(part.indices, idx + offset)
-    raw, _ = Codec(index_dtype, np.float32, code_indices=False).encode(
+    raw, _ = Codec(index_dtype, np.float32, options=CallOptions(code_indices=False)).encode(
         Part(offset, length, idx + offset, vals))
     assert buf.nbytes <= raw.nbytes or quantized
 

@@ -38,7 +38,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     return SparseVector.unchecked(vec.dim, None, total)
 
 
-def cost(model, *, P, N, k, K, q, s_idx, s_val):
+def cost(model, *, P, N, k, K, q, s_idx, s_val, options):
     return 2 * (P - 1) * model.message(N * s_val)
 
 

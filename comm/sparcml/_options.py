@@ -24,6 +24,12 @@ The agreed fields are one group of the call's agreement (:func:`option_fields`):
 options differ makes every rank raise :class:`~sparcml.RankMismatchError` naming the field and
 each rank's value. A call made inside another sparcml call (``auto``'s calibration runs)
 takes the outer call's options (:func:`current_options`).
+
+Options are resolved once per call, at the entry point, after the agreement: into a
+:class:`CallOptions` (index coding split into ``code_indices`` and the links' costs,
+partitions, the native phases' threshold) that the call's codec carries to the algorithms,
+the exchanges and the cost model. Below the entry points nothing reads the process defaults
+or :func:`current_options`, and nothing is written onto the communicator's context per call.
 """
 
 from __future__ import annotations
@@ -37,8 +43,8 @@ import numpy as np
 
 from ._errors import InvalidOptionError
 
-__all__ = ["Options", "default_options", "resolve_options", "current_options", "in_call",
-           "option_fields", "option_labels", "ENVIRONMENT", "PARTITIONS", "INDEX_CODINGS",
+__all__ = ["Options", "CallOptions", "default_options", "resolve_options", "current_options",
+           "in_call", "option_fields", "option_labels", "ENVIRONMENT", "PARTITIONS", "INDEX_CODINGS",
            "WAITS", "MAX_RANKS_PER_NODE", "NATIVE_MIN_RANKS", "sim_rates_cache_path"]
 
 PARTITIONS = ("balanced", "equal")
@@ -136,6 +142,47 @@ class Options:
     def code_indices(self) -> bool:
         """Whether sparse indices may travel coded (every coding but ``"raw"``)."""
         return self.index_coding != "raw"
+
+    def native(self, ranks: int) -> bool:
+        """Whether a phase among ``ranks`` ranks runs as an MPI vector collective."""
+        return ranks >= self.native_min_ranks
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """:class:`Options` resolved for the calls on one communicator: what the algorithms, the
+    exchanges and the cost model read (through the call's
+    :class:`~sparcml._wire.codec.Codec`, ``codec.options``), made once at the entry point
+    (:func:`sparcml._model.link_costs.call_options`, cached per :class:`Options` object).
+
+    ``options``: the agreed :class:`Options` it was resolved from (for calls nested in the
+    call, such as ``auto``'s calibration runs). ``code_indices``: sparse indices may travel
+    coded (every ``index_coding`` but ``"raw"``). ``link_costs``: ``(seconds per byte of the
+    links, seconds to encode and decode an index)`` for ``index_coding="auto"`` (a code only
+    where the link time it saves exceeds its CPU time), None to code whenever the code is
+    smaller (``"coded"``, or one rank). ``partitions``, ``node_shm``, ``ranks_per_node``,
+    ``native_min_ranks``: as in :class:`Options`; :meth:`native` applies the last.
+
+    The default is :class:`Options`'s defaults without link costs (coded whenever smaller):
+    what a codec made outside a call (tests, the simulator's rates) uses.
+    """
+
+    options: Options = Options()
+    code_indices: bool = True
+    link_costs: tuple | None = None
+    partitions: str = "balanced"
+    node_shm: bool = True
+    ranks_per_node: int | None = None
+    native_min_ranks: int = NATIVE_MIN_RANKS
+
+    @classmethod
+    def of(cls, options: Options, link_costs: tuple | None = None) -> "CallOptions":
+        """``options`` resolved with the call's ``link_costs`` (dropped for
+        ``index_coding="coded"``; unused for ``"raw"``, which codes nothing)."""
+        return cls(options, options.code_indices,
+                   None if options.index_coding == "coded" else link_costs,
+                   options.partitions, options.node_shm, options.ranks_per_node,
+                   options.native_min_ranks)
 
     def native(self, ranks: int) -> bool:
         """Whether a phase among ``ranks`` ranks runs as an MPI vector collective."""
@@ -240,15 +287,18 @@ _CURRENT: contextvars.ContextVar = contextvars.ContextVar("sparcml call options"
 
 def current_options() -> Options:
     """The options of the sparcml call running in this thread (set by :func:`in_call`), else
-    :func:`default_options`."""
+    :func:`default_options`: what an entry point given ``options=None`` takes
+    (:func:`resolve_options`)."""
     opts = _CURRENT.get()
     return default_options() if opts is None else opts
 
 
 @contextmanager
 def in_call(options: Options):
-    """``with in_call(opts):`` the body is a call made with ``opts``: calls nested in it
-    (calibration runs) and the cost model's byte estimates use them."""
+    """``with in_call(opts):`` the body is a call made with ``opts``: sparcml calls nested in
+    it without ``options=`` (``auto``'s calibration runs) take them at their entry point.
+    Below the entry points nothing reads them: a call's resolved options travel in its codec
+    (:class:`CallOptions`)."""
     token = _CURRENT.set(options)
     try:
         yield options

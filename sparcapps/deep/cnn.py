@@ -44,12 +44,14 @@ def make_task(args, comm):
 
 
 def main(argv=None) -> int:
+    from sparcapps.cli_args import options_from_args
     from sparcapps.simapp import check_simulate_arguments
 
     from .train import run_app
 
     parser = build_parser()
     args = parser.parse_args(argv)
+    options_from_args(args, parser)  # a bad SPARCML_* variable: exit 2; records what runs
     check_simulate_arguments(parser, args)
     if args.simulate:
         from .train import simulated_main

@@ -29,6 +29,7 @@ import time
 
 import numpy as np
 
+from sparcapps.cli_args import options_from_args
 from sparcapps.simapp import (add_simulate_arguments, check_simulate_arguments, mark_simulated,
                               run_simulated)
 
@@ -270,7 +271,6 @@ def run(args, prog: str, comm=None, argv=None) -> int:
     import sparcml
     from sparcapps.records import append_record, capture_environment, make_record, summarize
 
-    from sparcapps.cli_args import options_from_args
     from sparcapps.interrupt import StopOnSignal
 
     from .collective import collective_errors
@@ -462,6 +462,7 @@ def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> i
     args = parser.parse_args(argv)
     if loss is not None:
         args.loss = loss
+    options_from_args(args, parser)  # a bad SPARCML_* variable: exit 2; records what runs
     check_simulate_arguments(parser, args)
     if args.simulate:
         if args.resume or args.stop_after is not None or args.checkpoint_every_steps:

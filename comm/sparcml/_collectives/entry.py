@@ -28,13 +28,13 @@ from mpi4py import MPI
 
 from . import arith, hierarchical as node_aware
 from .._model import auto, tuning
-from .._options import current_options, in_call, option_fields, option_labels
+from .._options import in_call, option_fields, option_labels, resolve_options
 from .._runtime.agreement import (MAX_FIELDS, VALUE_DTYPE_NAMES, agreed_call, agreed_maxima,
                                   agreement_array)
 from .._runtime.context import TrafficStats, clock_of, context_for
 from .._errors import CollectiveFailure
 from .._options import Options
-from .._model.link_costs import index_coding_costs
+from .._model.link_costs import call_options
 from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
 from .algorithms import DEFAULT_ALGORITHM
 from .ops import PLAIN
@@ -137,7 +137,7 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
             and tuning.pending_ns(ctx.tuning):
         return None
     try:
-        opts = current_options() if options is None else options
+        opts = resolve_options(options)
     except Exception:  # noqa: BLE001 - a bad SPARCML_* variable: the general path agrees on it
         return None
     if type(opts) is not Options:
@@ -168,12 +168,9 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
     stats.calls += 1
     stats.algorithm = DEFAULT_ALGORITHM
     stats.hierarchical = False
-    ctx.partitions = opts.partitions
-    with in_call(opts):
-        codec = Codec(vec.index_dtype, vec.dtype, code_indices=opts.code_indices,
-                      link_costs=index_coding_costs(ctx, opts.index_coding))
-        with fail_stop(ctx.comm, f"allreduce({DEFAULT_ALGORITHM})"):
-            return fast.result(fast.run(vec, stats, False, codec), None)
+    codec = Codec(vec.index_dtype, vec.dtype, options=call_options(ctx, opts))
+    with fail_stop(ctx.comm, f"allreduce({DEFAULT_ALGORITHM})"):
+        return fast.result(fast.run(vec, stats, False, codec), None)
 
 
 def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
@@ -243,10 +240,8 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
     tuning.resolve(tuning.state_of(ctx), agreed["auto trial ns"])
     tune = opts.auto_tuning
     stats.calls += 1
-    ctx.partitions = opts.partitions
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse, seed,
-                  code_indices=opts.code_indices,
-                  link_costs=index_coding_costs(ctx, opts.index_coding))
+                  options=call_options(ctx, opts))
     layout = None
     if option is not False and ctx.size > 1:
         layout = node_aware.layout_for(ctx, opts.ranks_per_node or 0)

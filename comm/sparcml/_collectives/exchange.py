@@ -20,7 +20,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .. import _kernels as kernels
-from .._options import current_options
 from .._runtime.context import TrafficStats
 from .._runtime.tags import message_tags
 from .._errors import InvalidVectorError
@@ -170,10 +169,10 @@ def split_parts(vec: SparseVector, bounds: np.ndarray) -> list[Part]:
 
 
 def native_split(ctx, bounds: np.ndarray, codec: Codec) -> bool:
-    """Whether :func:`split_reduce` on ``ctx`` runs as one ``Alltoallv``: from the running
-    call's ``Options.native_min_ranks`` ranks (agreed), when MPI's int counts hold every
-    message (a bound from ``bounds``, the same on every rank)."""
-    if not current_options().native(ctx.size):
+    """Whether :func:`split_reduce` on ``ctx`` runs as one ``Alltoallv``: from the call's
+    ``Options.native_min_ranks`` ranks (agreed; ``codec.options``), when MPI's int counts hold
+    every message (a bound from ``bounds``, the same on every rank)."""
+    if not codec.options.native(ctx.size):
         return False
     longest = int(np.max(np.diff(bounds))) if bounds.shape[0] > 1 else 0
     # a quantized message is no larger than the lossless bound plus its scales' slack

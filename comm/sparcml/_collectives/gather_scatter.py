@@ -3,7 +3,9 @@
 Same conventions as :func:`sparcml.allreduce`: collective over ``comm`` (default
 ``MPI.COMM_WORLD``), buffers on the wire (never pickled), arguments validated on each rank and
 agreed on collectively, so that bad input on any rank raises the same error on every rank and
-leaves the communicator usable; a rank that fails during the exchange aborts the job.
+leaves the communicator usable; a rank that fails during the exchange aborts the job. The
+options are resolved after the agreement, on every rank (:func:`call_options`), into the
+codec: ``index_coding="auto"`` weighs the links' costs here as in the allreduce.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from mpi4py import MPI
 
 from . import arith
 from .. import _kernels as kernels
-from .._options import Options, in_call
+from .._model.link_costs import call_options
+from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .entry import fail_stop
@@ -57,7 +60,7 @@ def allgather(vec, comm: MPI.Comm | None = None, *, quantizer=None,
                                 quantized_values=True)
     stats.calls += 1
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse=True,
-                  code_indices=opts.code_indices)
+                  options=call_options(ctx, opts))
     mine = arith.normalize(vec, codec)
     buf, _ = encode_vector(ctx, mine, codec)
     if ctx.size == 1:
@@ -85,13 +88,13 @@ def reduce_scatter(vec, comm: MPI.Comm | None = None, *, quantizer=None,
     bounds = block_bounds(vec.dim, ctx.size)
     lo, hi = int(bounds[ctx.rank]), int(bounds[ctx.rank + 1])
     codec = Codec(vec.index_dtype, vec.dtype, quantizer, quantize_sparse,
-                  code_indices=opts.code_indices)
+                  options=call_options(ctx, opts))
     vec = arith.normalize(vec, codec)
     if ctx.size == 1:
         block = ctx.ops.fold_parts([Part(0, vec.dim, vec.indices, vec.values)], lo, hi - lo,
                                    codec, workspace=ctx.workspace)
     else:
-        with fail_stop(ctx.comm, "reduce_scatter"), in_call(opts):  # its native_min_ranks
+        with fail_stop(ctx.comm, "reduce_scatter"):
             block = reduce_block(ctx, vec, stats, bounds, codec)
     if block.is_dense:
         idx, val = kernels.dense_to_sparse(block.values, block.offset,
@@ -122,11 +125,13 @@ def bcast(vec, root: int = 0, comm: MPI.Comm | None = None, *, quantizer=None,
             mine = coerce_vector(vec)
             if quantizer is not None:
                 check_quantizable(mine)
-            codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True,
-                          code_indices=call.options.code_indices)
-            buf, dense = encode_vector(ctx, arith.normalize(mine, codec), codec)
     stats.calls += 1
+    resolved = call_options(ctx, call.options)  # on every rank: it may be collective
     with fail_stop(ctx.comm, "bcast"):
+        if ctx.rank == root:
+            codec = Codec(mine.index_dtype, mine.dtype, quantizer, quantize_sparse=True,
+                          options=resolved)
+            buf, dense = encode_vector(ctx, arith.normalize(mine, codec), codec)
         size = np.array([buf.nbytes], np.int64)
         ctx.waiter.collective(ctx.comm, "Bcast", size, root)
         if ctx.rank != root:

@@ -66,7 +66,6 @@ from mpi4py import MPI
 from . import arith
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._errors import InvalidArgumentError
-from .._options import current_options
 from .exchange import as_vector, encode_vector, send_vector
 from .ops import MAX_COUNT
 from .registry import AUTO
@@ -215,7 +214,6 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
         if layout.nodes > 1:
             inner_out = out if record.writes_out else None
             given = total if record.writes_out else arith.normalize(total, codec)
-            layout.leaders.partitions = ctx.partitions  # the policy every rank agreed on
             result = record.run(layout.leaders, given, stats=stats, codec=codec, out=inner_out,
                                 sent=sent)
         elif record.writes_out and not total.is_dense:
@@ -246,10 +244,11 @@ def _node_reduce(node: CommContext, vec: SparseVector, codec) -> SparseVector:
 
 
 def _native_gather(node: CommContext, dim: int, codec) -> bool:
-    """Whether the node reduce runs as ``Gather`` + ``Gatherv`` (from the running call's
-    ``Options.native_min_ranks`` node ranks, when MPI's int counts hold any input)."""
+    """Whether the node reduce runs as ``Gather`` + ``Gatherv`` (from the call's
+    ``Options.native_min_ranks`` node ranks, ``codec.options``, when MPI's int counts hold any
+    input)."""
     bound = 2 * codec.lossless().message_bound(dim, dim) + 64
-    return current_options().native(node.size) and node.size * bound <= MAX_COUNT
+    return codec.options.native(node.size) and node.size * bound <= MAX_COUNT
 
 
 def _node_reduce_native(node: CommContext, vec: SparseVector, codec,

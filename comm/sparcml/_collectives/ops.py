@@ -20,6 +20,7 @@ from mpi4py import MPI
 
 from . import arith
 from .._model.mpi_collectives import SIZE_BYTES
+from .._runtime.context import use_plain_operations
 from .._vector import SparseVector
 from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part, decode
@@ -237,6 +238,7 @@ class Ops:
 
 
 PLAIN = Ops()
+use_plain_operations(PLAIN)  # what sparcml's contexts on real communicators use
 
 
 def ops_of(comm) -> Ops:

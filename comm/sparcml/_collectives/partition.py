@@ -214,7 +214,7 @@ def split_bounds(ctx, vec, kind: str, codec) -> np.ndarray:
     cut. The result is equal on every rank: it depends on reduced data only. Exact sums are
     bitwise the same whatever the cut (each index is summed in rank order)."""
     size, dim = ctx.size, vec.dim
-    if size == 1 or getattr(ctx, "partitions", BALANCED) == EQUAL or dim < 2 * size:
+    if size == 1 or codec.options.partitions == EQUAL or dim < 2 * size:
         return block_bounds(dim, size)
     states = memory_of(ctx).states
     state = states.get((dim, kind))
@@ -236,12 +236,12 @@ def split_bounds(ctx, vec, kind: str, codec) -> np.ndarray:
     return state.bounds
 
 
-def note_received(ctx, dim: int, kind: str, nbytes: int, stats) -> None:
-    """Record the bytes this rank received in phase 1 of a split call (for the check; also
-    as ``stats.phase1_received`` of the call's :class:`~sparcml.TrafficStats`, whatever the
-    policy, for benchmarks)."""
+def note_received(ctx, dim: int, kind: str, nbytes: int, stats, codec) -> None:
+    """Record the bytes this rank received in phase 1 of a split call (for the check, under
+    the call's ``codec.options.partitions`` ``"balanced"``; also as ``stats.phase1_received``
+    of the call's :class:`~sparcml.TrafficStats`, whatever the policy, for benchmarks)."""
     stats.phase1_received = int(nbytes)
     memory = ctx.partition_memory
     state = None if memory is None else memory.states.get((dim, kind))
-    if state is not None and getattr(ctx, "partitions", BALANCED) == BALANCED:  # its bounds
+    if state is not None and codec.options.partitions == BALANCED:  # its bounds
         state.received = int(nbytes)

@@ -53,7 +53,7 @@ from mpi4py import MPI
 from . import arith
 from .._errors import InvalidVectorError
 from .._model import auto
-from .._model.link_costs import index_coding_costs
+from .._model.link_costs import call_options
 from .._options import Options, in_call
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agree, agreed_call, raise_agreed
 from .._runtime.context import CommContext, TrafficStats, context_for
@@ -201,8 +201,7 @@ class AllreducePlan:
         self._zero = zero
         self._seed = call.agreed["seed"]
         self._codec = Codec(zero.index_dtype, zero.dtype, quantizer, self.quantize_sparse, 0,
-                            code_indices=self.options.code_indices,
-                            link_costs=index_coding_costs(ctx, self.options.index_coding))
+                            options=call_options(ctx, self.options))
         if record is None:  # auto: the cost model's choice for nnz entries per rank
             expected = call.agreed["nnz"]
             with in_call(self.options):
@@ -303,12 +302,11 @@ class AllreducePlan:
         st.ops.reset(error is not None)
         if self.quantizer is not None:
             codec.seed = _splitmix(self._seed + self.calls)
-        ctx.partitions = self.options.partitions
         flag = None
         if not record.routes_through_ops:  # no flag in its messages: it rides beside them
             flag = np.array([int(error is not None)], np.int32)
             req = ctx.comm.Iallreduce(MPI.IN_PLACE, flag, MPI.MAX)
-        with in_call(self.options), fail_stop(ctx.comm, f"plan.allreduce({record.name})"):
+        with fail_stop(ctx.comm, f"plan.allreduce({record.name})"):
             try:
                 if record.writes_out:
                     result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)

@@ -71,9 +71,12 @@ class Algorithm:
     ``vec``'s arrays nor a view of them): build it with :meth:`SparseVector.unchecked
     <sparcml.SparseVector.unchecked>` when it is valid by construction (no second validation).
 
-    ``cost(model, *, P, N, k, K, q, s_idx, s_val) -> seconds``: the predicted time for P >= 2
-    ranks, dimension N, k items per input, K in the result (None: estimate it from the overlap
-    q), s_idx / s_val bytes per index / value; pure arithmetic on the
+    ``cost(model, *, P, N, k, K, q, s_idx, s_val, options) -> seconds``: the predicted time for
+    P >= 2 ranks, dimension N, k items per input, K in the result (None: estimate it from the
+    overlap q), s_idx / s_val bytes per index / value, under the call's ``options`` (an
+    :class:`~sparcml.Options` or the call's resolved options: ``options.code_indices``,
+    whether sparse indices travel coded; ``options.native(P)``, whether the phases that
+    exchange with every rank run as MPI vector collectives); pure arithmetic on the
     :class:`~sparcml.CostModel`'s parameters and methods (``message``, ``allgather``,
     ``allreduce``, ``exchange``), no MPI.
     """

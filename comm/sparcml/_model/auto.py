@@ -32,7 +32,7 @@ from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_resu
     topk_allreduce_cost
 from .._collectives.registry import AUTO, algorithm_names, get_algorithm
 from .._vector import SparseVector
-from .._wire.codec import Codec, Part, decode
+from .._wire.codec import RAW_INDICES, Codec, Part, decode
 from .._runtime.tags import message_tags
 
 __all__ = ["AutoMemory", "memory_of", "model_of", "calibrate_context", "calibrate_topk",
@@ -67,11 +67,11 @@ def memory_of(ctx) -> AutoMemory:
     return ctx.auto
 
 
-def model_of(ctx, run) -> CostModel:
-    """``ctx.model``, calibrated at the first call without one (collective; ``run`` as for
-    :func:`calibrate_context`)."""
+def model_of(ctx, run, options=None) -> CostModel:
+    """``ctx.model``, calibrated at the first call without one (collective; ``run`` and
+    ``options`` as for :func:`calibrate_context`)."""
     if ctx.model is None:
-        ctx.model = calibrate_context(ctx, run)
+        ctx.model = calibrate_context(ctx, run, options=options)
     return ctx.model
 
 
@@ -112,7 +112,7 @@ def _local_rates(model: CostModel, rank: int, reps: int) -> None:
     part = Part(0, 50 * n, a, v)  # density 2%: Elias-Fano
     seconds = []
     for coded in (True, False):  # what coding adds to a message's encode and decode
-        codec = Codec(np.int32, np.float32, code_indices=coded)
+        codec = Codec(np.int32, np.float32, options=None if coded else RAW_INDICES)
         decode(codec.encode(part)[0])
         # the fastest of 2 reps + 1: its own cost, not the other processes' time slices (on
         # a busy node those slow the transfers the codes shorten too)
@@ -166,7 +166,7 @@ def _network(model: CostModel, ctx, reps: int) -> None:
     model.allgather_alpha, model.allgather_beta = _fit([s * size for s in ag_sizes], ag_times)
 
 
-def _per_algorithm(model: CostModel, ctx, run, names, reps: int) -> None:
+def _per_algorithm(model: CostModel, ctx, run, names, reps: int, options) -> None:
     """Each algorithm through the real code path: fixed cost on a tiny input, growth factor
     on a medium one. ``run(ctx, vec, name)`` runs one allreduce and returns its result."""
     rank, size, c = ctx.rank, ctx.size, ctx.comm
@@ -184,8 +184,9 @@ def _per_algorithm(model: CostModel, ctx, run, names, reps: int) -> None:
         K = result.count_nonzero() if result.is_dense else result.nnz
         c.Barrier()
         measured = _median_time(lambda: run(ctx, medium, name), reps)
-        growth = model.growth(name, model.analytic(name, P=size, N=MEDIUM_N, k=k_medium, K=K),
-                              P=size, s_idx=4, s_val=4, check=True)
+        growth = model.growth(name, model.analytic(name, P=size, N=MEDIUM_N, k=k_medium, K=K,
+                                                   options=options),
+                              P=size, s_idx=4, s_val=4, check=True, options=options)
         if growth > 0:
             factor = (measured - model.overhead[name]) / growth
             model.scale[name] = float(min(max(factor, 0.25), 8.0))
@@ -211,28 +212,30 @@ def _leaving_no_state(ctx):
 _LEARNED = ("auto", "tuning", "partition_memory", "topk", "link_costs")
 
 
-def calibrate_context(ctx, run, *, reps: int = 5) -> CostModel:
+def calibrate_context(ctx, run, *, reps: int = 5, options=None) -> CostModel:
     """Measure a :class:`CostModel` on ``ctx.comm`` (collective). ``run(ctx, vec, name)`` runs
     one allreduce of the algorithm ``name`` (with the agreement check) and returns its result.
     Every rank returns the same model: the maximum over ranks of each parameter. The runs
-    leave no state on ``ctx`` (:func:`_leaving_no_state`)."""
+    leave no state on ``ctx`` (:func:`_leaving_no_state`). ``options``: those of the call
+    that calibrates (the analytic growth the measured one is scaled to is theirs; None: the
+    process defaults)."""
     with _leaving_no_state(ctx):
-        return _calibrate_context(ctx, run, reps)
+        return _calibrate_context(ctx, run, reps, options)
 
 
-def _calibrate_context(ctx, run, reps: int) -> CostModel:
+def _calibrate_context(ctx, run, reps: int, options) -> CostModel:
     model = CostModel()
     _local_rates(model, ctx.rank, reps)
     names = algorithm_names(in_auto_only=True)
     if ctx.size > 1:
         _network(model, ctx, reps)
-        _per_algorithm(model, ctx, run, names, reps)
+        _per_algorithm(model, ctx, run, names, reps, options)
     params = np.array(_pack(model, names), np.float64)
     ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, params, MPI.MAX)
     return _unpack(params.tolist(), names)
 
 
-def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5) -> CostModel:
+def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5, options=None) -> CostModel:
     """Measure :func:`sparcml.topk_allreduce` into ``model`` (collective), as
     :func:`calibrate_context` measures the allreduce algorithms: its fixed cost on the tiny
     input (``overhead[TOPK_STEP]``: every synchronizing step at this node's scheduling) and
@@ -243,14 +246,15 @@ def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5) -> CostModel:
     kinds, and on a shared node the load changes between separate measurements.
     ``run(ctx, vec, name)`` runs one call (``sparcml._topk.topk_allreduce.calibration_run``). Every
     rank ends with the same values (the maximum over ranks). The runs leave no state on
-    ``ctx`` but the model (:func:`_leaving_no_state`)."""
+    ``ctx`` but the model (:func:`_leaving_no_state`). ``options``: as in
+    :func:`calibrate_context`."""
     if ctx.size == 1:
         return model
     with _leaving_no_state(ctx):
-        return _calibrate_topk(ctx, model, run, reps)
+        return _calibrate_topk(ctx, model, run, reps, options)
 
 
-def _calibrate_topk(ctx, model: CostModel, run, reps: int) -> CostModel:
+def _calibrate_topk(ctx, model: CostModel, run, reps: int, options) -> CostModel:
     rank, size, c = ctx.rank, ctx.size, ctx.comm
     names = [TOPK_STEP, *algorithm_names(in_auto_only=True)]
     tiny = SparseVector(TINY_N, np.array([rank % TINY_N]), np.ones(1, np.float32))
@@ -268,12 +272,13 @@ def _calibrate_topk(ctx, model: CostModel, run, reps: int) -> CostModel:
     for name in names:
         if name == TOPK_STEP:
             growth = (topk_allreduce_cost(model, P=size, N=MEDIUM_N, k_local=k_medium,
-                                          k=k_medium)
-                      - topk_allreduce_cost(model, P=size, N=TINY_N, k_local=1, k=size))
+                                          k=k_medium, options=options)
+                      - topk_allreduce_cost(model, P=size, N=TINY_N, k_local=1, k=size,
+                                            options=options))
         else:
             growth = model.growth(name, model.analytic(name, P=size, N=MEDIUM_N, k=k_medium,
-                                                       K=sizes[name]),
-                                  P=size, s_idx=4, s_val=4, check=True)
+                                                       K=sizes[name], options=options),
+                                  P=size, s_idx=4, s_val=4, check=True, options=options)
         factor = (measured[name] - overhead[name]) / growth if growth > 0 else 1.0
         found += [overhead[name], min(max(factor, 0.25), 8.0)]
     found = np.array(found, np.float64)
@@ -304,8 +309,10 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
     Calibrates on ``ctx`` at the first call (collectively, with ``run``); a quantized call
     only considers algorithms that accept a quantizer. The calibrated cost model chooses;
     with ``tune`` (and P > 1), calls of a shape after its first try the candidates the model
-    cannot separate and keep the fastest measured (:mod:`sparcml._model.tuning`)."""
-    model = model_of(ctx, run)
+    cannot separate and keep the fastest measured (:mod:`sparcml._model.tuning`). Predicted
+    under the call's options (``codec.options``)."""
+    options = codec.options
+    model = model_of(ctx, run, options)
     memory = memory_of(ctx)
     q = memory.overlap.get(vec.dim, 1.0)
     shape = {"P": ctx.size, "N": vec.dim, "k": nnz_max, "s_idx": vec.index_dtype.itemsize,
@@ -316,13 +323,14 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
         tuned = tuning.state_of(ctx)
         if key in tuned.shapes or len(tuned.shapes) < _HISTORY_LIMIT:  # bounded, as below
             return tuning.choose(tuned, key, lambda: [
-                (model.predict(a, q=q, **shape), a) for a in _candidates(codec)])
+                (model.predict(a, q=q, options=options, **shape), a)
+                for a in _candidates(codec)])
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
            vec.dtype.itemsize, codec.lossy)
     choice = memory.choices.get(key)
     if choice is None:
-        choice = model.choose(q=q, candidates=_candidates(codec), **shape)
+        choice = model.choose(q=q, candidates=_candidates(codec), options=options, **shape)
         _remember(memory, key, choice)
     return choice
 
@@ -334,16 +342,17 @@ def _candidates(codec) -> list[str]:
             if not codec.lossy or get_algorithm(a).accepts_quantizer]
 
 
-def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
+def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run, options=None) -> str:
     """For a top-k SGD step whose ranks each selected ``nnz_max`` entries (at most):
     :data:`sparcml._model.costmodel.TOPK_STEP` when the calibrated model predicts
     :func:`sparcml.topk_allreduce` faster than every allreduce of the local selections, else
     that allreduce's name (:meth:`~sparcml.CostModel.choose_topk_step`). Same on every rank:
     the model and the overlap history are. Calibrates at the first call (collectively; ``run``
-    also runs :data:`~sparcml._model.costmodel.TOPK_STEP`, see :func:`calibrate_topk`)."""
-    model = model_of(ctx, run)
+    also runs :data:`~sparcml._model.costmodel.TOPK_STEP`, see :func:`calibrate_topk`).
+    ``options``: the step's :class:`~sparcml.Options` (None: the process defaults)."""
+    model = model_of(ctx, run, options)
     if TOPK_STEP not in model.overhead and ctx.size > 1:
-        calibrate_topk(ctx, model, run)
+        calibrate_topk(ctx, model, run, options=options)
     memory = memory_of(ctx)
     q = memory.overlap.get(vec.dim, 1.0)
     key = ("topk step", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
@@ -352,7 +361,7 @@ def choose_topk_step(ctx, vec: SparseVector, nnz_max: int, run) -> str:
     if choice is None:
         choice = model.choose_topk_step(P=ctx.size, N=vec.dim, k=nnz_max, q=q,
                                         s_idx=vec.index_dtype.itemsize,
-                                        s_val=vec.dtype.itemsize)
+                                        s_val=vec.dtype.itemsize, options=options)
         _remember(memory, key, choice)
     return choice
 
@@ -375,18 +384,20 @@ def _unpack(values, names) -> CostModel:
     return model
 
 
-def calibrate_node_aware(ctx, layout, run, *, reps: int = 5) -> CostModel:
+def calibrate_node_aware(ctx, layout, run, *, reps: int = 5, options=None) -> CostModel:
     """The model of the node-aware allreduce on ``ctx`` with ``layout`` (collective over
     ``ctx.comm``): the leaders calibrate a full model on their sub-communicator (with ``run``,
     as :func:`calibrate_context`), every node measures its link (concurrent exchanges between
     node ranks ``r`` and ``r ^ 1``) for ``alpha_node`` / ``beta_node``; every rank returns the
-    same model (maxima over ranks). Use it with :meth:`CostModel.predict_hierarchical`."""
+    same model (maxima over ranks). Use it with :meth:`CostModel.predict_hierarchical`.
+    ``options``: as in :func:`calibrate_context`."""
     names = algorithm_names(in_auto_only=True)
     node = layout.node
     width = len(_pack(CostModel(), names))
     params = np.zeros(width + 2, np.float64)
     if layout.is_leader and layout.nodes > 1:
-        params[:width] = _pack(calibrate_context(layout.leaders, run, reps=reps), names)
+        params[:width] = _pack(calibrate_context(layout.leaders, run, reps=reps,
+                                                 options=options), names)
     sizes = [8, 1 << 16, 1 << 20]
     partner = node.rank ^ 1 if (node.rank ^ 1) < node.size else node.rank
     times = _exchange_times(node.comm, node.rank, partner, node.waiter, sizes, reps)
@@ -411,6 +422,7 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     with the communicator's own (:func:`choose`). With ``tune``, calls of a shape after its
     first measure the options the models cannot separate (:mod:`sparcml._model.tuning`)."""
     fixed = algorithm != AUTO
+    opts = codec.options
     useful = layout is not None and layout.nodes > 1 and not layout.trivial
     if option is False or not useful or (fixed and option is True):
         name = algorithm if fixed else choose(ctx, vec, nnz_max, codec, run, tune=tune)
@@ -430,21 +442,23 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
         return found
     node_model = memory.node_models.get(id(layout))
     if node_model is None:
-        node_model = memory.node_models[id(layout)] = calibrate_node_aware(ctx, layout, run)
+        node_model = memory.node_models[id(layout)] = calibrate_node_aware(ctx, layout, run,
+                                                                           options=opts)
     candidates = [algorithm] if fixed else _candidates(codec)
     model = ctx.model
     if model is None and option == AUTO:
-        model = model_of(ctx, run)
+        model = model_of(ctx, run, opts)
 
     def ranked():
         q_now = memory.overlap.get(vec.dim, 1.0)
         shape = {"N": vec.dim, "k": nnz_max, "q": q_now, "s_idx": vec.index_dtype.itemsize,
                  "s_val": vec.dtype.itemsize}
         options = [(node_model.predict_hierarchical(a, P=ctx.size, nodes=layout.nodes,
-                                                    ranks_per_node=layout.largest, **shape),
+                                                    ranks_per_node=layout.largest,
+                                                    options=opts, **shape),
                     (a, True)) for a in candidates]
         if option == AUTO:
-            options += [(model.predict(a, P=ctx.size, **shape), (a, False))
+            options += [(model.predict(a, P=ctx.size, options=opts, **shape), (a, False))
                         for a in candidates]
         return options
 
@@ -455,7 +469,8 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
         flat = choose(ctx, vec, nnz_max, codec, run)
         options = [o for o in options if o[1][1]] + [
             (model.predict(flat, P=ctx.size, N=vec.dim, k=nnz_max, q=q,
-                           s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize),
+                           s_idx=vec.index_dtype.itemsize, s_val=vec.dtype.itemsize,
+                           options=opts),
              (flat, False))]
     _, found = min(options, key=lambda o: o[0])
     _remember(memory, key, found)

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field, fields
 from .._collectives.registry import algorithm_names, get_algorithm
 from . import mpi_collectives as mpi
 from . import tuning
-from .._options import current_options
+from .._options import default_options
 from .._topk.select_kernels import digit_bits
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
@@ -74,15 +74,13 @@ def overlap_from_result(k: float, K: float, P: int, dim: int) -> float:
     return float(min(max(q, 0.0), 1.0))
 
 
-def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None) -> float:
+def index_bytes(items: float, span: float, s_idx: int, coded: bool = True) -> float:
     """Expected bytes per index of a sparse message of ``items`` indices over ``span``
     positions: the smallest of ``s_idx`` (raw), the Elias-Fano code (about
     ``L + 1 + 2^-L (span / items - 1)`` bits, ``L = floor(log2(span / items))``) and the bitmap
     (``span / items`` bits), as :func:`sparcml._wire.codec.index_layout` chooses (headers and byte
-    rounding aside). ``coded``: default from the running call's options
-    (:func:`sparcml._options.current_options`; ``index_coding="raw"`` sends raw indices)."""
-    if coded is None:
-        coded = current_options().code_indices
+    rounding aside). ``coded``: the call's ``options.code_indices`` (False: raw indices, as
+    ``index_coding="raw"`` sends them)."""
     if not coded or items <= 0 or span <= 0:
         return float(s_idx)
     ratio = max(span / items, 1.0)
@@ -92,7 +90,7 @@ def index_bytes(items: float, span: float, s_idx: int, coded: bool | None = None
 
 
 def stream_bytes(items: float, N: int, s_idx: int, s_val: int,
-                 coded: bool | None = None) -> float:
+                 coded: bool = True) -> float:
     """Bytes of a stream of ``items`` entries by the switch rule (dense past it; sparse items
     with their indices coded, :func:`index_bytes`, whose ``coded`` this is)."""
     c = s_idx + s_val
@@ -102,13 +100,13 @@ def stream_bytes(items: float, N: int, s_idx: int, s_val: int,
 
 
 def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
-                    s_val: int) -> float:
+                    s_val: int, options) -> float:
     """Phase 1 of the split algorithms: a 1/P block of the input to every other rank (P - 1
-    messages, or from ``Options.native_min_ranks`` ranks one ``Alltoall`` of the sizes and
+    messages, or from ``options.native_min_ranks`` ranks one ``Alltoall`` of the sizes and
     one ``Alltoallv``, with sparcml's Python once per part)."""
     c = s_idx + s_val
-    moved = (P - 1) * stream_bytes(k, N, s_idx, s_val) / P
-    if current_options().native(P):
+    moved = (P - 1) * stream_bytes(k, N, s_idx, s_val, options.code_indices) / P
+    if options.native(P):
         step = model.collective_step(P)
         return (P * model.part_overhead + mpi.alltoall_time(P, mpi.SIZE_BYTES, step, model.beta)
                 + mpi.alltoallv_time(P, moved, moved, step, model.beta)
@@ -116,11 +114,11 @@ def split_phase_one(model: "CostModel", *, P: int, N: int, k: float, s_idx: int,
     return (P - 1) * model.alpha + model.beta * moved + model.gamma_dense * k * c / 4
 
 
-def gather_selection(model: "CostModel", *, P: int, nbytes: float) -> float:
+def gather_selection(model: "CostModel", *, P: int, nbytes: float, options) -> float:
     """``topk_allreduce``'s allgather of ``nbytes`` selected bytes in all: P - 1 messages of
-    every rank's share, or from ``Options.native_min_ranks`` ranks an ``Allgather`` of the
+    every rank's share, or from ``options.native_min_ranks`` ranks an ``Allgather`` of the
     sizes and an ``Allgatherv`` (Python once per part)."""
-    if current_options().native(P):
+    if options.native(P):
         step = model.collective_step(P)
         return (P * model.part_overhead + mpi.allgatherv_time(P, 8 * P, 8, step, model.beta)
                 + mpi.allgatherv_time(P, nbytes, nbytes / P, step, model.beta))
@@ -139,25 +137,35 @@ def topk_sync_steps(remembered: bool = True) -> int:
 GUESS_EXTRA = 0.1  # entries a remembered threshold's guess gathers beyond k (its margin)
 
 
+def _options(options):
+    """The options a prediction is made under: ``options`` (an :class:`~sparcml.Options` or
+    a call's resolved options), or for None the process defaults (the ``SPARCML_*``
+    variables, :func:`sparcml.default_options`): resolved once per public method."""
+    return default_options() if options is None else options
+
+
 def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k: float,
                         q: float = 1.0, s_idx: int = 4, s_val: int = 4,
-                        remembered: bool = True) -> float:
+                        remembered: bool = True, options=None) -> float:
     """Predicted seconds of :func:`sparcml.topk_allreduce` (P >= 2): each synchronizing step
     (:func:`topk_sync_steps`) at the latency of a small collective (``allreduce_alpha``: on
     a node with more ranks than cores it holds the scheduling round every step pays), the
     reduce-scatter of inputs of ``k_local`` items, the merge of the P parts and their keys,
     the histogram round (unless ``remembered``), the point-to-point allgather of the k
-    selected items (plus the guess's margin, or the candidates), the pick and ``dropped``."""
+    selected items (plus the guess's margin, or the candidates), the pick and ``dropped``.
+    ``options``: the call's (None: the process defaults, :func:`sparcml.default_options`)."""
+    options = _options(options)
     c = s_idx + s_val
     owned = union_size(k_local, P, N, q) / P
     gathered = min(k * (1 + GUESS_EXTRA), P * owned)
     t = topk_sync_steps(remembered) * model.allreduce_alpha
-    t += split_phase_one(model, P=P, N=N, k=k_local, s_idx=s_idx, s_val=s_val)
+    t += split_phase_one(model, P=P, N=N, k=k_local, s_idx=s_idx, s_val=s_val, options=options)
     t += model.gamma_merge * k_local * max(1.0, math.log2(P)) + model.gamma_dense * owned
     if not remembered:
         bits = digit_bits(int(k), c)
         t += model.allreduce_beta * ((1 << bits) + 3) * 8 + model.gamma_dense * owned
-    t += gather_selection(model, P=P, nbytes=stream_bytes(gathered, N, s_idx, s_val))
+    t += gather_selection(model, P=P, options=options,
+                          nbytes=stream_bytes(gathered, N, s_idx, s_val, options.code_indices))
     return t + 3 * model.gamma_dense * gathered * c / 4 + model.gamma_merge * k_local
 
 
@@ -223,55 +231,67 @@ class CostModel:
             return self.collective_alpha
         return self.allgather_alpha / max(1, mpi.rounds_log2(P))
 
-    def exchange(self, items: float, N: int, s_idx: int, s_val: int) -> float:
-        """Send a stream of ``items``, receive one alike, add them (encode, transfer, merge)."""
+    def exchange(self, items: float, N: int, s_idx: int, s_val: int,
+                 coded: bool = True) -> float:
+        """Send a stream of ``items``, receive one alike, add them (encode, transfer, merge);
+        ``coded``: as in :func:`stream_bytes`."""
         c = s_idx + s_val
         if items >= N * s_val / c:
             return self.gamma_dense * N + self.message(N * s_val) + 2 * self.gamma_dense * N
         return (self.gamma_dense * items * c / 4
-                + self.message(stream_bytes(items, N, s_idx, s_val))
+                + self.message(stream_bytes(items, N, s_idx, s_val, coded))
                 + self.gamma_merge * 2 * items)
 
     # -- predictions -------------------------------------------------------------------------
 
     def predict(self, algorithm: str, *, P: int, N: int, k: float, K: float | None = None,
-                q: float = 1.0, s_idx: int = 4, s_val: int = 4, check: bool = True) -> float:
+                q: float = 1.0, s_idx: int = 4, s_val: int = 4, check: bool = True,
+                options=None) -> float:
         """Predicted seconds of one allreduce (see :meth:`analytic`).
 
         Once calibrated, the fixed cost is the one measured for the algorithm on a tiny input
         (``overhead[algorithm]``), and what grows with the sizes is the analytic model's
         growth times the factor measured on a medium input (``scale[algorithm]``).
+        ``options``: the call's :class:`~sparcml.Options` (its index coding and
+        ``native_min_ranks`` change the bytes and the phases); None: the process defaults
+        (:func:`sparcml.default_options`), as every prediction method here.
         """
+        options = _options(options)
         t = self.analytic(algorithm, P=P, N=N, k=k, K=K, q=q, s_idx=s_idx, s_val=s_val,
-                          check=check)
+                          check=check, options=options)
         overhead = self.overhead.get(algorithm, 0.0)
         if overhead > 0 and P > 1:
             t = overhead + self.scale.get(algorithm, 1.0) * self.growth(
-                algorithm, t, P=P, s_idx=s_idx, s_val=s_val, check=check)
+                algorithm, t, P=P, s_idx=s_idx, s_val=s_val, check=check, options=options)
         return t
 
-    def growth(self, algorithm, t, *, P, s_idx, s_val, check) -> float:
+    def growth(self, algorithm, t, *, P, s_idx, s_val, check, options=None) -> float:
         """The analytic time ``t`` less the analytic time of the tiny calibration input."""
         tiny = self.analytic(algorithm, P=P, N=TINY_N, k=1, K=min(P, TINY_N), q=1.0,
-                             s_idx=s_idx, s_val=s_val, check=check)
+                             s_idx=s_idx, s_val=s_val, check=check, options=options)
         return max(0.0, t - tiny)
 
     def analytic(self, algorithm: str, *, P: int, N: int, k: float, K: float | None = None,
-                 q: float = 1.0, s_idx: int = 4, s_val: int = 4, check: bool = True) -> float:
+                 q: float = 1.0, s_idx: int = 4, s_val: int = 4, check: bool = True,
+                 options=None) -> float:
         """Predicted seconds of one allreduce by the algorithm's cost function. ``k``: the
         largest input nnz; ``K``: result nnz (estimated from ``k`` and ``q`` when not given);
-        ``check``: include the agreement check's small allreduce."""
+        ``check``: include the agreement check's small allreduce; ``options``: as in
+        :meth:`predict`."""
+        options = _options(options)
         record = get_algorithm(algorithm)
         if K is None:
             K = union_size(k, P, N, q)
         t = self.allreduce_alpha if check and P > 1 else 0.0
         if P == 1:
             return t + self.gamma_dense * (N if record.writes_out else k)
-        return t + record.cost(self, P=P, N=N, k=k, K=K, q=q, s_idx=s_idx, s_val=s_val)
+        return t + record.cost(self, P=P, N=N, k=k, K=K, q=q, s_idx=s_idx, s_val=s_val,
+                               options=options)
 
     def predict_hierarchical(self, inner: str, *, P: int, nodes: int, ranks_per_node: int,
                              N: int, k: float, K: float | None = None, q: float = 1.0,
-                             s_idx: int = 4, s_val: int = 4, check: bool = True) -> float:
+                             s_idx: int = 4, s_val: int = 4, check: bool = True,
+                             options=None) -> float:
         """Predicted seconds of the node-aware allreduce (:mod:`sparcml._collectives.hierarchical`) of P
         ranks on ``nodes`` nodes of at most ``ranks_per_node`` ranks, with ``inner`` among the
         leaders. ``self`` is the model of the *leaders'* communicator (its alpha, beta and
@@ -279,6 +299,8 @@ class CostModel:
         node link's ``alpha_node`` / ``beta_node``: the node reduce (R - 1 messages into the
         leader, one R-way merge), the inner algorithm on the node sums (their union K_node of
         R inputs), the node broadcast (binomial: ceil(log2 R) hops of the result)."""
+        options = _options(options)
+        coded = options.code_indices
         R = max(1, int(ranks_per_node))
         c = s_idx + s_val
         if K is None:
@@ -286,45 +308,49 @@ class CostModel:
         k_node = union_size(k, R, N, q)
         node_dense = k_node >= N * s_val / c
         t = self.allreduce_alpha if check and P > 1 else 0.0
-        if R > 1 and current_options().native(R):  # Gather of the sizes, Gatherv of the inputs
+        if R > 1 and options.native(R):  # Gather of the sizes, Gatherv of the inputs
             t += (R * self.part_overhead + mpi.gather_time(R, mpi.SIZE_BYTES, self.alpha_node, 0.0)
-                  + mpi.gatherv_time(R, (R - 1) * stream_bytes(k, N, s_idx, s_val),
+                  + mpi.gatherv_time(R, (R - 1) * stream_bytes(k, N, s_idx, s_val, coded),
                                      self.alpha_node, self.beta_node))
         elif R > 1:
-            t += (R - 1) * (self.alpha_node + self.beta_node * stream_bytes(k, N, s_idx, s_val))
+            t += (R - 1) * (self.alpha_node
+                            + self.beta_node * stream_bytes(k, N, s_idx, s_val, coded))
         if R > 1:
             t += (self.gamma_dense * (N + R * k) if node_dense
                   else self.gamma_merge * R * k * max(1.0, math.log2(R)))
             hops = math.ceil(math.log2(R))
-            t += hops * (self.alpha_node + self.beta_node * stream_bytes(K, N, s_idx, s_val))
+            t += hops * (self.alpha_node + self.beta_node * stream_bytes(K, N, s_idx, s_val, coded))
             t += self.gamma_dense * (N if K >= N * s_val / c else K * c / 4)
         if nodes > 1:
             t += self.predict(inner, P=nodes, N=N, k=k_node, K=K, q=q, s_idx=s_idx,
-                              s_val=s_val, check=False)
+                              s_val=s_val, check=False, options=options)
         return t
 
     def choose(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
-               s_val: int = 4, candidates=None) -> str:
+               s_val: int = 4, candidates=None, options=None) -> str:
         """The candidate with the smallest predicted time (ties: the first listed); default
         candidates: every registered algorithm that ``auto`` may pick."""
+        options = _options(options)
         if candidates is None:
             candidates = algorithm_names(in_auto_only=True)
         return min(candidates, key=lambda a: self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx,
-                                                          s_val=s_val))
+                                                          s_val=s_val, options=options))
 
     def contenders(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
-                   s_val: int = 4, candidates=None) -> list[str]:
+                   s_val: int = 4, candidates=None, options=None) -> list[str]:
         """The algorithms ``algorithm="auto"`` measures for a shape before it settles: the
         candidates (default: every registered algorithm ``auto`` may pick) predicted within
         a factor of 4 of the best, at most 4, best first (one name: the model's choice)."""
+        options = _options(options)
         if candidates is None:
             candidates = algorithm_names(in_auto_only=True)
         return tuning.contenders_of(
-            (self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val), a)
+            (self.predict(a, P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val, options=options), a)
             for a in candidates)
 
     def predict_topk(self, *, P: int, N: int, k_local: float, k: float, q: float = 1.0,
-                     s_idx: int = 4, s_val: int = 4, remembered: bool = True) -> float:
+                     s_idx: int = 4, s_val: int = 4, remembered: bool = True,
+                     options=None) -> float:
         """Predicted seconds of :func:`sparcml.topk_allreduce` of inputs of ``k_local`` items
         keeping ``k`` (:func:`topk_allreduce_cost`; ``remembered``: a call after the first of
         its shape). Once calibrated (``overhead[TOPK_STEP]``, ``scale[TOPK_STEP]``, measured
@@ -332,24 +358,29 @@ class CostModel:
         algorithms), the measured fixed cost plus the measured factor times the growth."""
         if P == 1:
             return self.gamma_dense * k_local
+        options = _options(options)
         t = topk_allreduce_cost(self, P=P, N=N, k_local=k_local, k=k, q=q, s_idx=s_idx,
-                                s_val=s_val, remembered=remembered)
+                                s_val=s_val, remembered=remembered, options=options)
         overhead = self.overhead.get(TOPK_STEP, 0.0)
         if overhead > 0:
             tiny = topk_allreduce_cost(self, P=P, N=TINY_N, k_local=1, k=P, q=1.0, s_idx=s_idx,
-                                       s_val=s_val, remembered=True)
+                                       s_val=s_val, remembered=True, options=options)
             t = overhead + self.scale.get(TOPK_STEP, 1.0) * max(0.0, t - tiny)
         return t
 
     def choose_topk_step(self, *, P: int, N: int, k: float, q: float = 1.0, s_idx: int = 4,
-                         s_val: int = 4, candidates=None) -> str:
+                         s_val: int = 4, candidates=None, options=None) -> str:
         """For a top-k SGD step whose ranks each select ``k`` entries: :data:`TOPK_STEP`
         (reduce with :func:`sparcml.topk_allreduce`, keeping ``k`` of the sum) when it is
         predicted faster than the best allreduce of the local selections (whose result holds
         up to P k entries), else that allreduce algorithm's name."""
-        best = self.choose(P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val, candidates=candidates)
-        mine = self.predict_topk(P=P, N=N, k_local=k, k=k, q=q, s_idx=s_idx, s_val=s_val)
-        other = self.predict(best, P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val)
+        options = _options(options)
+        best = self.choose(P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val, candidates=candidates,
+                           options=options)
+        mine = self.predict_topk(P=P, N=N, k_local=k, k=k, q=q, s_idx=s_idx, s_val=s_val,
+                                 options=options)
+        other = self.predict(best, P=P, N=N, k=k, q=q, s_idx=s_idx, s_val=s_val,
+                             options=options)
         return TOPK_STEP if mine < other else best
 
     @staticmethod

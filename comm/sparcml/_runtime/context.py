@@ -15,22 +15,24 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from mpi4py import MPI
 
-from .._collectives.ops import PLAIN, Ops, ops_of
 from .progress import Waiter, wait_policy
 from .workspace import Workspace
 
-if TYPE_CHECKING:  # the feature modules own these (and import this one): names only
-    from .._collectives.partition import PartitionMemory
-    from .._model.auto import AutoMemory
-    from .._model.costmodel import CostModel
-    from .._model.tuning import TuningState
-    from .._topk.rule import TopKMemory
+__all__ = ["CommContext", "context_for", "new_context", "TrafficStats", "clock_of",
+           "use_plain_operations"]
 
-__all__ = ["CommContext", "context_for", "new_context", "TrafficStats", "clock_of"]
+# the operations of contexts on real communicators (sparcml._collectives.ops.PLAIN), given by
+# that module when it is imported (it imports this one, not the other way round)
+_plain_operations: list = []
+
+
+def use_plain_operations(ops) -> None:
+    """Make ``ops`` the operations of the contexts on real communicators (called once, by
+    :mod:`sparcml._collectives.ops`, which defines them: the runtime imports no feature)."""
+    _plain_operations[:] = [ops]
 
 
 def clock_of(comm):
@@ -97,8 +99,6 @@ class CommContext:
     its own, so no two threads ever share one. ``subcomms``: sub-communicators made from
     ``comm`` and cached for later calls (the node layouts of :mod:`sparcml._collectives.hierarchical`),
     each with a ``free()`` method; :meth:`free_subcomms` frees them (collective).
-    ``partitions``: the policy of the split algorithms' blocks in the running call
-    (:mod:`sparcml._collectives.partition`; set by the entry point from the value every rank agreed on).
     ``ops``: the operations the algorithms receive, gather, encode, decode and add through
     (:mod:`sparcml._collectives.ops`; a simulated communicator's share memory between ranks).
 
@@ -115,7 +115,8 @@ class CommContext:
     - ``topk``: the global top-k's remembered thresholds and the running call's synchronizing
       steps (:class:`sparcml._topk.rule.TopKMemory`);
     - ``link_costs``: ``(seconds per byte, seconds per coded index)`` assumed from where the
-      ranks are, without a model (:mod:`sparcml._model.link_costs`);
+      ranks are, without a model, and the calls' options resolved with them
+      (:class:`sparcml._model.link_costs.LinkCosts`);
     - ``plans``: the buffers of the plain allreduce's fast path, per shape
       (:func:`sparcml._collectives.entry._fast_path`);
     - ``lean``: the agreement arrays of the plain call's lean path, per shape and options
@@ -128,15 +129,16 @@ class CommContext:
     waiter: Waiter
     engine: object = None  # the communication thread of iallreduce (nonblocking.Engine)
     workspace: Workspace | None = field(default_factory=Workspace)
-    partitions: str = "balanced"  # the split algorithms' blocks (sparcml._collectives.partition), per call
     subcomms: dict = field(default_factory=dict)
-    ops: Ops = PLAIN
-    model: CostModel | None = None
-    auto: AutoMemory | None = None
-    tuning: TuningState | None = None
-    partition_memory: PartitionMemory | None = None
-    topk: TopKMemory | None = None
-    link_costs: tuple[float, float] | None = None
+    ops: object = None  # sparcml._collectives.ops.Ops (new_context gives every context one)
+    # the feature modules own these (and import this one, so it names their classes only in
+    # words: no import circle, not even a type-only one)
+    model: object = None  # sparcml.CostModel
+    auto: object = None  # sparcml._model.auto.AutoMemory
+    tuning: object = None  # sparcml._model.tuning.TuningState
+    partition_memory: object = None  # sparcml._collectives.partition.PartitionMemory
+    topk: object = None  # sparcml._topk.rule.TopKMemory
+    link_costs: object = None  # sparcml._model.link_costs.LinkCosts
     plans: dict | None = None  # the plain calls' cached fast paths (sparcml._collectives.plan)
     lean: dict | None = None  # the lean plain calls' agreement arrays (entry._lean_call)
 
@@ -168,7 +170,10 @@ def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
         auto = wait_policy(dup)
         # each call then waits as its (agreed) options say; until then alike on every rank
         waiter = Waiter(auto, auto=auto)
-    return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter, ops=ops_of(dup))
+    # a simulated communicator brings its own operations (sparcml.sim), else the plain ones
+    ops = getattr(dup, "sparcml_ops", None)
+    return CommContext(dup, dup.Get_rank(), dup.Get_size(), waiter,
+                       ops=_plain_operations[0] if ops is None else ops)
 
 
 def context_for(comm: MPI.Comm) -> CommContext:

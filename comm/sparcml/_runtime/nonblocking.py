@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import queue
+from contextlib import nullcontext
 import threading
 import weakref
 from typing import Any, Callable
@@ -72,12 +73,13 @@ class Engine:
     """The communication thread of one communicator (see module docstring)."""
 
     def __init__(self, ctx: CommContext):
-        from ..sim._credit import helper_scope
-
         self.ctx = ctx
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        # on a simulated rank, the thread's compute is the rank's (sparcml.sim)
-        self._thread = threading.Thread(target=self._run, args=(helper_scope(),),
+        # on a simulated rank, the thread's compute is the rank's: its communicator says how
+        # (sparcml.sim's sparcml_helper_scope); a real one has nothing to account
+        scope = getattr(ctx.comm, "sparcml_helper_scope", None)
+        self._thread = threading.Thread(target=self._run,
+                                        args=(nullcontext() if scope is None else scope(),),
                                         name="sparcml-comm", daemon=True)
         self._thread.start()
 

@@ -40,8 +40,8 @@ from .._collectives.plan_identity import PlanIdentity, next_plan_id, note_plan_i
 from .._collectives.plan_fast import FastRecursiveDoubling, fits
 from .._collectives.validation import check_stats
 from .._errors import CompressionError
-from .._model.link_costs import index_coding_costs
-from .._options import Options, in_call
+from .._model.link_costs import call_options
+from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._runtime.tags import message_tags
@@ -84,8 +84,7 @@ class TopKPlan:
         self.dim, self.dtype = zero.dim, zero.dtype
         self._zero = zero
         self._codec = Codec(zero.index_dtype, zero.dtype,
-                            code_indices=self.options.code_indices,
-                            link_costs=index_coding_costs(ctx, self.options.index_coding))
+                            options=call_options(ctx, self.options))
         self._contexts: dict[int, CommContext] = {}
         self._fast: dict[int, FastRecursiveDoubling] = {}
         self._trailer = np.zeros(2, np.int64)
@@ -99,7 +98,7 @@ class TopKPlan:
                 f"P={self.comm.Get_size()})")
 
     def _context(self, ctx) -> CommContext:
-        """The plan's own context on ``ctx`` (its remembered thresholds and partitions)."""
+        """The plan's own context on ``ctx`` (its remembered thresholds)."""
         own = self._contexts.get(id(ctx))
         if own is None or own.comm is not ctx.comm:
             own = self._contexts[id(ctx)] = CommContext(
@@ -140,49 +139,47 @@ class TopKPlan:
         if ctx.size == 1:
             if error is not None:
                 agreed_error(ctx, error)
-            with in_call(opts):
-                return _run(own, v, self.k, stats, opts, top, v.nnz)
+            return _run(own, v, self.k, stats, opts, top, v.nnz)
         fast = self._fast_on(own)
         if fast is not None:
             return self._two_ranks(own, fast, v, stats, error, opts)
-        own.partitions = opts.partitions
         stats.calls += 1
         stats.algorithm = NAME
         memory_of(own).steps = 0
         codec, k = self._codec, self.k
-        with in_call(opts):
-            try:
-                vn = arith.normalize(v, codec)
-                bounds = partition_bounds(own, vn, codec)
-                lo, hi = int(bounds[own.rank]), int(bounds[own.rank + 1])
-                before = stats.bytes_received
-                parts, top, failed = self._reduce_scatter(own, vn, stats, bounds, top,
-                                                          error is not None)
-                note_received(own, v.dim, SPARSE_KIND, stats.bytes_received - before, stats)
-                step(own)
-                if failed:
-                    result = None
-                elif k == 0 or top == 0:
-                    result, nan = SparseVector.unchecked(v.dim, np.empty(0, v.index_dtype),
-                                                         np.empty(0, v.dtype)), 0
+        try:
+            vn = arith.normalize(v, codec)
+            bounds = partition_bounds(own, vn, codec)
+            lo, hi = int(bounds[own.rank]), int(bounds[own.rank + 1])
+            before = stats.bytes_received
+            parts, top, failed = self._reduce_scatter(own, vn, stats, bounds, top,
+                                                      error is not None)
+            note_received(own, v.dim, SPARSE_KIND, stats.bytes_received - before, stats,
+                          codec)
+            step(own)
+            if failed:
+                result = None
+            elif k == 0 or top == 0:
+                result, nan = SparseVector.unchecked(v.dim, np.empty(0, v.index_dtype),
+                                                     np.empty(0, v.dtype)), 0
+            else:
+                if isinstance(parts, tuple):  # packed: (receive buffer, displs, sizes)
+                    block = own.ops.fold_packed(*parts, lo, hi - lo, codec,
+                                                workspace=own.workspace, intermediate=True)
                 else:
-                    if isinstance(parts, tuple):  # packed: (receive buffer, displs, sizes)
-                        block = own.ops.fold_packed(*parts, lo, hi - lo, codec,
-                                                    workspace=own.workspace, intermediate=True)
-                    else:
-                        block = own.ops.fold_parts(parts, lo, hi - lo, codec,
-                                                   workspace=own.workspace, intermediate=True)
-                    bits_dtype, absmask = KEYS[codec.value_dtype][:2]
-                    keys = own.workspace.get("topk.keys", block.values.size, np.uint64) \
-                        if own.workspace is not None else np.empty(block.values.size,
-                                                                   np.uint64)
-                    select_kernels.magnitude_keys_into(block.values.view(bits_dtype), absmask,
-                                                       keys)
-                    result, nan = _selection(own, v, (block, keys), lo, k, top, stats, codec,
-                                             None)
-            except BaseException as exc:  # noqa: BLE001 - as fail_stop
-                _abort_job(own.comm, f"plan.{NAME}", exc)
-                raise
+                    block = own.ops.fold_parts(parts, lo, hi - lo, codec,
+                                               workspace=own.workspace, intermediate=True)
+                bits_dtype, absmask = KEYS[codec.value_dtype][:2]
+                keys = own.workspace.get("topk.keys", block.values.size, np.uint64) \
+                    if own.workspace is not None else np.empty(block.values.size,
+                                                               np.uint64)
+                select_kernels.magnitude_keys_into(block.values.view(bits_dtype), absmask,
+                                                   keys)
+                result, nan = _selection(own, v, (block, keys), lo, k, top, stats, codec,
+                                         None)
+        except BaseException as exc:  # noqa: BLE001 - as fail_stop
+            _abort_job(own.comm, f"plan.{NAME}", exc)
+            raise
         if failed:
             agreed_error(own, error)
         if nan:
@@ -208,12 +205,11 @@ class TopKPlan:
         index, zero sums never selected) do not depend on where they were summed."""
         stats.calls += 1
         stats.algorithm = NAME
-        with in_call(opts):
-            try:
-                idx, val, _ = fast.run(v, stats, error is not None, self._codec)
-            except BaseException as exc:  # noqa: BLE001 - as fail_stop
-                _abort_job(ctx.comm, f"plan.{NAME}", exc)
-                raise
+        try:
+            idx, val, _ = fast.run(v, stats, error is not None, self._codec)
+        except BaseException as exc:  # noqa: BLE001 - as fail_stop
+            _abort_job(ctx.comm, f"plan.{NAME}", exc)
+            raise
         if fast.seen:
             agreed_error(ctx, error)
         # no NaN check here, unlike the reduce-scatter path: the inputs are finite (_max_key)

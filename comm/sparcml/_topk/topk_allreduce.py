@@ -55,7 +55,7 @@ from mpi4py import MPI
 from .._collectives import arith
 from .. import _kernels as kernels
 from . import select_kernels
-from .._options import Options, current_options, in_call
+from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
 from .._runtime.tags import message_tags
@@ -64,7 +64,7 @@ from .._errors import CompressionError, InvalidArgumentError
 from .._collectives.exchange import allgather_packed, reduce_block
 from .._model import auto
 from .._model.costmodel import TOPK_STEP
-from .._model.link_costs import index_coding_costs
+from .._model.link_costs import call_options
 from .node_exchange import (allgather_shared, gather_region_bytes, one_node_layout,
                             split_reduce_shared, split_region_bytes)
 from .._collectives.partition import SPARSE_KIND, note_received, split_bounds
@@ -211,25 +211,22 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
         call.fields["value dtype"] = vec.dtype.itemsize
         call.maxima["max items"] = vec.dim if vec.is_dense else vec.nnz
         call.maxima["max key"] = _max_key(vec)
-    with in_call(call.options):
-        return _run(ctx, vec, k, stats, call.options, call.agreed["max key"],
-                    call.agreed["max items"])
+    return _run(ctx, vec, k, stats, call.options, call.agreed["max key"],
+                call.agreed["max items"])
 
 
 def _run(ctx, vec, k, stats, opts, top, items) -> TopKReduced:
     """The call after the agreement."""
-    ctx.partitions = opts.partitions
     stats.calls += 1
     stats.algorithm = NAME
     memory_of(ctx).steps = 1  # the agreement
-    codec = Codec(vec.index_dtype, vec.dtype, code_indices=opts.code_indices,
-                  link_costs=index_coding_costs(ctx, opts.index_coding))
+    codec = Codec(vec.index_dtype, vec.dtype, options=call_options(ctx, opts))
     if k == 0 or top == 0:  # nothing to select (k = 0, or every input value is zero)
         nothing = SparseVector.unchecked(vec.dim, np.empty(0, vec.index_dtype),
                                         np.empty(0, vec.dtype))
         return TopKReduced(nothing, _dropped(vec, nothing.indices))
     with fail_stop(ctx.comm, NAME):
-        shared = _one_node(ctx, opts, items, vec.dim, codec)
+        shared = _one_node(ctx, codec.options, items, vec.dim, codec)
         owned, lo = _reduce_scatter(ctx, arith.normalize(vec, codec), stats, codec, shared)
         result, nan = _selection(ctx, vec, owned, lo, k, top, stats, codec, shared)
     if nan:  # every rank saw the same NaN sums (histogram or gathered), and raises the same
@@ -287,7 +284,7 @@ def _reduce_scatter(ctx, vec, stats, codec, shared):
                                     shared.split_bytes)
         block = ctx.ops.fold_parts(parts, lo, hi - lo, codec, workspace=ctx.workspace,
                                    intermediate=True)
-    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats)
+    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats, codec)
     step(ctx)
     bits_dtype, absmask = KEYS[codec.value_dtype][:2]
     keys = _scratch(ctx, "topk.keys", block.values.size, np.uint64)
@@ -345,7 +342,7 @@ def _selection(ctx, vec, owned, lo, k, top, stats, codec, shared):
     return result, 0
 
 
-def _allgather(ctx, buf: np.ndarray, stats, shared=None):
+def _allgather(ctx, buf: np.ndarray, stats, codec, shared=None):
     """Every rank's byte buffer, in rank order, packed: ``(buffer, displs, sizes)``. Below
     ``Options.native_min_ranks`` ranks (default 16), point to point (each rank sends its
     buffer to every other, sizes learnt by ``Mprobe``; bytes as a ring allgather's, P - 1
@@ -361,7 +358,7 @@ def _allgather(ctx, buf: np.ndarray, stats, shared=None):
         shared.gathers += 1
         return _pack(allgather_shared(ctx, shared.layout, buf, stats, shared.split_bytes,
                                       shared.gather_bytes))
-    if current_options().native(size):
+    if codec.options.native(size):
         return allgather_packed(ctx, buf, stats)
     out: list[np.ndarray | None] = [None] * size
     out[rank] = buf
@@ -403,7 +400,7 @@ def _gather(ctx, vec, rule, owned, lo, stats, codec, shared):
         sel_idx = block.indices[pos]
     sel_val = block.values[pos]
     buf, _ = ctx.ops.encode(codec, Part(lo, block.length, sel_idx, sel_val))
-    gathered, displs, sizes = _allgather(ctx, buf, stats, shared)
+    gathered, displs, sizes = _allgather(ctx, buf, stats, codec, shared)
     step(ctx)
     entries = ctx.ops.assemble_packed(gathered, displs, sizes, vec.dim, codec)
     if entries.is_dense:  # more than half the entries selected: back to the entries

@@ -35,13 +35,13 @@ import numpy as np
 from . import index_kernels
 from .. import _kernels as kernels
 from .._errors import SparcmlError
-from .._options import current_options
+from .._options import CallOptions, Options
 from .header import (BITMAP, DENSE, ELIAS_FANO, HEADER, HEADER_SIZE, RAW, SHORT_HEADER,
                      SHORT_HEADER_SIZE, SPARSE, Header, header_size, read_header, write_header)
 
 __all__ = ["HEADER", "HEADER_SIZE", "SHORT_HEADER", "SHORT_HEADER_SIZE", "Header",
            "header_size", "read_header", "SPARSE", "DENSE", "RAW", "ELIAS_FANO", "BITMAP",
-           "Part", "Codec", "decode", "index_layout",
+           "Part", "Codec", "RAW_INDICES", "decode", "index_layout",
            "index_section_nbytes"]
 
 _CODED_LENGTH_LIMIT = 1 << 59  # longer ranges travel raw (keeps the decoders' shifts in int64)
@@ -109,6 +109,10 @@ class Part:
         return self.length if self.indices is None else self.indices.shape[0]
 
 
+_DEFAULT = CallOptions()
+RAW_INDICES = CallOptions.of(Options(index_coding="raw"))  # a codec's options: indices raw
+
+
 class Codec:
     """Encodes parts for one collective call: dtypes, quantizer, and the per-message rule.
 
@@ -120,21 +124,22 @@ class Codec:
     anyway, not a reason to densify sparse ones (which would cost an O(length) encode to carry
     a few values).
 
-    ``code_indices``: send sparse indices in the smallest code (see the module docstring);
-    default: as the running call's options say
-    (:func:`sparcml._options.current_options`: not with ``index_coding="raw"``). ``link_costs``
-    ``(seconds per byte of the links, seconds to encode and decode an index)``: code a
-    message's indices only where the link time saved exceeds the coding time
-    (:func:`index_layout`; :func:`sparcml._model.link_costs.index_coding_costs` gives a call's);
-    None: whenever the code is smaller.
+    ``options``: the call's resolved options (:class:`~sparcml._options.CallOptions`, made at
+    the entry point by :func:`sparcml._model.link_costs.call_options`; default: the
+    :class:`~sparcml.Options` defaults, coded whenever smaller), which the algorithms and
+    exchanges read here (``codec.options``: partitions, native phases). Of them the codec
+    applies ``code_indices`` (send sparse indices in the smallest code, see the module
+    docstring; not with ``index_coding="raw"``) and ``link_costs`` (``(seconds per byte of the
+    links, seconds to encode and decode an index)``: code a message's indices only where the
+    link time saved exceeds the coding time, :func:`index_layout`; None: whenever the code is
+    smaller), copied into the attributes of those names.
     """
 
     __slots__ = ("index_dtype", "value_dtype", "quantizer", "quantize_sparse", "seed", "_item",
-                 "_entry", "code_indices", "link_costs")
+                 "_entry", "code_indices", "link_costs", "options")
 
     def __init__(self, index_dtype, value_dtype, quantizer=None, quantize_sparse: bool = False,
-                 seed: int = 0, code_indices: bool | None = None,
-                 link_costs: tuple[float, float] | None = None):
+                 seed: int = 0, options: CallOptions | None = None):
         self.index_dtype = np.dtype(index_dtype)
         self.value_dtype = np.dtype(value_dtype)
         self.quantizer = quantizer
@@ -144,15 +149,16 @@ class Codec:
         s_q = s_val if quantizer is None else quantizer.bits / 8 + 4 / quantizer.bucket_size
         self._item = self.index_dtype.itemsize + (s_q if self.quantize_sparse else s_val)
         self._entry = s_q if self.quantize_sparse else s_val
-        self.code_indices = (current_options().code_indices if code_indices is None
-                             else bool(code_indices))
-        self.link_costs = link_costs  # (s per byte, s per coded index): see index_layout
+        if options is None:
+            options = _DEFAULT
+        self.options = options
+        self.code_indices = options.code_indices
+        self.link_costs = options.link_costs  # (s per byte, s per coded index): index_layout
 
     def lossless(self) -> "Codec":
         """The same codec without quantization."""
         return self if self.quantizer is None else Codec(self.index_dtype, self.value_dtype,
-                                                         code_indices=self.code_indices,
-                                                         link_costs=self.link_costs)
+                                                         options=self.options)
 
     @property
     def lossy(self) -> bool:

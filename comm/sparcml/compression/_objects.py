@@ -681,7 +681,8 @@ class Compression:
         if use_global and algorithm == AUTO:  # every rank's vec has num_sent(n) items
             raise_everywhere(ctx.comm, failed.error, waiter=ctx.waiter)
             with nullcontext() if self.options is None else in_call(self.options):
-                algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run)
+                algorithm = auto.choose_topk_step(ctx, vec, vec.nnz, calibration_run,
+                                                  self.options)
             use_global = algorithm == TOPK_STEP
         given = vec if failed.error is None else LocalFailure(failed.error, n, _dtype(x))
         if use_global:

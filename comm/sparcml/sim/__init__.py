@@ -108,11 +108,15 @@ def predict(algorithm: str, **kwargs) -> Prediction:
     the message encodings at the expected sizes and the network model. Keywords: ``P``, ``N``,
     ``k`` (nonzeros per rank), ``K`` (of the result), ``network`` (a spec or
     :class:`NetworkSpec`), ``compute_scale``, ``s_idx``, ``s_val``, ``coded``,
-    ``link_costs`` (see ``sparcml.sim._predict``). ``predicted_algorithms()`` lists the
+    ``link_costs`` (see ``sparcml.sim._predict``), ``native_min_ranks`` (None or left out:
+    the process default, ``SPARCML_NATIVE_MIN_RANKS``). ``predicted_algorithms()`` lists the
     algorithms it knows."""
+    from .._options import default_options
     from ._predict import predict as _predict
     from ._rates import kernel_rates
 
+    if kwargs.get("native_min_ranks") is None:  # resolved here, once
+        kwargs["native_min_ranks"] = default_options().native_min_ranks
     return _predict(algorithm, rates=kernel_rates(run), **kwargs)
 
 

@@ -39,7 +39,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import _collective_cost as cc
-from ._credit import discount
+from ._credit import discount, helper_scope
 from ._world import RankState, SimAborted, World
 
 __all__ = ["SimComm", "SimRequest", "SimMessage", "SimAbortCalled"]
@@ -191,6 +191,13 @@ class SimComm:
         """The operations sparcml's contexts on this communicator use
         (:func:`sparcml._collectives.ops.ops_of`): the run's sharing ones, or None (plain)."""
         return self._world.ops
+
+    def sparcml_helper_scope(self):
+        """For a thread that sparcml starts to work for this rank (the non-blocking engine of
+        :mod:`sparcml._runtime.nonblocking`; called in the rank's thread): the context manager
+        under which that thread's compute is the rank's
+        (:func:`sparcml.sim._credit.helper_scope`)."""
+        return helper_scope()
 
     def clock(self) -> float:
         """This rank's virtual time (seconds), its compute so far included."""

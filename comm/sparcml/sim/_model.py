@@ -87,21 +87,20 @@ def _measured_overhead(network: str, native: bool) -> float:
     import numpy as np
 
     from .._collectives.algorithms.split_sparse import ALGORITHM as SPLIT
-    from .._options import MAX_RANKS_PER_NODE, current_options, in_call
+    from .._options import MAX_RANKS_PER_NODE, default_options
     from ._runner import run
 
     net = parse_network(network)
     P = min(OVERHEAD_P, net.nodes * net.ppn)
     if P < 2:
         return 0.0
-    opts = dataclasses.replace(current_options(),
+    opts = dataclasses.replace(default_options(),
                                native_min_ranks=1 if native else MAX_RANKS_PER_NODE)
     res = run(P, _tiny_calls, network=net, args=(SPLIT.name, 6, opts))
     measured = float(np.min(np.max([r[1:] for r in res.results], axis=0)))
-    with in_call(opts):
-        base = network_cost_model(net, P, overhead=0.0, part_overhead=0.0,
-                                  factors=False).predict(SPLIT.name, P=P, N=TINY_N, k=1,
-                                                         K=min(P, TINY_N))
+    base = network_cost_model(net, P, overhead=0.0, part_overhead=0.0,
+                              factors=False).predict(SPLIT.name, P=P, N=TINY_N, k=1,
+                                                     K=min(P, TINY_N), options=opts)
     return max(0.0, (measured - base) / (P if native else P - 1))
 
 

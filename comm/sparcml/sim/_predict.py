@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._model.costmodel import overlap_from_result, union_size
-from .._options import current_options
+from .._options import NATIVE_MIN_RANKS, CallOptions
 from .._wire.codec import RAW, Codec, _pad8
 from .._wire.header import header_size
 from . import _collective_cost as cc
@@ -106,8 +106,8 @@ class _Wire:
     """Message sizes of the call's codec (index coding and link costs as the call's)."""
 
     def __init__(self, s_idx: int, s_val: int, coded: bool, link_costs):
-        self.codec = Codec(np.dtype(f"i{s_idx}"), np.dtype(f"f{s_val}"), code_indices=coded,
-                           link_costs=link_costs)
+        self.codec = Codec(np.dtype(f"i{s_idx}"), np.dtype(f"f{s_val}"),
+                           options=CallOptions(code_indices=coded, link_costs=link_costs))
         self.s_val = s_val
 
     def dense(self, items: float, length: float) -> bool:
@@ -129,18 +129,19 @@ def _levels(streams: float) -> float:
 
 def predict(algorithm: str, *, P: int, N: int, k: float, K: float, network, rates: dict,
             compute_scale: float = 1.0, s_idx: int = 4, s_val: int = 4, coded: bool = True,
-            link_costs=None, native_min_ranks: int | None = None) -> Prediction:
+            link_costs=None, native_min_ranks: int = NATIVE_MIN_RANKS) -> Prediction:
     """The simulator's charges for one call of ``algorithm`` (one of :func:`predicted_algorithms`) on P
     ranks of ``network`` (a :class:`~sparcml.sim.NetworkSpec`), inputs of ``k`` entries of N,
     a result of ``K``; ``rates`` the run's kernel rates; ``coded`` / ``link_costs`` the index
-    coding of the call (:func:`sparcml._model.link_costs.index_coding_costs`)."""
+    coding of the call (:func:`sparcml._model.link_costs.index_coding_costs`);
+    ``native_min_ranks`` the call's (:func:`sparcml.sim.predict` gives the process
+    default; here the :class:`~sparcml.Options` default)."""
     if algorithm not in _predicted():
         raise ValueError(f"no prediction for {algorithm!r} (only {', '.join(_predicted())})")
     clock = _Clock(rates, compute_scale)
     wire = _Wire(s_idx, s_val, coded, link_costs)
     alpha, beta = network.collective_link(range(P))
-    native = native_min_ranks if native_min_ranks is not None else \
-        current_options().native_min_ranks
+    native = native_min_ranks
     q = overlap_from_result(k, K, P, N)
     clock.call()  # the call's agreement check (an Allreduce, on one rank too)
     clock.wait(cc.allreduce_time(P, AGREEMENT_BYTES, alpha, beta))

@@ -160,10 +160,10 @@ def calibrate(run) -> dict:
     development machine: the large sizes run past the caches)."""
     from .._collectives import arith
     from .._vector import SparseVector
-    from .._wire.codec import Codec, Part, decode
+    from .._wire.codec import RAW_INDICES, Codec, Part, decode
 
     rng = np.random.default_rng(0)
-    codec = Codec(np.int32, np.float32, code_indices=False)
+    codec = Codec(np.int32, np.float32, options=RAW_INDICES)
     dim = 1 << 24
 
     def vec(n, seed):
@@ -226,7 +226,7 @@ def _coded_index_rate(dim: int) -> float:
     larger of the two codes' slopes; raw indices cost nothing of the kind)."""
     from .._wire.codec import Codec, Part, decode
 
-    codec = Codec(np.int32, np.float32, code_indices=True)
+    codec = Codec(np.int32, np.float32)  # indices coded whenever smaller
     worst = 0.0
     for density in (0.25, 0.002):  # a bitmap, then Elias-Fano
         def make(n, density=density):

@@ -23,7 +23,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
                      vec.dim)
 
 
-def cost(model, *, P, N, k, K, q, s_idx, s_val):
+def cost(model, *, P, N, k, K, q, s_idx, s_val, options):
     c = s_idx + s_val
     threshold = N * s_val / c
     total = P * k
@@ -33,7 +33,8 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
             else model.gamma_merge * total * max(1.0, math.log2(P))
             + (model.gamma_dense * N if total >= threshold else 0.0))
     return (model.gamma_dense * k * c / 4 + model.allgather_alpha
-            + model.allgather(P * stream_bytes(k, N, s_idx, s_val)) + fold)
+            + model.allgather(P * stream_bytes(k, N, s_idx, s_val, options.code_indices))
+            + fold)
 
 
 ALGORITHM = register(Algorithm(

@@ -22,7 +22,7 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     return SparseVector.unchecked(vec.dim, None, out)
 
 
-def cost(model, *, P, N, k, K, q, s_idx, s_val):
+def cost(model, *, P, N, k, K, q, s_idx, s_val, options):
     return model.gamma_dense * N + model.allreduce(N * s_val)
 
 

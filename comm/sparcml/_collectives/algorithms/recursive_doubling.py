@@ -71,21 +71,24 @@ def group_stream_seed(seed: int, mask: int, group: int) -> int:
     return z ^ (z >> 31)
 
 
-def cost(model, *, P, N, k, K, q, s_idx, s_val):
+def cost(model, *, P, N, k, K, q, s_idx, s_val, options):
     """Per round: an exchange of the expected union of the inputs so far (log P rounds)."""
+    coded = options.code_indices
     t = 0.0
     pof2 = 1 << (P.bit_length() - 1)
     rem = P - pof2
     inputs = 1.0
     if rem:
-        t += model.exchange(k, N, s_idx, s_val) / 2  # one way: the extra rank sends, its partner adds
+        # one way: the extra rank sends, its partner adds
+        t += model.exchange(k, N, s_idx, s_val, coded) / 2
         inputs = 2.0 if 2 * rem >= P else 1.0 + 2.0 * rem / P
     mask = 1
     while mask < pof2:
-        t += model.exchange(union_size(k, int(round(inputs * mask)), N, q), N, s_idx, s_val)
+        t += model.exchange(union_size(k, int(round(inputs * mask)), N, q), N, s_idx, s_val,
+                            coded)
         mask <<= 1
     if rem:
-        t += model.message(stream_bytes(K, N, s_idx, s_val))
+        t += model.message(stream_bytes(K, N, s_idx, s_val, coded))
     return t
 
 

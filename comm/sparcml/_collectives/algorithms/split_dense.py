@@ -21,7 +21,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     before = stats.bytes_received
     block = reduce_block(ctx, vec, stats, bounds, codec, sent=sent, force_dense=True,
                          intermediate=True)  # the send buffer of the allgather, then dropped
-    note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before, stats)
+    note_received(ctx, vec.dim, DENSE_KIND, stats.bytes_received - before, stats,
+                  codec)
     # a caller's buffer is (usually) already in memory: write around the caches into it; a fresh
     # one is not, and the kernel's zeroing of its pages then makes ordinary stores cheaper
     streaming = out is not None
@@ -35,8 +36,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     return SparseVector.unchecked(vec.dim, None, out)
 
 
-def cost(model, *, P, N, k, K, q, s_idx, s_val):
-    return (split_phase_one(model, P=P, N=N, k=k, s_idx=s_idx, s_val=s_val)
+def cost(model, *, P, N, k, K, q, s_idx, s_val, options):
+    return (split_phase_one(model, P=P, N=N, k=k, s_idx=s_idx, s_val=s_val, options=options)
             + model.gamma_dense * (N / P + k) + model.allgather(N * s_val))
 
 

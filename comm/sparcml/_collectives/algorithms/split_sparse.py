@@ -28,7 +28,8 @@ def run(ctx, vec, *, stats, codec, out=None, sent=None):
     before = stats.bytes_received
     block = reduce_block(ctx, vec, stats, bounds, codec, sent=sent,
                          intermediate=True)  # encoded, then dropped
-    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats)
+    note_received(ctx, vec.dim, SPARSE_KIND, stats.bytes_received - before, stats,
+                  codec)
     buf, _ = ctx.ops.encode(codec, block, known_dense=block.is_dense)
     exact_dense = block.is_dense and not codec.lossy
     # every rank's (message bytes, whether its block is dense and exact, its nonzeros)
@@ -57,7 +58,7 @@ def _dense_blocks(ctx, vec, block, bounds, support, stats, codec):
     return SparseVector.unchecked(vec.dim, idx, val)
 
 
-def cost(model, *, P, N, k, K, q, s_idx, s_val):
+def cost(model, *, P, N, k, K, q, s_idx, s_val, options):
     c = s_idx + s_val
     gd, gm = model.gamma_dense, model.gamma_merge
     block_k = k / P
@@ -65,12 +66,14 @@ def cost(model, *, P, N, k, K, q, s_idx, s_val):
     dense_block = block_K * c >= (N / P) * s_val
     fold = gd * (N / P + k) if dense_block else gm * k * max(1.0, math.log2(P))
     gathered = P * (N / P * s_val if dense_block
-                    else block_K * (index_bytes(block_K, N / P, s_idx) + s_val))
+                    else block_K * (index_bytes(block_K, N / P, s_idx, options.code_indices)
+                                  + s_val))
     if dense_block:  # the values are allgathered into the result: nothing to assemble
         assemble = 0.0
     else:
         assemble = 2 * gd * N if K >= N * s_val / c else gd * K * c / 4
-    return (split_phase_one(model, P=P, N=N, k=k, s_idx=s_idx, s_val=s_val) + fold
+    return (split_phase_one(model, P=P, N=N, k=k, s_idx=s_idx, s_val=s_val, options=options)
+            + fold
             + model.allgather_alpha + model.allgather(gathered) + assemble)
 
 
