@@ -41,10 +41,14 @@ The vocabulary (every ``sparc-*`` command builds its parser with :func:`make_par
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sys
 import textwrap
+from dataclasses import replace
+
+from .output_paths import OutputPathError, check_output_dir, check_output_file
 
 __all__ = ["positive_int", "nonnegative_int", "fraction", "registered_algorithms",
            "algorithm_name", "algorithm_list", "algorithm_help", "make_parser", "HelpFormatter",
@@ -171,9 +175,7 @@ def options_from_args(args, parser=None):
     usage error (``parser.error``: one line naming the variable, exit 2), as a bad flag is,
     and the flags left unset are filled in ``args`` with the values that will run, so that
     the run's record says what ran. Without, :class:`sparcml.InvalidOptionError`."""
-    from dataclasses import replace
-
-    import sparcml
+    import sparcml  # sparcml (numba, MPI) only for the tools that use it, not every CLI's --help
 
     given = {name: getattr(args, name, None) for name in _OPTION_FLAGS}
     try:
@@ -327,6 +329,7 @@ def add_compressor_arguments(group):
     ``--compressor NAMES: ...``). The parameters read from the app's own flags (``--density``,
     ``--bits``, ``--seed``, ``--topk-bucket-size``; ``app_flag``) are not
     added; ``--no-error-feedback`` and ``--algorithm`` are the app's too."""
+    # sparcml (numba, MPI) only for the tools that use it, not every CLI's --help
     from sparcml.compression import COMPRESSORS, compressor_names, compressor_params, \
         get_compressor
 
@@ -348,6 +351,7 @@ def compressor_params_from_args(args) -> dict:
     compressor's, read from the parsed flags (a flag the namespace lacks, in a record of an
     older version, takes its default): ``build`` uses those of ``args.compressor`` and refuses
     ``--bits`` where it takes no quantizer."""
+    # sparcml (numba, MPI) only for the tools that use it, not every CLI's --help
     from sparcml.compression import compressor_params
 
     return {p.name: getattr(args, p.dest, p.default) for p in compressor_params()}
@@ -395,8 +399,6 @@ def nonnegative_int(text: str) -> int:
 
 
 def _finite_float(text: str, low: float, strict: bool) -> float:
-    import math
-
     what = f"a finite number {'>' if strict else '>='} {low:g}"
     try:
         value = float(text)
@@ -436,7 +438,7 @@ def registered_algorithms() -> tuple[str, ...]:
     them (:func:`sparcml.load_plugins`). A plugin that cannot be loaded ends the program with
     one line naming it (exit status 1)."""
     global _plugins_loaded
-    import sparcml
+    import sparcml  # sparcml (numba, MPI) only for the tools that use it, not every CLI's --help
 
     if not _plugins_loaded:
         try:
@@ -450,8 +452,6 @@ def registered_algorithms() -> tuple[str, ...]:
 def output_file(text: str) -> str:
     """argparse type: a file the run can write or append to, checked before any work
     (:func:`sparcapps.output_paths.check_output_file`); the text is returned unchanged."""
-    from .output_paths import OutputPathError, check_output_file
-
     try:
         check_output_file(text)
     except OutputPathError as exc:
@@ -462,8 +462,6 @@ def output_file(text: str) -> str:
 def output_dir(text: str) -> str:
     """argparse type: a directory the run can write into (existing or creatable), checked
     before any work (:func:`sparcapps.output_paths.check_output_dir`)."""
-    from .output_paths import OutputPathError, check_output_dir
-
     try:
         check_output_dir(text)
     except OutputPathError as exc:
@@ -473,6 +471,7 @@ def output_dir(text: str) -> str:
 
 def algorithm_name(text: str) -> str:
     """argparse type: a registered algorithm or ``auto``."""
+    # sparcml (numba, MPI) only for the tools that use it, not every CLI's --help
     from sparcml import AUTO
 
     choices = registered_algorithms() + (AUTO,)
@@ -493,6 +492,7 @@ def algorithm_list(text: str) -> list[str]:
 
 def algorithm_help(prefix: str = "") -> str:
     """One line per registered algorithm (its summary), then ``auto``'s, after ``prefix``."""
+    # sparcml (numba, MPI) only for the tools that use it, not every CLI's --help
     from sparcml import AUTO, get_algorithm
 
     lines = [f"{a}: {get_algorithm(a).summary}" for a in registered_algorithms()]

@@ -15,6 +15,8 @@ import importlib.util
 import sys
 from typing import Callable
 
+from sparcapps.cli_args import first_rank
+
 __all__ = ["EXTRA_OF", "SCRIPTS", "missing_modules", "extra_message"]
 
 # top-level module -> (distribution to install, the extra of sparcml that brings it)
@@ -46,8 +48,6 @@ def extra_message(prog: str, modules) -> str:
 
 
 def _fail(message: str) -> int:
-    from sparcapps.cli_args import first_rank
-
     if first_rank():
         print(message, file=sys.stderr, flush=True)
     return 1

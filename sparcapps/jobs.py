@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from sparcapps.cli_args import (HelpFormatter, add_list_argument, add_timeout_argument,
+                                deprecation_note, make_parser, positive_int)
 from sparcapps.launcher import stop_signal_for
 from sparcapps.records import append_record, capture_environment, make_record
 
@@ -354,9 +356,36 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
     output = Path(output)
     size_before = output.stat().st_size if output.exists() else 0
     tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
-    signalled: list[int] = []
     # decided before starting: the handler must not run mpiexec --version
     term_as = stop_signal_for(command, signal.SIGTERM)
+    rc, error, signalled = _run_forwarding_signals(command, term_as, tail)
+    if error is None:  # it ran
+        if rc < 0:
+            rc = 128 - rc
+        if rc != 0:
+            rc, error = _exit_error(command, rc, signalled, term_as)
+        elif (output.stat().st_size if output.exists() else 0) == size_before:
+            rc, error = 1, f"{shlex.join(command)} exited 0 but appended no record to {output}"
+        else:
+            return 0
+    if tail:
+        error += "\n--- last lines of stderr\n" + "\n".join(tail)
+    record = make_record(app or _app_from(command),
+                         config={"command": command, "exit_code": rc},
+                         environment=capture_environment(None), P=_ntasks_from(command),
+                         status="failed", error=error)
+    append_record(output, record)
+    print(f"sparc-jobs run: failure recorded in {output}", file=sys.stderr)
+    return rc
+
+
+def _run_forwarding_signals(command: list[str], term_as: int, tail) -> tuple[int, str | None,
+                                                                             list[int]]:
+    """Run ``command``, its stderr copied through and its last lines kept in ``tail``, with
+    SIGTERM (sent on as ``term_as``), SIGINT and SIGUSR1 forwarded to it. Returns its exit
+    status (negative: the signal that ended it), None or why it could not start (status 127),
+    and the signals received."""
+    signalled: list[int] = []
     started: list[subprocess.Popen] = []
     sent = [0]  # signals of ``signalled`` passed on so far
 
@@ -376,59 +405,45 @@ def run_recorded(command: Sequence[str], output: str | os.PathLike, *, app: str 
         try:
             proc = subprocess.Popen(command, stderr=subprocess.PIPE)
         except OSError as exc:
-            proc, rc, error = None, 127, f"cannot start {shlex.join(command)}: {exc}"
-        if proc is not None:
-            started.append(proc)
-            deliver()
+            return 127, f"cannot start {shlex.join(command)}: {exc}", signalled
+        started.append(proc)
+        deliver()
 
-            def pump():
-                for raw in proc.stderr:
-                    sys.stderr.buffer.write(raw)
-                    sys.stderr.buffer.flush()
-                    tail.append(raw.decode(errors="replace").rstrip("\n"))
+        def pump():
+            for raw in proc.stderr:
+                sys.stderr.buffer.write(raw)
+                sys.stderr.buffer.flush()
+                tail.append(raw.decode(errors="replace").rstrip("\n"))
 
-            reader = threading.Thread(target=pump, daemon=True)
-            reader.start()
-            try:
-                rc = proc.wait()
-            finally:
-                reader.join(timeout=10)
+        reader = threading.Thread(target=pump, daemon=True)
+        reader.start()
+        try:
+            return proc.wait(), None, signalled
+        finally:
+            reader.join(timeout=10)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    if proc is not None:
-        if rc < 0:
-            rc = 128 - rc
-        if rc != 0:
-            how = f"exited with status {rc}"
-            if signalled:
-                name = signal.Signals(signalled[0]).name
-                if signalled[0] == signal.SIGTERM and term_as != signal.SIGTERM:
-                    name += f" (sent as {signal.Signals(term_as).name}: this mpiexec does not " \
-                            "forward SIGTERM)"
-                    if rc == 128 + term_as:
-                        rc = 128 + signal.SIGTERM
-                how += f" after {name} (time limit or scancel?)"
-            error = f"{shlex.join(command)} {how}"
-        elif (output.stat().st_size if output.exists() else 0) == size_before:
-            rc, error = 1, f"{shlex.join(command)} exited 0 but appended no record to {output}"
-        else:
-            return 0
-    if tail:
-        error += "\n--- last lines of stderr\n" + "\n".join(tail)
-    record = make_record(app or _app_from(command),
-                         config={"command": command, "exit_code": rc},
-                         environment=capture_environment(None), P=_ntasks_from(command),
-                         status="failed", error=error)
-    append_record(output, record)
-    print(f"sparc-jobs run: failure recorded in {output}", file=sys.stderr)
-    return rc
+
+
+def _exit_error(command: list[str], rc: int, signalled: list[int], term_as: int
+                ) -> tuple[int, str]:
+    """The status to pass on and the error of a command that exited ``rc`` != 0, naming the
+    first signal forwarded to it (Open MPI's 128 + SIGUSR1 after a SIGTERM sent as SIGUSR1
+    is passed on as 128 + SIGTERM)."""
+    how = f"exited with status {rc}"
+    if signalled:
+        name = signal.Signals(signalled[0]).name
+        if signalled[0] == signal.SIGTERM and term_as != signal.SIGTERM:
+            name += f" (sent as {signal.Signals(term_as).name}: this mpiexec does not " \
+                    "forward SIGTERM)"
+            if rc == 128 + term_as:
+                rc = 128 + signal.SIGTERM
+        how += f" after {name} (time limit or scancel?)"
+    return rc, f"{shlex.join(command)} {how}"
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sparcapps.cli_args import (HelpFormatter, add_list_argument, add_timeout_argument,
-                                    make_parser, positive_int)
-
     p = make_parser(
         "sparc-jobs", "Submit sweeps of the jobs/*.sbatch templates; run a job "
         "step so that a failure leaves a record. Arguments after -- go to the template (sweep) "
@@ -514,8 +529,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.cmd == "sweep" and args.algorithms and any(
             "," in name for group in args.algorithms for name in group):
-        from sparcapps.cli_args import deprecation_note
-
         deprecation_note("sparc-jobs", "comma-separated --algorithms groups are read for now; "
                                        "write the names of a group space-separated")
     try:

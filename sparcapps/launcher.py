@@ -30,6 +30,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from sparcapps.cli_args import make_parser, positive_int
+
 __all__ = ["MPICH", "OPENMPI", "UNKNOWN", "LauncherError", "mpiexec_path", "mpi_flavor",
            "launch_flags", "per_node_flags", "launch_env", "mpiexec_command", "stop_signal_for",
            "main"]
@@ -143,8 +145,6 @@ def stop_signal_for(command: Sequence[str], signum: int) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from sparcapps.cli_args import make_parser, positive_int
-
     p = make_parser(
         "sparc-mpiexec", "Run COMMAND on P ranks with this environment's mpiexec (MPICH or Open "
         "MPI) and the flags it needs on this machine: as root, more ranks than cores "

@@ -50,6 +50,8 @@ from typing import Any, Iterable, NamedTuple
 
 import numpy as np
 
+from sparcapps.output_paths import write_with_fallback
+
 __all__ = ["SCHEMA_VERSION", "STATUSES", "RecordError", "RecordProblem", "summarize",
            "make_record", "append_record", "capture_environment", "read_records",
            "read_records_or_exit", "iter_record_files"]
@@ -164,6 +166,7 @@ def capture_environment(comm=None) -> dict[str, Any]:
     env["launcher"] = next((name for var, name in _LAUNCHER_VARS if var in os.environ), None)
     host = socket.gethostname()
     if comm is not None:
+        # MPI only for a communicator: sparc-report reads records without it
         from mpi4py import MPI
 
         # Open MPI's string ends in a NUL byte, which would land in reports
@@ -223,8 +226,6 @@ def append_record(path: str | os.PathLike, record: dict) -> Path:
     line goes to :func:`sparcapps.output_paths.fallback_path` instead, with one line on stderr
     saying where: a finished run's record is never lost to a traceback.
     """
-    from sparcapps.output_paths import write_with_fallback
-
     line = (json.dumps(_json_safe(record), sort_keys=True, allow_nan=False) + "\n").encode()
     return write_with_fallback(path, lambda p: _append_line(p, line),
                                prog=Path(sys.argv[0]).name or "sparcapps", what="record")

@@ -17,9 +17,16 @@ job), rank 0 alone prints, and a bad option or data problem is reported once.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import time
+
+from mpi4py import MPI
+
+import sparcml.sim as sim
+from sparcml import InvalidArgumentError
+from sparcapps.cli_args import add_list_argument, positive_float, positive_int
 
 __all__ = ["add_simulate_arguments", "check_simulate_arguments", "run_simulated",
            "normalize_network", "SimPlan", "mark_simulated"]
@@ -27,8 +34,6 @@ __all__ = ["add_simulate_arguments", "check_simulate_arguments", "run_simulated"
 
 def add_simulate_arguments(p: argparse.ArgumentParser, *, step_unit: str = "step") -> None:
     """The simulation options of an app's parser ``p`` (group "simulated ranks")."""
-    from sparcapps.cli_args import add_list_argument, positive_float, positive_int
-
     g = p.add_argument_group("simulated ranks (no mpiexec: predict a cluster)")
     add_list_argument(g, "--simulate", item_type=positive_int, metavar="P",
                       help="run the training on P simulated ranks in this process "
@@ -57,9 +62,6 @@ def add_simulate_arguments(p: argparse.ArgumentParser, *, step_unit: str = "step
 def normalize_network(parser, spec: str, P: int) -> str:
     """``--network`` checked now: a spec without its node count gets as many nodes as ``P``
     needs (one rank per node, or ``ppn=R``); a bad spec is a usage error (exit 2)."""
-    import sparcml.sim as sim
-    from sparcml import InvalidArgumentError
-
     spec = spec.strip()
     if spec and not re.match(r"^[1-9][0-9]*x", spec, re.IGNORECASE):
         ppn = re.search(r",\s*ppn\s*=\s*([1-9][0-9]*)\s*(?:,|$)", spec)
@@ -87,7 +89,6 @@ def check_simulate_arguments(parser, args) -> None:
             if value != default:
                 parser.error(f"{flag} needs --simulate P [P ...]")
         return
-    from mpi4py import MPI
 
     if MPI.COMM_WORLD.Get_size() > 1:
         parser.error("--simulate runs every rank in this one process; start it without "
@@ -130,7 +131,6 @@ class SimPlan:
 def _memory_limit(args) -> float:
     if args.sim_memory is not None:
         return args.sim_memory * 2**30
-    import os
 
     try:
         return 0.8 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
@@ -143,8 +143,6 @@ def run_simulated(prog: str, args, body, estimate) -> int:
     simulated ranks for each P of ``args.simulate``, in increasing order. ``estimate(P)`` ->
     :class:`SimPlan`, printed before each P; a P over the memory limit is refused (exit 2)
     before any P runs. Returns the worst exit status."""
-    import sparcml.sim as sim
-
     Ps = sorted(set(args.simulate))
     limit = _memory_limit(args)
     plans = [estimate(P) for P in Ps]

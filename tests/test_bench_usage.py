@@ -65,7 +65,7 @@ def test_a_simulation_too_large_for_this_machine_is_refused_at_once(capsys):
     import time
 
     from sparcapps.bench.cli import main
-    from sparcapps.bench.sim_estimate import estimate
+    from sparcapps.sim_estimate import estimate
 
     t0 = time.perf_counter()
     with pytest.raises(SystemExit) as exc:

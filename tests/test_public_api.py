@@ -12,6 +12,7 @@ names it).
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 import textwrap
@@ -30,10 +31,10 @@ CHECKED = sorted([*(REPO / "sparcapps").rglob("*.py"), *(REPO / "scripts").rglob
 # Each entry a deliberate exception with its reason: (file, private module or name: it and
 # everything under it) -> why.
 ALLOWED = {
-    ("sparcapps/bench/kernel_bench.py", "sparcml._kernels"):
-        "sparc-bench --kernels times the private merge kernels themselves",
-    ("sparcapps/bench/kernel_bench.py", "sparcml._runtime.workspace"):
-        "sparc-bench --kernels times merge_add_into into the private Workspace",
+    ("scripts/kernel_bench.py", "sparcml._kernels"):
+        "the kernel benchmark times the private merge kernels themselves",
+    ("scripts/kernel_bench.py", "sparcml._runtime.workspace"):
+        "the kernel benchmark times merge_add_into into the private Workspace",
     ("scripts/packed_vs_parts.py", "sparcml._collectives"):
         "times the private per-message and packed folds and assembles side by side",
     ("scripts/packed_vs_parts.py", "sparcml._wire"):
@@ -164,6 +165,30 @@ def test_apps_scripts_and_the_toy_algorithm_use_only_public_names(path):
     bad = [name for name in private_names(path.read_text()) if _allowed(rel, name) is None]
     assert not bad, f"{rel} uses private sparcml names {sorted(set(bad))}: use the public API " \
                     f"(sparcml.__all__ and the public subpackages' __all__) or make one"
+
+
+def test_the_apps_use_no_private_sparcml_name_at_all():
+    """``sparcapps`` is built on the public API alone: no exception is allowed there (a
+    developer's tool on the internals lives in ``scripts/``). Every kind of import the checker
+    knows counts: ``import sparcml._x``, ``from sparcml._x import``, ``from sparcml import _x``,
+    ``from sparcml.sub._x import``, at module level or inside a function."""
+    assert not [f for f, _ in ALLOWED if f.startswith("sparcapps/")]
+    bad = {str(p.relative_to(REPO)): names for p in sorted((REPO / "sparcapps").rglob("*.py"))
+           if (names := sorted(set(private_names(p.read_text()))))}
+    assert not bad, f"sparcapps uses private sparcml names: {bad}"
+    # the check can fail: each of those import forms is found
+    for line in ("import sparcml._kernels", "from sparcml._runtime.workspace import Workspace",
+                 "from sparcml import _kernels", "from sparcml.sim._world import add_rate",
+                 "def f():\n    import sparcml._kernels as k"):
+        assert private_names(line), line
+    # nor do its docstrings and comments point a user at one (``sparcml._x.y``, ``sparcml.sim._z``)
+    named = re.compile(r"\bsparcml(?:\.[A-Za-z]\w*)*\._[A-Za-z]\w*")
+    pointed = {str(p.relative_to(REPO)): sorted(set(named.findall(p.read_text())))
+               for p in sorted((REPO / "sparcapps").rglob("*.py"))
+               if named.search(p.read_text())}
+    assert not pointed, f"sparcapps text names private sparcml paths: {pointed}"
+    assert named.findall("see sparcml._collectives.partition.CHECK_EVERY") == \
+        ["sparcml._collectives"]
 
 
 def test_every_allowed_exception_is_still_used():

@@ -50,7 +50,7 @@ PLAN = [
     ("README.md", "bash scripts/test.sh", "CANNOT", "runs the whole test suite"),  # this suite
     ("README.md", "mpiexec -n 4 sparc-bench --N", "RUN",
      ({**_mpiexec_n(4), "--N": ["16384"], "--reps": ["2"]}, [])),
-    ("README.md", "sparc-bench --kernels", "ELSEWHERE",
+    ("README.md", "python scripts/kernel_bench.py", "ELSEWHERE",
      "tests/test_bench.py::test_kernel_benchmark_times_each_variant_in_each_history"),
     ("README.md", "mpiexec -n 4 sparc-bench --algorithms", "RUN",
      (_mpiexec_n(4), ["--N", "16384", "--density", "0.01", "--reps", "2"])),

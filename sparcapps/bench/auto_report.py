@@ -13,6 +13,8 @@ from __future__ import annotations
 import sys
 from collections import defaultdict
 
+from sparcml import ALGORITHMS, AUTO
+from sparcapps.cli_args import make_parser
 from sparcapps.records import read_records_or_exit
 
 __all__ = ["summarize_auto", "main"]
@@ -63,14 +65,10 @@ def summarize_auto(records, tolerance: float = 1.2) -> dict:
 
 def _all_with_auto() -> list[str]:
     """Every registered algorithm and ``auto``: the sweep this report judges."""
-    from sparcml import ALGORITHMS, AUTO
-
     return [*ALGORITHMS, AUTO]
 
 
 def main(argv=None) -> int:
-    from sparcapps.cli_args import make_parser
-
     p = make_parser("sparc-bench-auto", __doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", metavar="RECORDS.jsonl", help="sparc-bench records")
     p.add_argument("--tolerance", type=float, default=1.2,

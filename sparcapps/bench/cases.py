@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from sparcml import AUTO, DENSE_BASELINE, TOPK_ALLREDUCE, get_algorithm
+
+from .runner import BenchCase
+
 __all__ = ["cell_cases", "row_name"]
 
 
@@ -12,11 +16,6 @@ def cell_cases(args, algorithms, dim, density, pattern, replay) -> list:
     then its node-aware row (``--hierarchical``, with the first variant's options); last the
     ``--topk`` rows. The real and the
     simulated sweep time the same list."""
-    from sparcml import DENSE_BASELINE
-    from sparcml import TOPK_ALLREDUCE as TOPK_NAME
-
-    from .runner import BenchCase
-
     cases = []
     for algorithm in algorithms:
         for coding, parts in _variants(algorithm, args):
@@ -36,8 +35,8 @@ def cell_cases(args, algorithms, dim, density, pattern, replay) -> list:
                                    hierarchical=True, index_coding=coding, partitions=parts,
                                    replay=replay))
     if args.topk is not None:
-        for coding, parts in _variants(TOPK_NAME, args):
-            cases.append(BenchCase(dim, density, pattern, TOPK_NAME, args.dtype,
+        for coding, parts in _variants(TOPK_ALLREDUCE, args):
+            cases.append(BenchCase(dim, density, pattern, TOPK_ALLREDUCE, args.dtype,
                                    args.nonblocking, topk=args.topk, replay=replay,
                                    index_coding=coding, partitions=parts))
     return cases
@@ -47,8 +46,6 @@ def row_name(case, ran: str | None, hierarchical: bool) -> str:
     """A row's label: the algorithm (``auto:<what it ran>``), ``(k)`` for top-k, ``+qB`` for
     quantized, ``+h`` node-aware (asked for, or ``auto``'s choice), ``+raw``/``+coded`` and
     ``+eq`` for the index coding and partition variants."""
-    from sparcml import AUTO
-
     name = case.algorithm if case.algorithm != AUTO else f"auto:{ran}"
     if case.topk is not None:
         name += f"({case.topk})"
@@ -64,8 +61,6 @@ def _variants(algorithm: str, args) -> list[tuple[str, str]]:
     """The (index coding, partitions) cases of an algorithm: every requested value where it
     changes something (indices: not the dense baseline; partitions: the split algorithms and
     topk_allreduce's reduce-scatter)."""
-    from sparcml import AUTO, DENSE_BASELINE, TOPK_ALLREDUCE
-
     codings = ["auto"] if algorithm == DENSE_BASELINE else args.index_coding
     split = "split" in algorithm or algorithm in (AUTO, TOPK_ALLREDUCE)
     parts = args.partitions if split else ["balanced"]
@@ -73,6 +68,4 @@ def _variants(algorithm: str, args) -> list[tuple[str, str]]:
 
 
 def _takes_quantizer(algorithm: str) -> bool:
-    from sparcml import AUTO, get_algorithm
-
     return algorithm == AUTO or get_algorithm(algorithm).accepts_quantizer

@@ -4,14 +4,38 @@ Launch with ``mpiexec -n P sparc-bench ...``. The algorithms of one input are ti
 interleaved, repetition by repetition. Prints, on rank 0, one row per (N, density,
 pattern, algorithm): median and spread (q25-q75) of the slowest rank's time, bytes sent per
 rank, the result's density and the speedup over ``dense`` measured in the same run; appends one
-JSON record per row to ``--output``. ``--kernels`` runs the merge-add kernel benchmark instead.
+JSON record per row to ``--output``. (The merge-add kernel benchmark, ``--kernels`` before, is
+the developer's tool ``python scripts/kernel_bench.py``: it times sparcml's private kernels.)
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+import numpy as np
+from mpi4py import MPI
+
+import sparcml
+import sparcml.sim as sim
+from sparcml import DENSE_BASELINE, TOPK_ALLREDUCE
+from sparcapps.cli_args import (add_bits_argument, add_list_argument,
+                                add_records_output_argument, algorithm_help, algorithm_name,
+                                density_help, deprecation_note, fraction, make_parser,
+                                nonnegative_float, nonnegative_int, positive_int,
+                                registered_algorithms)
+from sparcapps.records import append_record, capture_environment, make_record
+from sparcapps.sim_estimate import estimate
+from sparcapps.simapp import normalize_network
+
+from .cases import cell_cases, row_name
+from .inputs import PATTERNS, REPLAY, bench_cells
+from .latency import run_latency
+from .overlap import bench_overlap
+from .runner import run_cell, time_local_selection
+from .simulate import add_arguments as add_simulate_arguments
+from .simulate import run_simulated_sweep
 from .text import auto_note
 from .text import fmt_bytes as _fmt_bytes
 
@@ -30,24 +54,12 @@ def _preset_name(text: str) -> str:
     """argparse type of ``--preset``: the old name ``default`` reads as ``acceptance``, with a
     deprecation note."""
     if text == "default":
-        from sparcapps.cli_args import deprecation_note
-
         deprecation_note("sparc-bench", "--preset default is now --preset acceptance")
         return "acceptance"
     return text
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from sparcml import DENSE_BASELINE
-
-    from sparcapps.cli_args import (add_bits_argument, add_list_argument,
-                                    add_records_output_argument, algorithm_help,
-                                    algorithm_name, density_help, fraction, make_parser,
-                                    nonnegative_float, nonnegative_int, positive_int,
-                                    registered_algorithms)
-
-    from .inputs import PATTERNS
-
     def preset(key):
         return "default from --preset: " + "; ".join(
             f"{name} {' '.join(map(str, v[key])) if isinstance(v[key], list) else v[key]}"
@@ -112,10 +124,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"untimed repetitions per case ({preset('warmup')})")
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of QSGD")
     add_records_output_argument(p, per="row")
-    p.add_argument("--kernels", action="store_true",
-                   help="benchmark merge-add (allocating, and into a reused workspace) against "
-                        "scipy.sparse instead, in a warm and a fresh allocation history "
-                        "(one process)")
+    _add_mode_arguments(p)
+    add_simulate_arguments(p)
+    return p
+
+
+def _add_mode_arguments(p) -> None:
+    """The modes that replace the sweep: ``--overlap``, ``--latency``."""
+    p.add_argument("--kernels", action="store_true", help=argparse.SUPPRESS)  # moved: main()
     add_list_argument(p, "--overlap", item_type=nonnegative_float, metavar="COMPUTE_MS",
                    help="instead of the sweep: time iallreduce overlapped with this much compute "
                         "(milliseconds; several values allowed), against each alone")
@@ -132,17 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-nnz", type=positive_int, default=10, metavar="K",
                    help="with --latency: nonzeros per rank, and the k of the top-k rows "
                         "(default 10)")
-    from .simulate import add_arguments as add_simulate_arguments
-
-    add_simulate_arguments(p)
-    return p
 
 
 def run_probe(args) -> int:
     """``--probe-network``: the spec of the network this job runs on (collective)."""
-    import sparcml.sim as sim
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     if args.simulate:
         raise SystemExit("sparc-bench: --probe-network measures real ranks; it takes no "
@@ -163,195 +172,183 @@ def run_probe(args) -> int:
     return 0
 
 
-def run_kernels(args) -> int:
-    from sparcapps.bench.kernel_bench import HISTORIES, VARIANTS, bench_merge_add
-
-    r = bench_merge_add(seed=args.seed)
-    label = {"alloc": "merge_add (allocating)", "workspace": "merge_add_into (workspace)",
-             "scipy": "scipy.sparse a+b"}
-    print(f"merge-add of {r['items']:,} + {r['items']:,} sorted int32/float32 items in "
-          f"[0, {r['dim']:,}), median of {r['numba']['n']}, all interleaved:")
-    print(f"  {'history':8s} {'kernel':28s} {'median ms':>9s} {'M items/s':>10s} "
-          f"{'vs scipy (x)':>12s} {'faults/call':>12s}")
-    for h, res in r["histories"].items():
-        for v in VARIANTS:
-            faults = res["faults_per_call"][v]
-            print(f"  {h:8s} {label[v]:28s} {res[v]['median'] * 1e3:9.2f} "
-                  f"{res['mitems_per_s'][v]:10.1f} {res['speedup'][v]:11.2f}x "
-                  f"{'-' if faults is None else f'{faults:.0f}':>12s}")
-    print("  warm: the allocator reuses memory the previous call freed; fresh: it has returned "
-          "its free memory\n  to the OS (malloc_trim) just before the call, so a new output "
-          "is faulted in page by page")
-    if "fresh" not in r["histories"]:
-        print("  (no malloc_trim in this C library: the fresh history is not measured)")
-    if args.output:
-        from sparcapps.records import append_record, capture_environment, make_record
-
-        timings = {"numba": r["numba"], "scipy": r["scipy"],  # as before: warm, allocating
-                   **{f"{h}/{v}": r["histories"][h][v] for h in HISTORIES
-                      if h in r["histories"] for v in VARIANTS}}
-        metrics = {"speedup": r["speedup"], "numba_mitems_per_s": r["numba_mitems_per_s"],
-                   "scipy_mitems_per_s": r["scipy_mitems_per_s"]}
-        for h, res in r["histories"].items():
-            for v in VARIANTS:
-                metrics[f"{h}/{v}/mitems_per_s"] = res["mitems_per_s"][v]
-                metrics[f"{h}/{v}/speedup"] = res["speedup"][v]
-                metrics[f"{h}/{v}/faults_per_call"] = res["faults_per_call"][v]
-        append_record(args.output, make_record(
-            "sparc-bench-kernels", config=vars(args), environment=capture_environment(),
-            algorithm="merge_add", N=r["dim"], timings=timings, metrics=metrics))
-    return 0
-
-
 def run_sweep(args) -> int:
-    import numpy as np
-    from mpi4py import MPI
-
-    import sparcml
-    from sparcml import DENSE_BASELINE
-    from sparcapps.records import append_record, capture_environment, make_record
-
-    from .inputs import REPLAY, bench_cells
-    from .cases import cell_cases, row_name
-    from .runner import run_cell, time_local_selection
-
+    """The sweep (collective): every cell of the grid, its algorithms timed interleaved, one
+    printed row and one record per case; ``--simulate`` hands the same cells to
+    :func:`.simulate.run_simulated_sweep`."""
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     if args.simulate and size > 1:
         raise SystemExit("sparc-bench: --simulate runs in one process; start it without "
                          "mpiexec")
-    preset = PRESETS[args.preset]
-    dims = args.N or preset["N"]
-    densities = args.density or preset["density"]
-    patterns = args.pattern or preset["pattern"]
-    reps = args.reps if args.reps is not None else preset["reps"]
-    warmup = args.warmup if args.warmup is not None else preset["warmup"]
-    if reps < 1:
-        raise SystemExit("sparc-bench: --reps must be >= 1")
+    grid = _grid(args)
     algorithms = [DENSE_BASELINE] + [a for a in args.algorithms if a != DENSE_BASELINE]
     try:
-        cells = bench_cells(dims, densities, patterns, args.replay)
+        cells = bench_cells(grid["N"], grid["density"], grid["pattern"], args.replay)
     except ValueError as exc:  # the same on every rank
         raise SystemExit(f"sparc-bench: {exc}") from None
     if args.model_only and not args.simulate:
         raise SystemExit("sparc-bench: --model-only is an option of --simulate")
     if args.simulate:
-        from .simulate import run_simulated_sweep
-
-        if args.network is None:
-            args.network = f"{max(args.simulate)}x10gbit"
-        if args.reuse_output:
-            raise SystemExit("sparc-bench: --simulate gives each call a new result (no "
-                             "--reuse-output: P reused buffers of N values would not be shared)")
-        _check_simulation_size(args, dims, densities, algorithms)
-        return run_simulated_sweep(args, cells, reps, warmup, algorithms,
-                                   config={"N": dims, "density": densities,
-                                           "pattern": patterns})
+        return _run_simulated(args, cells, grid, algorithms)
     environment = capture_environment(comm)
     model = None if args.no_model else sparcml.calibrate(comm)
     if model is not None and args.topk is not None:  # topk_allreduce's own fixed cost, growth
         sparcml.calibrate_topk(model, comm)
-    config = {**vars(args), "N": dims, "density": densities, "pattern": patterns, "reps": reps,
-              "warmup": warmup, "algorithms": algorithms,
+    config = {**vars(args), **grid, "algorithms": algorithms,
               "cost_model": None if model is None else model.to_dict()}
     layout_text = _node_layout(comm) if args.hierarchical else ""  # collective
     if rank == 0:
-        mode = "iallreduce+wait" if args.nonblocking else "allreduce"
-        if args.reuse_output:
-            mode += " into a reused out= buffer"
-        if args.hierarchical:
-            mode += f", +h: node-aware ({layout_text})"
-        if args.bits:
-            mode += f", +q{args.bits}: QSGD {args.bits}-bit" + (" (sparse values too)"
-                                                               if args.quantize_sparse else "")
-        print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
-              f"(+{warmup} warm-up{auto_note(algorithms)}); time = median over reps of the "
-              f"slowest rank [q25-q75]; "
-              f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
-              f"bandwidth")
-        print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
-              f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
-              f"{'recv max/mean':>13} {'result density':>14} {'vs dense (x)':>12}")
-        print("recv max/mean = max / mean over ranks of the bytes received (split algorithms: "
-              "in the reduce-scatter phase, what each block's owner receives)")
-    for dim, density, pattern, label in cells:
-        replay = args.replay if pattern == REPLAY else None
-        cases = cell_cases(args, algorithms, dim, density, pattern, replay)
-        outs = run_cell(cases, comm, reps=reps, warmup=warmup, seed=args.seed,
-                        model=model)
-        dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
-        def flat_key(c):
-            return c.algorithm, c.bits, c.index_coding, c.partitions
-
-        flat_median = {flat_key(c): o["timings"]["allreduce"]["median"]
-                       for c, o in zip(cases, outs) if not c.hierarchical}
-        ratios = []
-        for case, out in zip(cases, outs):
-            t = out["timings"]["allreduce"]
-            speedup = dense_median / t["median"]
-            over_flat = (flat_median[flat_key(case)] / t["median"]
-                         if case.hierarchical else None)
-            if over_flat is not None:
-                ratios.append(f"{case.algorithm} {over_flat:.2f}x")
-            if rank != 0:
-                continue
-            name = row_name(case, out["ran"], out["hierarchical"])
-            b = out["bytes"]
-            imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
-            m = out.get("model")
-            model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
-                          if m else f"{'-':>9} {'-':>9}")
-            print(f"{dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
-                  f"{t['median'] * 1e3:>10.3f} "
-                  f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
-                  f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
-                  f"{'-' if imb is None else f'{imb:.2f}':>13} "
-                  f"{out['result']['density']:>14.3f} {speedup:>11.1f}x", flush=True)
-            if args.output:
-                append_record(args.output, make_record(
-                    "sparc-bench", config=config, environment=environment,
-                    algorithm=case.algorithm, P=size, N=dim, density=density,
-                    timings=out["timings"], bytes=out["bytes"],
-                    metrics={"speedup_over_dense": speedup, "pattern": label,
-                             "replay": replay, "dtype": args.dtype, "ran": out["ran"],
-                             "bits": case.bits,
-                             "quantize_sparse": case.quantize_sparse,
-                             "nonblocking": args.nonblocking,
-                             "reuse_output": args.reuse_output,
-                             "hierarchical": out["hierarchical"],
-                             "speedup_over_flat": over_flat,
-                             "index_coding": case.index_coding,
-                             "partitions": case.partitions,
-                             "model": out.get("model"),
-                             "result_density": out["result"]["density"],
-                             "topk": case.topk,
-                             "result_dense": out["result"]["dense"]}))
-        if args.topk is not None:
-            k_local = int(round(density * dim))
-            select_s = time_local_selection(comm, dim, k_local, dtype=args.dtype,
-                                            reps=reps, seed=args.seed)
-            choice = "" if model is None else (
-                "; the cost model's choice for this step: " + model.choose_topk_step(
-                    P=size, N=dim, k=k_local, s_idx=sparcml.index_dtype_for(dim).itemsize,
-                    s_val=np.dtype(args.dtype).itemsize))
-            if rank == 0:
-                print(f"{'':>10} local top-k selection, {dim} -> {k_local} values "
-                      f"(every row's input): {select_s * 1e3:.3f} ms; a top-k step "
-                      f"is that plus the row's median{choice}", flush=True)
-        if ratios and rank == 0:
-            print(f"{'':>10} node-aware speedup over flat (flat / +h median): "
-                  + ", ".join(ratios), flush=True)
+        _print_sweep_header(args, size, grid["reps"], grid["warmup"], algorithms, layout_text)
+    for cell in cells:
+        _sweep_cell(args, comm, cell, algorithms, model, config, environment)
     return 0
 
 
+def _grid(args) -> dict:
+    """N, density, pattern, reps and warmup of the sweep: the flags, else the preset's."""
+    preset = PRESETS[args.preset]
+    grid = {"N": args.N or preset["N"], "density": args.density or preset["density"],
+            "pattern": args.pattern or preset["pattern"],
+            "reps": args.reps if args.reps is not None else preset["reps"],
+            "warmup": args.warmup if args.warmup is not None else preset["warmup"]}
+    if grid["reps"] < 1:
+        raise SystemExit("sparc-bench: --reps must be >= 1")
+    return grid
+
+
+def _run_simulated(args, cells, grid, algorithms) -> int:
+    """``--simulate``: its options checked, the network defaulted, the memory estimated, then
+    the simulated sweep."""
+    if args.network is None:
+        args.network = f"{max(args.simulate)}x10gbit"
+    if args.reuse_output:
+        raise SystemExit("sparc-bench: --simulate gives each call a new result (no "
+                         "--reuse-output: P reused buffers of N values would not be shared)")
+    _check_simulation_size(args, grid["N"], grid["density"], algorithms)
+    return run_simulated_sweep(args, cells, grid["reps"], grid["warmup"], algorithms,
+                               config={key: grid[key] for key in ("N", "density", "pattern")})
+
+
+def _print_sweep_header(args, size, reps, warmup, algorithms, layout_text) -> None:
+    """Rank 0: what is timed, and the table's column names."""
+    mode = "iallreduce+wait" if args.nonblocking else "allreduce"
+    if args.reuse_output:
+        mode += " into a reused out= buffer"
+    if args.hierarchical:
+        mode += f", +h: node-aware ({layout_text})"
+    if args.bits:
+        mode += f", +q{args.bits}: QSGD {args.bits}-bit" + (" (sparse values too)"
+                                                           if args.quantize_sparse else "")
+    print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
+          f"(+{warmup} warm-up{auto_note(algorithms)}); time = median over reps of the "
+          f"slowest rank [q25-q75]; "
+          f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
+          f"bandwidth")
+    print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
+          f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
+          f"{'recv max/mean':>13} {'result density':>14} {'vs dense (x)':>12}")
+    print("recv max/mean = max / mean over ranks of the bytes received (split algorithms: "
+          "in the reduce-scatter phase, what each block's owner receives)")
+
+
+def _flat_key(case):
+    return case.algorithm, case.bits, case.index_coding, case.partitions
+
+
+def _sweep_cell(args, comm, cell, algorithms, model, config, environment) -> None:
+    """One cell (N, density, pattern): its cases timed interleaved (collective); rank 0 prints
+    and records a row per case, then the top-k selection and node-aware lines."""
+    dim, density, pattern, label = cell
+    rank = comm.Get_rank()
+    replay = args.replay if pattern == REPLAY else None
+    cases = cell_cases(args, algorithms, dim, density, pattern, replay)
+    outs = run_cell(cases, comm, reps=config["reps"], warmup=config["warmup"], seed=args.seed,
+                    model=model)
+    dense_median = outs[0]["timings"]["allreduce"]["median"]  # dense comes first
+    flat_median = {_flat_key(c): o["timings"]["allreduce"]["median"]
+                   for c, o in zip(cases, outs) if not c.hierarchical}
+    ratios = []
+    for case, out in zip(cases, outs):
+        t = out["timings"]["allreduce"]
+        speedup = dense_median / t["median"]
+        over_flat = (flat_median[_flat_key(case)] / t["median"]
+                     if case.hierarchical else None)
+        if over_flat is not None:
+            ratios.append(f"{case.algorithm} {over_flat:.2f}x")
+        if rank != 0:
+            continue
+        print(_row_line(cell, case, out, speedup), flush=True)
+        if args.output:
+            append_record(args.output, make_record(
+                "sparc-bench", config=config, environment=environment,
+                algorithm=case.algorithm, P=comm.Get_size(), N=dim, density=density,
+                timings=out["timings"], bytes=out["bytes"],
+                metrics=_row_metrics(args, case, out, label=label, replay=replay,
+                                     speedup=speedup, over_flat=over_flat)))
+    if args.topk is not None:
+        _print_topk_selection(args, comm, dim, density, config["reps"], model)
+    if ratios and rank == 0:
+        print(f"{'':>10} node-aware speedup over flat (flat / +h median): "
+              + ", ".join(ratios), flush=True)
+
+
+def _row_line(cell, case, out, speedup) -> str:
+    """The printed row of one case."""
+    dim, density, pattern, _ = cell
+    t = out["timings"]["allreduce"]
+    name = row_name(case, out["ran"], out["hierarchical"])
+    b = out["bytes"]
+    imb = b["phase1_received_max_over_mean"] or b["received_max_over_mean"]
+    m = out.get("model")
+    model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
+                  if m else f"{'-':>9} {'-':>9}")
+    return (f"{dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
+            f"{t['median'] * 1e3:>10.3f} "
+            f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
+            f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
+            f"{'-' if imb is None else f'{imb:.2f}':>13} "
+            f"{out['result']['density']:>14.3f} {speedup:>11.1f}x")
+
+
+def _row_metrics(args, case, out, *, label, replay, speedup, over_flat) -> dict:
+    """The ``metrics`` of one case's record."""
+    return {"speedup_over_dense": speedup, "pattern": label,
+            "replay": replay, "dtype": args.dtype, "ran": out["ran"],
+            "bits": case.bits,
+            "quantize_sparse": case.quantize_sparse,
+            "nonblocking": args.nonblocking,
+            "reuse_output": args.reuse_output,
+            "hierarchical": out["hierarchical"],
+            "speedup_over_flat": over_flat,
+            "index_coding": case.index_coding,
+            "partitions": case.partitions,
+            "model": out.get("model"),
+            "result_density": out["result"]["density"],
+            "topk": case.topk,
+            "result_dense": out["result"]["dense"]}
+
+
+def _print_topk_selection(args, comm, dim, density, reps, model) -> None:
+    """``--topk``: the local top-k selection's time (collective), and the cost model's
+    choice for a top-k step, on rank 0."""
+    k_local = int(round(density * dim))
+    select_s = time_local_selection(comm, dim, k_local, dtype=args.dtype,
+                                    reps=reps, seed=args.seed)
+    choice = "" if model is None else (
+        "; the cost model's choice for this step: " + model.choose_topk_step(
+            P=comm.Get_size(), N=dim, k=k_local, s_idx=sparcml.index_dtype_for(dim).itemsize,
+            s_val=np.dtype(args.dtype).itemsize))
+    if comm.Get_rank() == 0:
+        print(f"{'':>10} local top-k selection, {dim} -> {k_local} values "
+              f"(every row's input): {select_s * 1e3:.3f} ms; a top-k step "
+              f"is that plus the row's median{choice}", flush=True)
 
 
 def _node_layout(comm) -> str:
     """'N nodes x R ranks' as the node-aware allreduce groups ``comm`` (collective)."""
-    from sparcml import default_options, node_sizes
-
-    sizes = node_sizes(comm)
-    forced = default_options().ranks_per_node or 0
+    sizes = sparcml.node_sizes(comm)
+    forced = sparcml.default_options().ranks_per_node or 0
     how = f"{forced} per node forced" if forced else "MPI's COMM_TYPE_SHARED"
     return f"{len(sizes)} node(s) of {'/'.join(map(str, sizes))} ranks, {how}"
 
@@ -359,12 +356,6 @@ def _node_layout(comm) -> str:
 
 
 def run_overlap(args) -> int:
-    from mpi4py import MPI
-
-    from sparcapps.records import append_record, capture_environment, make_record
-
-    from .overlap import bench_overlap
-
     comm = MPI.COMM_WORLD
     preset = PRESETS[args.preset]
     algorithms = args.algorithms
@@ -405,14 +396,6 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
     """Say what each P will take before simulating; refuse (one line, exit 2) a P whose
     estimated memory exceeds this machine's. (``--sim-memory`` keeps its own meaning: the
     dense baseline is simulated only while P x N values fit in it, else modeled.)"""
-    import os
-
-    import numpy as np
-
-    from .sim_estimate import estimate
-
-    from sparcml import DENSE_BASELINE, TOPK_ALLREDUCE
-
     names = list(algorithms) + ([TOPK_ALLREDUCE] if args.topk is not None else [])
     itemsize = np.dtype(args.dtype).itemsize
     try:
@@ -430,7 +413,7 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
         if have is not None and est.bytes > have:
             print(f"sparc-bench: error: --simulate {P} needs {est.line()[len(f'P = {P}: '):]}, "
                   f"more than this machine's {have / 2**30:.3g} GiB of memory (see "
-                  f"sparcapps/bench/sim_estimate.py); simulate fewer ranks, or use "
+                  f"sparcapps/sim_estimate.py); simulate fewer ranks, or use "
                   f"--model-only for the algorithms that send to every rank",
                   file=sys.stderr)
             raise SystemExit(2)
@@ -443,8 +426,6 @@ def _network_spec(parser, args) -> None:
     """``--network`` of ``--simulate``, checked now (:func:`sparcapps.simapp.normalize_network`:
     a spec without its node count gets as many nodes as the largest P needs; a bad spec is a
     usage error, exit 2)."""
-    from sparcapps.simapp import normalize_network
-
     args.network = normalize_network(parser, args.network, max(args.simulate))
 
 
@@ -453,8 +434,6 @@ def _process_defaults(parser, args) -> None:
     ``SPARCML_*`` environment, as every sparcml call reads it), so the records say what ran."""
     if args.index_coding is not None and args.partitions is not None:
         return
-    import sparcml
-
     try:
         defaults = sparcml.default_options()
     except sparcml.InvalidOptionError as exc:
@@ -470,7 +449,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     _process_defaults(parser, args)
     if args.kernels:
-        return run_kernels(args)
+        parser.error("--kernels is now the developer's tool python scripts/kernel_bench.py "
+                     "(same table and record; it times sparcml's private kernels)")
     if args.probe_network:
         return run_probe(args)
     if args.network is not None and not args.simulate:
@@ -485,12 +465,8 @@ def main(argv=None) -> int:
                      "sparcapps.bench.record_gradients)")
     if args.replay and not replaying:
         parser.error("--replay FILE is used by --pattern replay; add it to --pattern")
-    from sparcml import abort_on_error
-
-    with abort_on_error():
+    with sparcml.abort_on_error():
         if args.latency:
-            from .latency import run_latency
-
             return run_latency(args)
         if args.overlap:
             return run_overlap(args)

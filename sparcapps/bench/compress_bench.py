@@ -21,6 +21,8 @@ from numba import njit
 
 # select_topk: the selection behind TopK; the bench times it alone, without TopK's gather
 from sparcml import QSGD, TopK, select_topk
+from sparcapps.cli_args import (add_deprecated_alias, add_list_argument, density_help, fraction,
+                                make_parser, positive_int)
 
 __all__ = ["bench_qsgd", "bench_topk", "main"]
 
@@ -164,9 +166,6 @@ def bench_topk(n: int = 5_000_000, density: float = 0.01, reps: int = 7, dtype=n
 
 
 def main(argv=None) -> None:
-    from sparcapps.cli_args import (add_deprecated_alias, add_list_argument, density_help,
-                                    fraction, make_parser, positive_int)
-
     parser = make_parser("sparc-bench-compress", __doc__)
     n_flag = add_list_argument(parser, "--N", item_type=positive_int, default=[5_000_000],
                                metavar="N", help="values per vector (vector dimensions)")

@@ -3,9 +3,13 @@ or recorded vectors replayed per rank (:mod:`.replay`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from sparcml import SparseVector
+
+from .replay import load_replay
 
 __all__ = ["PATTERNS", "REPLAY", "make_input", "bench_cells"]
 
@@ -31,8 +35,7 @@ def _minibatch_support(dim: int, k: int, seed: int, rank: int) -> np.ndarray:
 
     Reads a few rows first and four times more while fewer than ``k`` features were met (the
     first rows of the synthetic data do not depend on how many are generated)."""
-    from dataclasses import replace
-
+    # scipy and h5py (the [apps] extra): sparc-bench runs without them
     from sparcapps.data.synth import BLOCK_ROWS, URL_LIKE, iter_blocks
 
     spec = replace(URL_LIKE, n_features=max(dim, URL_LIKE.dense_features + 2))
@@ -54,8 +57,6 @@ def bench_cells(dims, densities, patterns, replay: str | None = None) -> list[tu
     density; ``label`` = ``replay:NAME``, what the records call the pattern).
 
     Raises ValueError when ``replay`` is among ``patterns`` without a file, or the reverse."""
-    from .replay import load_replay
-
     cells = []
     for pattern in patterns:
         if pattern == REPLAY:
@@ -88,8 +89,6 @@ def make_input(dim: int, density: float, pattern: str, rank: int, size: int, *,
     file's dimension and ``density`` is not used.
     """
     if pattern == REPLAY:
-        from .replay import load_replay
-
         if not replay:
             raise ValueError("pattern 'replay' needs the file of recorded vectors (replay=)")
         stream = load_replay(replay)

@@ -19,6 +19,9 @@ from __future__ import annotations
 import time
 
 import numpy as np
+from mpi4py import MPI
+
+import sparcml
 
 __all__ = ["VARIANTS", "run_latency", "latency_table"]
 
@@ -30,8 +33,6 @@ DEFAULT_WARMUP = 100
 
 
 def _input(comm, n: int, nnz: int, dtype, seed: int):
-    import sparcml
-
     rng = np.random.default_rng([seed, comm.Get_rank(), n])
     idx = np.sort(rng.choice(n, min(nnz, n), replace=False))
     vals = rng.standard_normal(idx.size).astype(dtype)
@@ -40,10 +41,6 @@ def _input(comm, n: int, nnz: int, dtype, seed: int):
 
 def measure(comm, n: int, nnz: int, dtype, reps: int, warmup: int, seed: int = 0) -> dict:
     """Collective: ``{variant: median seconds of the slowest rank}`` for one N."""
-    from mpi4py import MPI
-
-    import sparcml
-
     vec = _input(comm, n, nnz, dtype, seed)
     dense_in = vec.to_dense()
     dense_out = np.empty_like(dense_in)
@@ -86,8 +83,6 @@ def latency_table(P: int, n: int, nnz: int, dtype, reps: int, medians: dict) -> 
 
 def run_latency(args) -> int:
     """``--latency``: the table for each N of ``--N`` (default 1,000), on rank 0."""
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     sizes = args.N if args.N else [DEFAULT_N]
     reps = args.reps if args.reps is not None else DEFAULT_REPS

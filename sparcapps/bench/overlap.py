@@ -39,7 +39,7 @@ def numpy_compute(work: np.ndarray, rounds: int) -> float:
 def torch_compute(work, rounds: int) -> float:
     """PyTorch work on one intra-op thread: a 256 x 256 matmul chain and a tanh (a small MLP's
     forward; PyTorch releases the GIL inside each op). ``work``: a (256, 256) float32 tensor."""
-    import torch
+    import torch  # the [torch] extra: only for --compute torch
 
     acc = 0.0
     x = work
@@ -53,7 +53,7 @@ def _make_work(kind: str, size: int):
     if kind == "numpy":
         return np.random.default_rng(0).random(size), numpy_compute
     if kind == "torch":
-        import torch
+        import torch  # the [torch] extra: only for --compute torch
 
         # one thread, like the NumPy work: the compute occupies one core per rank, and the
         # intra-op pool would otherwise claim every core for each rank

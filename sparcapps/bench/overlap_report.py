@@ -15,6 +15,7 @@ import re
 import sys
 from collections import defaultdict
 
+from sparcapps.cli_args import make_parser
 from sparcapps.records import read_records_or_exit
 
 __all__ = ["summarize_overlap", "main"]
@@ -71,8 +72,6 @@ def summarize_overlap(records, tolerance: float = 1.25) -> dict:
 
 
 def main(argv=None) -> int:
-    from sparcapps.cli_args import make_parser
-
     p = make_parser("sparc-bench-overlap", __doc__.split("\n\n")[0])
     p.add_argument("results", nargs="+", metavar="RECORDS.jsonl", help="sparc-bench records")
     p.add_argument("--tolerance", type=float, default=1.25,

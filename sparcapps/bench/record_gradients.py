@@ -26,16 +26,22 @@ import sys
 
 import numpy as np
 
+from sparcapps.cli_args import (add_deprecated_alias, density_help, fraction, make_parser,
+                                nonnegative_int, output_file, positive_int)
+from sparcapps.output_paths import write_with_fallback
+
+from .replay import save_replay
+
 __all__ = ["linear_gradients", "cnn_topk_gradients", "main"]
 
 
 def linear_gradients(count: int, *, batch_size: int = 256, train_rows: int = 50_000,
                      seed: int = 1, alpha: float = 1e-4):
     """``(dim, [(indices, values)] * count, description)`` of url-like minibatch gradients."""
-    from scipy.special import expit
+    from scipy.special import expit  # scipy, scikit-learn (the [apps] extra): not at --help
 
-    from sparcapps.data.synth import make_url_like
-    from sparcapps.linear.estimator import SparseLinearClassifier
+    from sparcapps.data import make_url_like
+    from sparcapps.linear import SparseLinearClassifier
 
     rows = train_rows + count * batch_size
     X, y = make_url_like(rows, seed=seed)
@@ -66,7 +72,7 @@ def linear_gradients(count: int, *, batch_size: int = 256, train_rows: int = 50_
 def cnn_topk_gradients(count: int, *, width: int = 100, batch_size: int = 32,
                        topk: float = 0.01, warm_steps: int = 20, seed: int = 0):
     """``(dim, [(indices, values)] * count, description)`` of the CNN's top-k gradients."""
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     from sparcapps.deep.data import load_digits_split
     from sparcapps.deep.models import DigitsCNN, count_parameters
@@ -102,11 +108,6 @@ def cnn_topk_gradients(count: int, *, width: int = 100, batch_size: int = 32,
 
 
 def main(argv=None) -> int:
-    from .replay import save_replay
-
-    from sparcapps.cli_args import (add_deprecated_alias, density_help, fraction, make_parser,
-                                    nonnegative_int, output_file, positive_int)
-    from sparcapps.output_paths import write_with_fallback
 
     p = make_parser("sparc-record-gradients", description=__doc__)
     p.add_argument("stream", choices=["linear", "cnn"],

@@ -15,6 +15,7 @@ import numpy as np
 from mpi4py import MPI
 
 import sparcml
+from sparcml import select_topk
 from sparcapps.records import summarize
 
 from .inputs import make_input
@@ -186,8 +187,6 @@ def time_local_selection(comm: MPI.Comm, N: int, k: int, *, dtype: str = "float3
     """Median seconds (slowest rank) of selecting the k largest magnitudes of a dense vector of
     N standard-normal values (:func:`sparcml.select_topk`, what ``TopK`` runs): the local step
     every row of a top-k cell stands for. Collective."""
-    from sparcml import select_topk
-
     x = np.random.default_rng([seed, comm.Get_rank(), 3]).standard_normal(N).astype(dtype)
     select_topk(x, k)  # compile / load
     times = []

@@ -28,11 +28,11 @@ call (as in a real sweep: it sets up the communicator and the balanced partition
 timed call, whatever ``--reps`` and ``--warmup`` say (records: ``"reps": 1``, ``"warmup": 0``,
 the requested values and the reason under ``"reps_requested"``, ``"warmup_requested"``,
 ``"reps_note"``). (The one call can differ from a median of many by a periodic step: the
-split algorithms' partition check, one small ``Allgather`` every
-:data:`sparcml._collectives.partition.CHECK_EVERY` calls, a few percent.) ``measured`` keeps
+split algorithms' partition check, one small ``Allgather`` every few calls, a few
+percent.) ``measured`` keeps
 the repetitions: its figures vary from call to call. ``--progress`` (default:
 when stderr is a terminal) prints a line per cell: cell, P, elapsed wall time, estimate
-(:mod:`.sim_estimate`).
+(:mod:`sparcapps.sim_estimate`).
 
 ``--bits B`` adds each algorithm's quantized row (QSGD, seeded per rank as in a real sweep) and
 ``--nonblocking`` times ``iallreduce`` + ``wait`` (sparcml's communication thread runs on the
@@ -47,9 +47,20 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
+import sparcml.sim as sim
 
+import sparcml
+from sparcml import AUTO, DENSE_BASELINE, CostModel, get_algorithm, index_dtype_for
+from sparcapps.cli_args import add_list_argument, algorithm_name, positive_float, positive_int
+from sparcapps.records import append_record, capture_environment, make_record, summarize
+from sparcapps.sim_estimate import estimate
+
+from .cases import cell_cases, row_name
+from .inputs import REPLAY, SHARED_FRACTION, make_input
+from .runner import BenchCase, case_call, settle_auto
 from .text import auto_note
 from .text import fmt_bytes as _fmt_bytes
 
@@ -58,9 +69,6 @@ __all__ = ["run_simulated_sweep", "add_arguments"]
 
 def add_arguments(p) -> None:
     """The ``--simulate`` options of ``sparc-bench``'s parser ``p``."""
-    from sparcapps.cli_args import (add_list_argument, algorithm_name, positive_float,
-                                    positive_int)
-
     add_list_argument(p, "--simulate", item_type=positive_int, metavar="P",
                       help="instead of timing real ranks: run the sweep on P simulated ranks "
                            "(sparcml.sim, one process, no mpiexec) for each P given; records "
@@ -105,12 +113,6 @@ def add_arguments(p) -> None:
 
 def _cell(comm, cases, reps, warmup, seed, model):
     """Time ``cases`` (:class:`~.runner.BenchCase` of one input) on the simulated ``comm``."""
-    import sparcml
-    import sparcml.sim as sim
-
-    from .inputs import make_input
-    from .runner import case_call, settle_auto
-
     first = cases[0]
     rank, size = comm.Get_rank(), comm.Get_size()
     vec = make_input(first.N, first.density, first.pattern, rank, size,
@@ -205,9 +207,6 @@ def _modeled_dense(P, dim, dtype, net, *, compute="model", compute_scale=1.0):
     (:func:`sparcml.sim.predict`: the agreement check, sparcml's Python per call,
     the ``Allreduce`` and its local additions), else the ``Allreduce`` alone
     (:func:`sparcml.sim.dense_allreduce_model`, its additions at the measured rate)."""
-    import sparcml.sim as sim
-    from sparcml import DENSE_BASELINE
-
     if compute == "model":
         p = sim.predict(DENSE_BASELINE, P=P, N=dim, k=dim, K=dim, network=net,
                         compute_scale=compute_scale, s_val=np.dtype(dtype).itemsize)
@@ -224,8 +223,6 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
     for ``allgather``, every other rank's input (what its allgather counts); for recursive
     doubling the expected union so far in each of its rounds (powers of two). ``coded``:
     the indices in their code (else raw)."""
-    from sparcml import CostModel, get_algorithm
-
     index_bytes, stream_bytes = CostModel.index_bytes, CostModel.stream_bytes
     union_size = CostModel.union_size
     if get_algorithm(algorithm).baseline:  # allgather of the inputs
@@ -249,8 +246,6 @@ def _model_bytes(algorithm, P, dim, k, K, s_idx, s_val, coded=True) -> int:
 def _link_costs(net, P, model, index_coding):
     """``(coded, link_costs)`` of a simulated call's index coding
     (:func:`sparcml.sim.index_coding_link_costs`)."""
-    import sparcml.sim as sim
-
     return sim.index_coding_link_costs(net, P, index_coding, model=model)
 
 
@@ -268,11 +263,6 @@ def _modeled_row(algorithm, P, dim, dtype, net, some, rows, *, index_coding="aut
     (:meth:`sparcml.CostModel.contenders`, with the overlap the result teaches; every
     candidate without a model), and of those the one whose row in ``rows`` (modeled too when
     absent) is fastest; that row's time and bytes."""
-    import sparcml
-    import sparcml.sim as sim
-    from sparcapps.records import summarize
-    from sparcml import AUTO, index_dtype_for
-
     s_idx, s_val = index_dtype_for(dim).itemsize, np.dtype(dtype).itemsize
     k, K = some["bytes"]["input_nnz_max"], some["result"]["nnz"]
     if algorithm == AUTO:
@@ -302,10 +292,6 @@ def _estimated_sizes(P, dim, density, pattern) -> dict:
     ``--model-only``): k as :func:`.inputs.make_input` draws it, K the model's expected union
     (:meth:`sparcml.CostModel.union_size`) of independent supports (``random``) or of 90%
     shared ones (``overlap``); other patterns need one simulated algorithm."""
-    from sparcml import CostModel
-
-    from .inputs import SHARED_FRACTION
-
     share = {"random": 1.0, "overlap": 1.0 - SHARED_FRACTION}.get(pattern)
     if share is None:
         raise SystemExit(f"sparc-bench: --model-only of every sparse algorithm needs pattern "
@@ -320,10 +306,6 @@ def _estimated_sizes(P, dim, density, pattern) -> dict:
 
 def _warm_up(algorithms, dtype, compute="model") -> None:
     """Every algorithm once on 2 ranks and a small input (loads the compiled kernels)."""
-    import sparcml.sim as sim
-
-    from .runner import BenchCase
-
     cases = [BenchCase(1 << 16, 0.01, "random", a, dtype) for a in algorithms]
     sim.run(2, _cell, network="2x10gbit", args=(cases, 1, 0, 0, None), compute=compute)
 
@@ -344,19 +326,25 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
     the real sweep's cases (:func:`.cases.cell_cases`: the same index coding, partition,
     node-aware and top-k rows, each call with the same keywords). ``reps`` and ``warmup``
     as asked; with modeled compute one timed call (:func:`simulated_reps`)."""
-    import sparcml.sim as sim
-    from sparcml import AUTO, DENSE_BASELINE
-    from sparcapps.records import append_record, capture_environment, make_record, summarize
-
-    from .cases import cell_cases, row_name
-    from .inputs import REPLAY
-
     net = sim.parse_network(args.network)
     environment = capture_environment()
     asked = {"reps_requested": reps, "warmup_requested": warmup}
     reps, warmup = simulated_reps(args.sim_compute, reps, warmup)
     reps_note = MODELED_REPS_NOTE if args.sim_compute == "model" else None
-    budget = args.sim_memory * 2**30
+    _print_header(args, net, algorithms, reps_note)
+    _warm_up([a for a in algorithms if a != AUTO], args.dtype, args.sim_compute)
+    sweep = _SimulatedSweep(
+        args, net, cells, reps, warmup, environment,
+        config={**vars(args), **config, "reps": reps, "warmup": warmup, **asked,
+                "reps_note": reps_note, "algorithms": algorithms},
+        algorithms=algorithms)
+    for P in args.simulate:
+        sweep.run(P)
+    return 0
+
+
+def _print_header(args, net, algorithms, reps_note) -> None:
+    """What the simulated sweep times, and the table's column names."""
     what = ("compute modeled from calibrated kernel rates" if args.sim_compute == "model"
             else "compute measured here")
     timed = ("one timed call per case (modeled compute is deterministic: repetitions would "
@@ -371,136 +359,178 @@ def run_simulated_sweep(args, cells, reps, warmup, algorithms, *, config) -> int
           f"and results exact; '~' = modeled only (no data){auto_note(algorithms)}")
     print(f"{'P':>5} {'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} "
           f"{'median ms':>10} {'sent/rank':>10} {'result density':>14} {'vs dense (x)':>12}")
-    _warm_up([a for a in algorithms if a != AUTO], args.dtype, args.sim_compute)
-    show_progress = _progress_on(args)
-    said_mixed = False
-    for P in args.simulate:
+
+
+class _CellPlan(NamedTuple):
+    """One cell at one P: its cases, and those simulated (the others are modeled)."""
+    dim: int
+    density: float
+    pattern: str
+    label: str
+    dense_fits: bool
+    cases: list
+    run_cases: list
+    replay: str | None
+
+
+class _SimulatedSweep:
+    """The sweep's steps at each P: plan the cells, simulate them in one run, complete the
+    rows the simulation did not run (modeled), print and record every row."""
+    def __init__(self, args, net, cells, reps, warmup, environment, *, config, algorithms):
+        self.args, self.net, self.cells, self.reps, self.warmup = args, net, cells, reps, warmup
+        self.environment, self.config, self.algorithms = environment, config, algorithms
+        self.itemsize = np.dtype(args.dtype).itemsize
+        self.show_progress = _progress_on(args)
+        self.said_mixed = False  # the note on a modeled dense row is printed once
+
+    def run(self, P: int) -> None:
+        args, net = self.args, self.net
         if P > net.nodes * net.ppn:
             raise SystemExit(f"sparc-bench: --network {net.text} has {net.nodes * net.ppn} "
                              f"ranks, fewer than --simulate {P}")
         model = None if args.no_model else sim.network_cost_model(net, P)
-        itemsize = np.dtype(args.dtype).itemsize
         modeled = set(args.model_only) if P >= args.model_only_from else set()
         modeled.discard(DENSE_BASELINE)
-        plan = []
-        for dim, density, pattern, label in cells:
-            replay = args.replay if pattern == REPLAY else None
-            dense_fits = _dense_fits(P, dim, itemsize, budget)
-            cases = cell_cases(args, algorithms, dim, density, pattern, replay)
-            run_cases = [c for c in cases if (c.algorithm != DENSE_BASELINE or dense_fits)
-                         and c.algorithm not in modeled]
-            plan.append((dim, density, pattern, label, dense_fits, cases, run_cases, replay))
+        plan = [self._plan_cell(P, cell, modeled) for cell in self.cells]
         # one simulation per P, the cells in the real sweep's order: sparcml keeps state on a
         # communicator from cell to cell (the balanced partitions' estimate), as a real job does
-        todo = [run_cases for *_, run_cases, _ in plan if run_cases]
-        progress = None
-        if show_progress and todo:
-            from .sim_estimate import estimate
-
-            labels, estimates = [], []
-            for dim, density, pattern, label, _, _, run_cases, _ in plan:
-                if run_cases:
-                    labels.append(f"N = {dim}, density {density:g}, {label}")
-                    estimates.append((reps + warmup + 1) * estimate(
-                        P, [dim], [density], [c.algorithm for c in run_cases],
-                        itemsize=itemsize).seconds)
-            progress = _progress_printer(P, labels, estimates)
-            print(f"sparc-bench --simulate: P = {P}: {len(todo)} cell(s), estimate "
-                  f"{_clock(sum(estimates))}", file=sys.stderr, flush=True)
+        todo = [cell.run_cases for cell in plan if cell.run_cases]
+        progress = self._progress(P, plan) if self.show_progress and todo else None
         all_results = sim.run(P, _cells, network=net, compute_scale=args.compute_scale,
-                              args=(todo, reps, warmup, args.seed, model, progress),
+                              args=(todo, self.reps, self.warmup, args.seed, model, progress),
                               compute=args.sim_compute).results if todo else []
         position = 0
-        for dim, density, pattern, label, dense_fits, cases, run_cases, replay in plan:
+        for cell in plan:
             cell_results = []
-            if run_cases:
+            if cell.run_cases:
                 cell_results = [r[position] for r in all_results]
                 position += 1
-            rows = {}  # by case
-            for i, case in enumerate(run_cases):
-                rows[case] = _simulated_row([r[i] for r in cell_results], dim)
-            # the plain row of each algorithm (default coding and partitions, flat): the
-            # dense reference and the modeled rows' inputs
-            plain = {c.algorithm: rows[c] for c in run_cases if _plain(c)}
-            if not dense_fits:
-                t, nbytes = _modeled_dense(P, dim, args.dtype, net, compute=args.sim_compute,
-                                           compute_scale=args.compute_scale)
-                some = next(iter(plain.values()), None)
-                plain[DENSE_BASELINE] = rows[cases[0]] = {
-                    "timings": {"allreduce": summarize([t])},
-                    "bytes": {"sent_per_rank_max": nbytes,
-                              "sent_per_rank_mean": float(nbytes)},
-                    "result": {"nnz": None if some is None else some["result"]["nnz"],
-                               "dense": True,
-                               "density": None if some is None
-                               else some["result"]["density"]},
-                    "ran": DENSE_BASELINE, "hierarchical": False, "modeled_only": True}
-            simulated = next((r for a, r in plain.items() if a != DENSE_BASELINE), None)
-            if simulated is None and modeled:
-                simulated = _estimated_sizes(P, dim, density, pattern)
-            for case in sorted((c for c in cases if c.algorithm in modeled and _flat(c)),
-                               key=lambda c: c.algorithm == AUTO):
-                rows[case] = _modeled_row(case.algorithm, P, dim, args.dtype, net, simulated,
-                                          plain, index_coding=case.index_coding, model=model,
-                                          compute_scale=args.compute_scale)
-                if _plain(case):
-                    plain[case.algorithm] = rows[case]
-            dense_median = rows[cases[0]]["timings"]["allreduce"]["median"]
-            dense_modeled = bool(rows[cases[0]]["modeled_only"])
-            if dense_modeled and not said_mixed and any(
-                    not rows[c]["modeled_only"] for c in cases if c in rows):
-                said_mixed = True
-                print(f"note: dense at P = {P}, N = {dim} is modeled only ('~': P x N values "
-                      f"exceed --sim-memory {args.sim_memory:g} GiB), the sparse rows "
-                      f"simulated; their 'vs dense' compares a simulation with the model and "
-                      f"is marked '~'", flush=True)
-            for case in cases:
-                row = rows.get(case)
-                if row is None:  # a node-aware or top-k row of an algorithm modeled only
-                    continue
-                t = row["timings"]["allreduce"]
-                speedup = dense_median / t["median"] if t["median"] > 0 else float("nan")
-                name = row_name(case, row["ran"], row.get("hierarchical", False))
-                mark = "~" if row["modeled_only"] else " "
-                # a ratio of a simulated row to a modeled one (or the reverse) is marked
-                mixed = case is not cases[0] and dense_modeled != bool(row["modeled_only"])
-                rd = row["result"]["density"]
-                print(f"{P:>5} {dim:>10} {density:>8.2g} {label:>8} {name:>22} "
-                      f"{mark}{t['median'] * 1e3:>9.3f} "
-                      f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
-                      f"{'-' if rd is None else f'{rd:.3f}':>14} "
-                      f"{('~' if mixed else '') + f'{speedup:.2f}x':>12}",
-                      flush=True)
-                if args.output:
-                    rec = make_record(
-                        "sparc-bench", config={**vars(args), **config, "reps": reps,
-                                               "warmup": warmup, **asked,
-                                               "reps_note": reps_note,
-                                               "algorithms": algorithms},
-                        environment=environment, algorithm=case.algorithm, P=P, N=dim,
-                        density=density, timings=row["timings"], bytes=row["bytes"],
-                        metrics={"speedup_over_dense": speedup, "pattern": label,
-                                 "replay": replay,
-                                 "dtype": args.dtype, "ran": row["ran"],
-                                 "hierarchical": bool(row.get("hierarchical", False)),
-                                 "index_coding": case.index_coding,
-                                 "partitions": case.partitions, "topk": case.topk,
-                                 "bits": case.bits,
-                                 "quantize_sparse": case.quantize_sparse,
-                                 "nonblocking": args.nonblocking,
-                                 "result_density": row["result"]["density"],
-                                 "result_dense": row["result"]["dense"],
-                                 "modeled_only": row["modeled_only"],
-                                 "dense_modeled_only": dense_modeled,
-                                 "speedup_mixed": mixed,
-                                 "network_model": net.to_dict()})
-                    rec["simulated"] = True
-                    rec["compute"] = args.sim_compute
-                    rec["network"] = net.text
-                    rec["nodes"] = -(-P // net.ppn)
-                    rec["ranks_per_node"] = min(P, net.ppn)
-                    append_record(args.output, rec)
-    return 0
+            rows = self._rows(P, cell, cell_results, model, modeled)
+            self._emit(P, cell, rows)
+
+    def _plan_cell(self, P, cell, modeled) -> _CellPlan:
+        args = self.args
+        dim, density, pattern, label = cell
+        replay = args.replay if pattern == REPLAY else None
+        dense_fits = _dense_fits(P, dim, self.itemsize, args.sim_memory * 2**30)
+        cases = cell_cases(args, self.algorithms, dim, density, pattern, replay)
+        run_cases = [c for c in cases if (c.algorithm != DENSE_BASELINE or dense_fits)
+                     and c.algorithm not in modeled]
+        return _CellPlan(dim, density, pattern, label, dense_fits, cases, run_cases, replay)
+
+    def _progress(self, P, plan):
+        """``--progress``: the printer of a line per simulated cell, after the P's estimate."""
+        labels, estimates = [], []
+        for cell in plan:
+            if cell.run_cases:
+                labels.append(f"N = {cell.dim}, density {cell.density:g}, {cell.label}")
+                estimates.append((self.reps + self.warmup + 1) * estimate(
+                    P, [cell.dim], [cell.density], [c.algorithm for c in cell.run_cases],
+                    itemsize=self.itemsize).seconds)
+        progress = _progress_printer(P, labels, estimates)
+        print(f"sparc-bench --simulate: P = {P}: {len(labels)} cell(s), estimate "
+              f"{_clock(sum(estimates))}", file=sys.stderr, flush=True)
+        return progress
+
+    def _rows(self, P, cell, cell_results, model, modeled) -> dict:
+        """Every case's row of ``cell`` (by case): the simulated ones from ``cell_results``,
+        the dense baseline modeled when it does not fit, the ``--model-only`` ones modeled."""
+        args = self.args
+        rows = {case: _simulated_row([r[i] for r in cell_results], cell.dim)
+                for i, case in enumerate(cell.run_cases)}
+        # the plain row of each algorithm (default coding and partitions, flat): the
+        # dense reference and the modeled rows' inputs
+        plain = {c.algorithm: rows[c] for c in cell.run_cases if _plain(c)}
+        if not cell.dense_fits:
+            plain[DENSE_BASELINE] = rows[cell.cases[0]] = self._modeled_dense_row(
+                P, cell.dim, next(iter(plain.values()), None))
+        simulated = next((r for a, r in plain.items() if a != DENSE_BASELINE), None)
+        if simulated is None and modeled:
+            simulated = _estimated_sizes(P, cell.dim, cell.density, cell.pattern)
+        for case in sorted((c for c in cell.cases if c.algorithm in modeled and _flat(c)),
+                           key=lambda c: c.algorithm == AUTO):
+            rows[case] = _modeled_row(case.algorithm, P, cell.dim, args.dtype, self.net,
+                                      simulated, plain, index_coding=case.index_coding,
+                                      model=model, compute_scale=args.compute_scale)
+            if _plain(case):
+                plain[case.algorithm] = rows[case]
+        return rows
+
+    def _modeled_dense_row(self, P, dim, some) -> dict:
+        """The dense baseline's row where P x N values exceed ``--sim-memory``: modeled, its
+        result sizes those of a simulated row ``some`` of the cell (None: unknown)."""
+        args = self.args
+        t, nbytes = _modeled_dense(P, dim, args.dtype, self.net, compute=args.sim_compute,
+                                   compute_scale=args.compute_scale)
+        return {"timings": {"allreduce": summarize([t])},
+                "bytes": {"sent_per_rank_max": nbytes, "sent_per_rank_mean": float(nbytes)},
+                "result": {"nnz": None if some is None else some["result"]["nnz"],
+                           "dense": True,
+                           "density": None if some is None else some["result"]["density"]},
+                "ran": DENSE_BASELINE, "hierarchical": False, "modeled_only": True}
+
+    def _emit(self, P, cell, rows) -> None:
+        """Print (and with ``--output`` record) every row of ``cell``, ``vs dense`` against
+        its dense row (a ratio of a simulated row to a modeled one marked ``~``)."""
+        dense = rows[cell.cases[0]]
+        dense_median = dense["timings"]["allreduce"]["median"]
+        dense_modeled = bool(dense["modeled_only"])
+        if dense_modeled and not self.said_mixed and any(
+                not rows[c]["modeled_only"] for c in cell.cases if c in rows):
+            self.said_mixed = True
+            print(f"note: dense at P = {P}, N = {cell.dim} is modeled only ('~': P x N values "
+                  f"exceed --sim-memory {self.args.sim_memory:g} GiB), the sparse rows "
+                  f"simulated; their 'vs dense' compares a simulation with the model and "
+                  f"is marked '~'", flush=True)
+        for case in cell.cases:
+            row = rows.get(case)
+            if row is None:  # a node-aware or top-k row of an algorithm modeled only
+                continue
+            t = row["timings"]["allreduce"]
+            speedup = dense_median / t["median"] if t["median"] > 0 else float("nan")
+            name = row_name(case, row["ran"], row.get("hierarchical", False))
+            mark = "~" if row["modeled_only"] else " "
+            # a ratio of a simulated row to a modeled one (or the reverse) is marked
+            mixed = case is not cell.cases[0] and dense_modeled != bool(row["modeled_only"])
+            rd = row["result"]["density"]
+            print(f"{P:>5} {cell.dim:>10} {cell.density:>8.2g} {cell.label:>8} {name:>22} "
+                  f"{mark}{t['median'] * 1e3:>9.3f} "
+                  f"{_fmt_bytes(row['bytes']['sent_per_rank_max']):>10} "
+                  f"{'-' if rd is None else f'{rd:.3f}':>14} "
+                  f"{('~' if mixed else '') + f'{speedup:.2f}x':>12}",
+                  flush=True)
+            if self.args.output:
+                append_record(self.args.output, self._record(
+                    P, cell, case, row, speedup=speedup, dense_modeled=dense_modeled,
+                    mixed=mixed))
+
+    def _record(self, P, cell, case, row, *, speedup, dense_modeled, mixed) -> dict:
+        args, net = self.args, self.net
+        rec = make_record(
+            "sparc-bench", config=self.config,
+            environment=self.environment, algorithm=case.algorithm, P=P, N=cell.dim,
+            density=cell.density, timings=row["timings"], bytes=row["bytes"],
+            metrics={"speedup_over_dense": speedup, "pattern": cell.label,
+                     "replay": cell.replay,
+                     "dtype": args.dtype, "ran": row["ran"],
+                     "hierarchical": bool(row.get("hierarchical", False)),
+                     "index_coding": case.index_coding,
+                     "partitions": case.partitions, "topk": case.topk,
+                     "bits": case.bits,
+                     "quantize_sparse": case.quantize_sparse,
+                     "nonblocking": args.nonblocking,
+                     "result_density": row["result"]["density"],
+                     "result_dense": row["result"]["dense"],
+                     "modeled_only": row["modeled_only"],
+                     "dense_modeled_only": dense_modeled,
+                     "speedup_mixed": mixed,
+                     "network_model": net.to_dict()})
+        rec["simulated"] = True
+        rec["compute"] = args.sim_compute
+        rec["network"] = net.text
+        rec["nodes"] = -(-P // net.ppn)
+        rec["ranks_per_node"] = min(P, net.ppn)
+        return rec
 
 
 def _flat(case) -> bool:
@@ -513,8 +543,6 @@ def _plain(case) -> bool:
 
 def _simulated_row(per_rank, dim) -> dict:
     """A row from each rank's :func:`_cell` entry of one case."""
-    from sparcapps.records import summarize
-
     times = np.max([p["elapsed"] for p in per_rank], axis=0)
     sent = [p["bytes"] for p in per_rank]
     return {"timings": {"allreduce": summarize(times)},

@@ -3,13 +3,13 @@ byte counts with units."""
 
 from __future__ import annotations
 
+from sparcml import AUTO, AUTO_EXPLORING_CALLS
+
 __all__ = ["auto_note", "fmt_bytes"]
 
 
 def auto_note(algorithms) -> str:
     """The header's note on auto's untimed exploring calls, if auto is in the sweep."""
-    from sparcml import AUTO, AUTO_EXPLORING_CALLS
-
     if AUTO not in algorithms:
         return ""
     return (f"; auto: +{AUTO_EXPLORING_CALLS} untimed calls that settle its measured "

@@ -21,6 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sparcapps.cli_args import (add_data_home_argument, add_deprecated_alias, make_parser,
+                                positive_int)
+
 __all__ = ["main"]
 
 _CHILD = r"""
@@ -58,9 +61,6 @@ def _run(tool: str, src: Path, out: Path, chunk: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sparcapps.cli_args import (add_data_home_argument, add_deprecated_alias, make_parser,
-                                    positive_int)
-
     ap = make_parser("sparc-data-bench", __doc__)
     ap.add_argument("--rows", type=positive_int, default=1_000_000, help="rows of the url twin")
     ap.add_argument("--seed", type=int, default=0, help="seed of the twin's generator")
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.synth_cache:
         work = Path(args.synth_cache)
     else:
-        from sparcapps.data import data_home
+        from sparcapps.data import data_home  # scipy, h5py (the [apps] extra): not at --help
 
         work = data_home(args.data_home) / "synth"
     work.mkdir(parents=True, exist_ok=True)

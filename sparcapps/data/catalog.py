@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import tomllib
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 
 from .errors import CatalogError, CatalogNotFoundError, UnknownDatasetError
@@ -141,9 +142,7 @@ def load_catalog(path: str | Path | None = None) -> dict[str, DatasetInfo]:
     p = catalog_path(path)
     try:
         if p is None:
-            from importlib.resources import files
-
-            resource = files(__package__) / _CATALOG_RESOURCE
+            resource = resources.files(__package__) / _CATALOG_RESOURCE
             p = Path(str(resource))
             raw = tomllib.loads(resource.read_text(encoding="utf-8"))
         else:

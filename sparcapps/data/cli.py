@@ -22,6 +22,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from sparcapps.cli_args import (HelpFormatter, add_data_home_argument, add_list_argument,
+                                add_timeout_argument, positive_float, positive_int)
+
+from .catalog import data_home, load_catalog
+from .errors import DataError, UnknownDatasetError, UsageError
+
 __all__ = ["main", "build_parser"]
 
 _COMPRESSED = (".bz2", ".xz", ".gz", ".lzma")
@@ -32,8 +38,6 @@ class _Parser(argparse.ArgumentParser):
     abbreviated options and defaults shown once (the project's CLI vocabulary)."""
 
     def __init__(self, *args, **kwargs):
-        from sparcapps.cli_args import HelpFormatter
-
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
@@ -43,8 +47,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    from sparcapps.cli_args import add_data_home_argument
-
     add_data_home_argument(p)
     p.add_argument("--catalog", metavar="TOML",
                    help="catalog file (default: $SPARCML_CATALOG, else the catalog shipped "
@@ -56,7 +58,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="sparc-data", description="Data sets for SparCML: catalog, verified fetch, "
         "LIBSVM to HDF5 conversion, synthetic twins.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from sparcapps.cli_args import add_list_argument, add_timeout_argument
 
     no_progress = "no progress bar (it is drawn only on a terminal)"
 
@@ -90,8 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--force", action="store_true", help="overwrite the output")
     p.add_argument("--no-progress", action="store_true", help=no_progress)
     _add_common(p)
-
-    from sparcapps.cli_args import positive_float, positive_int
 
     p = sub.add_parser("synth", help="write a synthetic twin (HDF5, or LIBSVM by suffix)")
     p.add_argument("name", nargs="?",
@@ -128,7 +127,6 @@ def _fmt(n) -> str:
 
 
 def _cmd_list(args) -> int:
-    from .catalog import data_home, load_catalog
     cat = load_catalog(args.catalog)
     home = data_home(args.data_home)
     print(f"{'name':<15}{'task':<22}{'rows':>12}{'features':>13}{'nnz':>15}  local")
@@ -146,7 +144,8 @@ def _cmd_list(args) -> int:
 
 
 def _cmd_fetch(args) -> int:
-    from .fetch import fetch
+    from .fetch import fetch  # urllib, http.client: not at --help
+
     paths = fetch(args.name, data_home=args.data_home, catalog=args.catalog,
                   splits=tuple(args.split) if args.split else None, retries=args.retries,
                   timeout=args.timeout_seconds,
@@ -164,9 +163,8 @@ def _strip_compression(name: str) -> str:
 
 
 def _cmd_convert(args) -> int:
-    from .catalog import data_home, load_catalog
+    # numba kernels and h5py: sparc-data list and fetch run without them
     from .convert import convert_libsvm
-    from .errors import UsageError
     progress = not args.no_progress and sys.stderr.isatty()
     kw = dict(index_base=args.index_base if args.index_base == "auto" else int(args.index_base),
               task=args.task, chunk_bytes=max(1, int(args.chunk_mb * (1 << 20))),
@@ -207,8 +205,7 @@ def _cmd_convert(args) -> int:
 
 
 def _cmd_synth(args) -> int:
-    from .catalog import load_catalog
-    from .errors import UsageError
+    # scipy and h5py (the [apps] extra): not for list or fetch
     from .synth import PRESETS, URL_LIKE, SynthSpec, make_like
     rows_full = None
     if args.name is None:
@@ -256,12 +253,9 @@ def _cmd_synth(args) -> int:
 def _cmd_info(args) -> int:
     target = Path(args.target)
     if target.is_dir():
-        from .errors import UsageError
         raise UsageError(f"{target} is a directory, expected a sparcml-csr .h5 file or a "
                          "catalog name")
     if not target.is_file():
-        from .catalog import load_catalog
-        from .errors import UsageError
         cat = load_catalog(args.catalog)
         d = cat.get(args.target)
         if d is None:
@@ -280,8 +274,11 @@ def _cmd_info(args) -> int:
 def _scan_rows(f, target: Path, shape) -> tuple:
     """Validate every row (blocks of rows, bounded memory; values not read):
     (nnz per row, labels, largest index or -1)."""
+    # numpy, and h5py (the [apps] extra): sparc-data --help, list and fetch run without them
     import numpy as np
+
     from .csrfile import check_rows
+
     counts = np.empty(shape.n_rows, dtype=np.int64)
     max_index = -1
     step = 1 << 16
@@ -297,8 +294,11 @@ def _scan_rows(f, target: Path, shape) -> tuple:
 def _print_file_info(target: Path) -> None:
     """Print the statistics of a sparcml-csr file after checking every row of it (the file
     is read and closed first, so an output error is never taken for a damaged file)."""
+    # numpy, and h5py (the [apps] extra): sparc-data --help, list and fetch run without them
     import numpy as np
+
     from .csrfile import open_csr
+
     with open_csr(target) as (f, shape):
         attrs = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
                  for k, v in f.attrs.items()}
@@ -332,7 +332,6 @@ _COMMANDS = {"list": _cmd_list, "fetch": _cmd_fetch, "convert": _cmd_convert,
 
 def _exit_status(exc: BaseException) -> int:
     """2 for usage errors (see the module docstring), 1 for the others."""
-    from .errors import DataError, UnknownDatasetError, UsageError
     if isinstance(exc, (UsageError, UnknownDatasetError, FileNotFoundError, IsADirectoryError,
                         NotADirectoryError)):
         return 2
@@ -343,7 +342,6 @@ def _exit_status(exc: BaseException) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``sparc-data``; returns the exit status."""
-    from .errors import DataError
     args = build_parser().parse_args(argv)
     try:
         return _COMMANDS[args.command](args)

@@ -28,6 +28,7 @@ import io
 import lzma
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -333,65 +334,8 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
     with CsrWriter(out, n_features=n_features, compression=compression,
                    compression_level=compression_level, overwrite=overwrite) as writer:
         parser = _Parser(src, index_base, n_features, writer)
-        stream, raw, kind = open_text(src)
-        bar = _progress_bar(total, src.name, progress)
-        text_bytes = 0
-        try:
-            carry = b""
-            while True:
-                try:
-                    block = stream.read(chunk_bytes)
-                except EOFError:
-                    raise DataFormatError(
-                        src, parser.lines_done + 1,
-                        f"{kind} stream ended early: the file is truncated or corrupt "
-                        "(re-download it)") from None
-                except (OSError, lzma.LZMAError, zlib_error()) as exc:
-                    raise DataFormatError(src, parser.lines_done + 1,
-                                          f"cannot decompress {kind} data: {exc}") from None
-                text_bytes += len(block)
-                if bar is not None:
-                    bar.update(raw.nbytes - bar.n)
-                if not block:
-                    if carry:
-                        data = carry if carry.endswith(b"\n") else carry + b"\n"
-                        parser.feed_chunk(data, len(data))
-                    break
-                data = carry + block if carry else block
-                cut = data.rfind(b"\n") + 1
-                if cut == 0:
-                    carry = data
-                    continue
-                parser.feed_chunk(data, cut)
-                carry = data[cut:]
-            raw.drain()
-        finally:
-            if bar is not None:
-                bar.close()
-            stream.close()
-        # index base and feature count, now that every index has been seen
-        if index_base == "auto":
-            base = 0 if parser.min_raw == 0 else 1
-        else:
-            base = int(index_base)
-        if base == 0 and index_base == "auto":
-            writer.add_to_indices(1)   # stored as raw - 1 while the base was unknown
-        if n_features is not None:
-            if base == 0 and parser.max_raw >= n_features:
-                raise DataFormatError(
-                    src, parser.max_line,
-                    f"feature index {parser.max_raw} out of range: declared "
-                    f"n_features={n_features} allows indices 0..{n_features - 1} (0-based file)")
-            nf = int(n_features)
-        else:
-            nf = max(parser.max_raw + (1 if base == 0 else 0), 0)
-        if nf > MAX_FEATURES:
-            raise DataFormatError(
-                src, parser.max_line,
-                f"feature index {parser.max_raw} makes {nf} features, more than the "
-                f"{MAX_FEATURES} (2**35) this suite trains on: the linear models keep a "
-                f"dense weight vector of n_features values ({nf * 8 / 2**40:.3g} TiB here); "
-                f"hash the features into a smaller space before converting")
+        raw, text_bytes = _parse_text(src, parser, chunk_bytes, total, progress)
+        base, nf = _index_base_and_features(src, parser, writer, index_base, n_features)
         if writer.n_rows == 0:
             raise DataFormatError(src, None, "no data rows: the file is empty or holds only "
                                   "comments and blank lines")
@@ -407,14 +351,89 @@ def convert_libsvm(src: str | Path, out: str | Path, *, n_features: int | None =
                              seconds=time.perf_counter() - t0)
 
 
+def _parse_text(src: Path, parser, chunk_bytes: int, total: int, progress: bool):
+    """Feed the decompressed text of ``src`` to ``parser`` in chunks of ``chunk_bytes`` cut at
+    line ends; returns the raw reader (its hash) and the text's length in bytes."""
+    stream, raw, kind = open_text(src)
+    bar = _progress_bar(total, src.name, progress)
+    text_bytes = 0
+    try:
+        carry = b""
+        while True:
+            block = _read_block(stream, chunk_bytes, src, parser.lines_done + 1, kind)
+            text_bytes += len(block)
+            if bar is not None:
+                bar.update(raw.nbytes - bar.n)
+            if not block:
+                if carry:
+                    data = carry if carry.endswith(b"\n") else carry + b"\n"
+                    parser.feed_chunk(data, len(data))
+                break
+            data = carry + block if carry else block
+            cut = data.rfind(b"\n") + 1
+            if cut == 0:
+                carry = data
+                continue
+            parser.feed_chunk(data, cut)
+            carry = data[cut:]
+        raw.drain()
+    finally:
+        if bar is not None:
+            bar.close()
+        stream.close()
+    return raw, text_bytes
+
+
+def _read_block(stream, chunk_bytes: int, src: Path, line: int, kind: str) -> bytes:
+    """The next ``chunk_bytes`` of text; a truncated or corrupt compressed stream is a
+    :class:`DataFormatError` at ``line``."""
+    try:
+        return stream.read(chunk_bytes)
+    except EOFError:
+        raise DataFormatError(
+            src, line,
+            f"{kind} stream ended early: the file is truncated or corrupt "
+            "(re-download it)") from None
+    except (OSError, lzma.LZMAError, zlib_error()) as exc:
+        raise DataFormatError(src, line, f"cannot decompress {kind} data: {exc}") from None
+
+
+def _index_base_and_features(src: Path, parser, writer, index_base, n_features) -> tuple[int, int]:
+    """The index base and feature count, now that every index has been seen (the stored
+    indices shifted for a 0-based file found by ``"auto"``); an index beyond the declared
+    ``n_features`` or past :data:`MAX_FEATURES` is a :class:`DataFormatError`."""
+    if index_base == "auto":
+        base = 0 if parser.min_raw == 0 else 1
+    else:
+        base = int(index_base)
+    if base == 0 and index_base == "auto":
+        writer.add_to_indices(1)   # stored as raw - 1 while the base was unknown
+    if n_features is not None:
+        if base == 0 and parser.max_raw >= n_features:
+            raise DataFormatError(
+                src, parser.max_line,
+                f"feature index {parser.max_raw} out of range: declared "
+                f"n_features={n_features} allows indices 0..{n_features - 1} (0-based file)")
+        nf = int(n_features)
+    else:
+        nf = max(parser.max_raw + (1 if base == 0 else 0), 0)
+    if nf > MAX_FEATURES:
+        raise DataFormatError(
+            src, parser.max_line,
+            f"feature index {parser.max_raw} makes {nf} features, more than the "
+            f"{MAX_FEATURES} (2**35) this suite trains on: the linear models keep a "
+            f"dense weight vector of n_features values ({nf * 8 / 2**40:.3g} TiB here); "
+            f"hash the features into a smaller space before converting")
+    return base, nf
+
+
 def zlib_error() -> type[BaseException]:
-    import zlib
     return zlib.error
 
 
 def _progress_bar(total: int, name: str, enabled: bool):
     if not enabled:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # tqdm (the [apps] extra): only when a bar is drawn
     return tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024,
                 desc=f"convert {name}", leave=False)

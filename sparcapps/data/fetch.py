@@ -330,7 +330,7 @@ def _copy(resp, part: Path, mode: str, offset: int, total: int | None, progress:
     discarded and :class:`DownloadError` raised, instead of filling the disk."""
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # tqdm (the [apps] extra): only when a bar is drawn
         bar = tqdm(total=total, initial=offset, unit="B", unit_scale=True, unit_divisor=1024,
                    desc=label, leave=False)
     try:

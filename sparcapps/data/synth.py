@@ -28,6 +28,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import lzma
+import sys
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterator
@@ -39,6 +40,7 @@ from sparcapps.atomicfile import atomic_write
 
 from . import _synthkern as K
 from .csrfile import CsrWriter
+from .errors import OutputExistsError
 
 __all__ = ["SynthSpec", "URL_LIKE", "WEBSPAM_LIKE", "PRESETS", "BLOCK_ROWS", "make_like",
            "make_url_like", "make_webspam_like", "iter_blocks", "write_libsvm",
@@ -180,9 +182,8 @@ def _progress(blocks: Iterator, rows: int, name: str, progress: bool | None) -> 
     if progress is False:
         yield from blocks
         return
-    import sys
 
-    from tqdm import tqdm
+    from tqdm import tqdm  # tqdm (the [apps] extra): only when a bar is drawn
 
     with tqdm(total=rows, unit="row", unit_scale=True, desc=f"synth {name}", file=sys.stderr,
               disable=None if progress is None else False, dynamic_ncols=True) as bar:
@@ -260,7 +261,6 @@ def write_libsvm_blocks(path: str | Path, blocks, *, decimals: int = 6, zero_bas
     """
     path = Path(path)
     if path.exists() and not overwrite:
-        from .errors import OutputExistsError
         raise OutputExistsError(f"{path} exists; pass overwrite=True (CLI: --force)")
     base = 0 if zero_based else 1
     with atomic_write(path) as tmp:

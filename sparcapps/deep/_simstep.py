@@ -32,6 +32,8 @@ import math
 
 import numpy as np
 
+from sparcml import TrafficStats, sim
+
 __all__: list[str] = []
 
 COMPUTE_SCALE = 1e-9  # measured compute x this: about zero (communication alone)
@@ -78,8 +80,6 @@ def simulate_step(rec, P: int, make_compression, *, network: str | None = None,
     stats)``: the values its compressed vectors carried, summed over the buckets, and the
     :class:`~sparcml.TrafficStats` of its calls). ``make_compression(rec)``: the record's
     :class:`~sparcml.compression.Compression` (``compressor_table``'s)."""
-    from sparcml import TrafficStats, sim
-
     layout = _layout(rec)
 
     def body(comm):

@@ -27,7 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+from sparcml.compression import COMPRESSORS
 from sparcapps import launcher
+from sparcapps.cli_args import (add_deprecated_alias, add_list_argument,
+                                add_records_output_argument, make_parser, positive_int)
+from sparcapps.records import read_records
 
 __all__ = ["main", "CONFIGS"]
 
@@ -42,11 +46,6 @@ DEFAULT_CONFIGS = ["dense_baseline", "topk-ef", "topk-noef"]
 
 
 def main(argv=None) -> int:
-    from sparcapps.records import read_records
-
-    from sparcapps.cli_args import (add_deprecated_alias, add_list_argument,
-                                    add_records_output_argument, make_parser, positive_int)
-
     p = make_parser("sparc-deep-accuracy", __doc__)
     nprocs = p.add_argument("-n", dest="nprocs", metavar="P", type=positive_int, default=4,
                             help="ranks of each run, as mpiexec -n")
@@ -58,8 +57,6 @@ def main(argv=None) -> int:
     add_list_argument(p, "--configs", choices=list(CONFIGS), default=DEFAULT_CONFIGS,
                       metavar="CONFIG",
                       help="configurations to run (dense_baseline is always run: the reference)")
-    from sparcml.compression import COMPRESSORS
-
     add_list_argument(p, "--compressors", choices=list(COMPRESSORS), default=[],
                       metavar="NAME", help="also run --compressor NAME for each NAME")
     add_records_output_argument(p, per="run", default="results/deep-accuracy.jsonl")

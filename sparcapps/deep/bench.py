@@ -35,14 +35,17 @@ import time
 
 import numpy as np
 
+from sparcapps.cli_args import (add_bits_argument, add_records_output_argument, algorithm_name,
+                                density_help, fraction, make_parser, nonnegative_int,
+                                positive_int)
+from sparcapps.records import append_record, capture_environment, make_record, summarize
+
+from .data import load_digits_split
+
 __all__ = ["main", "build_parser"]
 
 
 def build_parser():
-    from sparcapps.cli_args import (add_bits_argument, add_records_output_argument,
-                                    algorithm_name, density_help, fraction, make_parser,
-                                    nonnegative_int, positive_int)
-
     p = make_parser("sparc-deep-bench", __doc__)
     p.add_argument("--width", type=positive_int, default=100,
                    help="DigitsCNN width (100: 5.4M params)")
@@ -66,13 +69,13 @@ def build_parser():
 
 
 def _slowest(comm, seconds: float) -> float:
-    from mpi4py import MPI
+    from mpi4py import MPI  # initializes MPI: not at --help
 
     return comm.allreduce(seconds, op=MPI.MAX)
 
 
 def main(argv=None) -> int:
-    from sparcml import abort_on_error
+    from sparcml import abort_on_error  # numba and MPI: after parsing, not at --help
 
     args = build_parser().parse_args(argv)
     with abort_on_error():
@@ -80,15 +83,15 @@ def main(argv=None) -> int:
 
 
 def _run(args) -> int:
+    # torch (the [torch] extra), sparcml and MPI, and the modules that import torch: not at
+    # --help
     import torch
     from mpi4py import MPI
 
     import sparcml.torch as st
     from sparcml import DEFAULT_ALGORITHM, QSGD
     from sparcml.compression import Compression, ResidualMemory, TopKCompressor
-    from sparcapps.records import append_record, capture_environment, make_record, summarize
 
-    from .data import load_digits_split
     from .models import DigitsCNN
 
     comm = MPI.COMM_WORLD
@@ -106,26 +109,8 @@ def _run(args) -> int:
                             QSGD(args.bits) if args.bits else None, ResidualMemory(),
                             args.algorithm or DEFAULT_ALGORITHM),
     }
-
-    def wrapped(compression):
-        model = copy.deepcopy(base)
-        opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                      model.named_parameters(), comm=comm,
-                                      compression=compression,
-                                      bucket_bytes=int(args.bucket_mb * 2**20))
-        return model, opt
-
-    runs = {}
-    for name, options in configs.items():
-        model, opt = wrapped(options)
-        comm_model, comm_opt = wrapped(options)
-        plain = copy.deepcopy(base)
-        runs[name] = {"model": model, "opt": opt, "comm_model": comm_model,
-                      "comm_opt": comm_opt, "plain": plain,
-                      "plain_opt": torch.optim.SGD(plain.parameters(), lr=0.01),
-                      "t": {k: [] for k in ("step", "compute", "comm", "wait", "compress")},
-                      "bytes": []}
-    loss_fn = torch.nn.functional.cross_entropy
+    runs = {name: _config_run(args, comm, base, compression)
+            for name, compression in configs.items()}
 
     def batch():
         idx = rng.integers(0, len(y), args.batch_size)
@@ -137,44 +122,92 @@ def _run(args) -> int:
               flush=True)
     load_before = _loadavg()
     for rep in range(args.warmup + args.reps):
-        timed = rep >= args.warmup
-        for name, r in runs.items():
-            xb, yb = batch()
-            # the training step, communication overlapping backward
-            comm.Barrier()
-            t0 = time.perf_counter()
-            loss_fn(r["model"](xb), yb).backward()
-            t1 = time.perf_counter()
-            r["opt"].synchronize()
-            t2 = time.perf_counter()
-            r["opt"].step()
-            r["opt"].zero_grad()
-            step = _slowest(comm, time.perf_counter() - t0)
-            wait = _slowest(comm, t2 - t1)
-            compress = _slowest(comm, r["opt"].last_step.compress_seconds)
-            # compute alone
-            comm.Barrier()
-            t0 = time.perf_counter()
-            loss_fn(r["plain"](xb), yb).backward()
-            r["plain_opt"].step()
-            r["plain_opt"].zero_grad()
-            compute = _slowest(comm, time.perf_counter() - t0)
-            # communication alone (compression included), on gradients of the same size
-            for p in r["comm_model"].parameters():
-                p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(rep)) * 1e-3
-            comm.Barrier()
-            t0 = time.perf_counter()
-            r["comm_opt"].synchronize()
-            comm_s = _slowest(comm, time.perf_counter() - t0)
-            r["comm_opt"].step()  # ends the step (untimed): the next synchronize() reduces
-            r["comm_opt"].zero_grad()
-            if timed:
-                for k, v in (("step", step), ("compute", compute), ("comm", comm_s),
-                             ("wait", wait), ("compress", compress)):
+        for r in runs.values():
+            times = _time_step(comm, r, *batch(), rep)
+            if rep >= args.warmup:
+                for k, v in times.items():
                     r["t"][k].append(v)
                 r["bytes"].append(r["opt"].last_step.bytes_sent)
     load = {"before": load_before, "after": _loadavg()}
     env = capture_environment(comm)
+    summary = _report(args, comm, runs, configs, env, load, n_params)
+    if rank == 0:
+        d, t = summary["dense_baseline"], summary["topk"]
+        print(f"dense / top-k: step time {d['step'] / t['step']:.2f}x, communication alone "
+              f"{d['comm'] / t['comm']:.2f}x, exposed wait {d['wait'] / max(t['wait'], 1e-9):.2f}x,"
+              f" bytes " + (f"{d['bytes'] / t['bytes']:.1f}x" if t["bytes"] else "- (P = 1: none "
+                            "sent)"), flush=True)
+    return 0
+
+
+def _config_run(args, comm, base, compression) -> dict:
+    """One configuration's three copies of ``base``: the trained model and its optimizer,
+    a second one for the communication alone, and a plain one (no hooks) for the compute
+    alone; and its lists of times and bytes."""
+    import torch  # optional: the [torch] extra
+
+    import sparcml.torch as st  # imports torch
+
+    def wrapped():
+        model = copy.deepcopy(base)
+        opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                      model.named_parameters(), comm=comm,
+                                      compression=compression,
+                                      bucket_bytes=int(args.bucket_mb * 2**20))
+        return model, opt
+
+    model, opt = wrapped()
+    comm_model, comm_opt = wrapped()
+    plain = copy.deepcopy(base)
+    return {"model": model, "opt": opt, "comm_model": comm_model,
+            "comm_opt": comm_opt, "plain": plain,
+            "plain_opt": torch.optim.SGD(plain.parameters(), lr=0.01),
+            "t": {k: [] for k in ("step", "compute", "comm", "wait", "compress")},
+            "bytes": []}
+
+
+def _time_step(comm, r, xb, yb, rep) -> dict:
+    """One repetition of configuration ``r`` on the batch ``(xb, yb)``: the training step, the
+    compute alone and the communication alone, slowest rank's seconds (collective)."""
+    import torch  # optional: the [torch] extra
+
+    loss_fn = torch.nn.functional.cross_entropy
+    # the training step, communication overlapping backward
+    comm.Barrier()
+    t0 = time.perf_counter()
+    loss_fn(r["model"](xb), yb).backward()
+    t1 = time.perf_counter()
+    r["opt"].synchronize()
+    t2 = time.perf_counter()
+    r["opt"].step()
+    r["opt"].zero_grad()
+    step = _slowest(comm, time.perf_counter() - t0)
+    wait = _slowest(comm, t2 - t1)
+    compress = _slowest(comm, r["opt"].last_step.compress_seconds)
+    # compute alone
+    comm.Barrier()
+    t0 = time.perf_counter()
+    loss_fn(r["plain"](xb), yb).backward()
+    r["plain_opt"].step()
+    r["plain_opt"].zero_grad()
+    compute = _slowest(comm, time.perf_counter() - t0)
+    # communication alone (compression included), on gradients of the same size
+    for p in r["comm_model"].parameters():
+        p.grad = torch.randn(p.shape, generator=torch.Generator().manual_seed(rep)) * 1e-3
+    comm.Barrier()
+    t0 = time.perf_counter()
+    r["comm_opt"].synchronize()
+    comm_s = _slowest(comm, time.perf_counter() - t0)
+    r["comm_opt"].step()  # ends the step (untimed): the next synchronize() reduces
+    r["comm_opt"].zero_grad()
+    return {"step": step, "compute": compute, "comm": comm_s, "wait": wait,
+            "compress": compress}
+
+
+def _report(args, comm, runs, configs, env, load, n_params) -> dict:
+    """Medians and shares per configuration (collective), printed on rank 0 and recorded
+    with ``--output``; returns them by configuration."""
+    rank, size = comm.Get_rank(), comm.Get_size()
     if rank == 0:
         print(f"load average (1, 5, 15 min) before: {load['before']}, after: {load['after']}")
         print(f"{'config':14} {'step s':>8} {'compute s':>9} {'comm s':>8} {'wait s':>8} "
@@ -206,13 +239,7 @@ def _run(args) -> int:
                          "load_average": load, "buckets": buckets,
                          "comm_seconds_per_bucket": per_bucket},
                 bytes={"sent_per_step": per_rank}))
-    if rank == 0:
-        d, t = summary["dense_baseline"], summary["topk"]
-        print(f"dense / top-k: step time {d['step'] / t['step']:.2f}x, communication alone "
-              f"{d['comm'] / t['comm']:.2f}x, exposed wait {d['wait'] / max(t['wait'], 1e-9):.2f}x,"
-              f" bytes " + (f"{d['bytes'] / t['bytes']:.1f}x" if t["bytes"] else "- (P = 1: none "
-                            "sent)"), flush=True)
-    return 0
+    return summary
 
 
 def _loadavg():

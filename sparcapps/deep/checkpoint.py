@@ -29,7 +29,7 @@ class CheckpointError(RuntimeError):
 
 
 def _numpy_to_torch(obj):
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     if isinstance(obj, np.ndarray):
         return torch.from_numpy(obj.copy())
@@ -51,7 +51,7 @@ def save_checkpoint(path, comm, *, app, args, epoch, model, opt, history, wall, 
     """Collective. ``epoch`` epochs done, and ``step`` batches of the next one; ``partial``
     (with ``step``): this rank's ``{"sums": [loss_sum, correct, count, seconds], "carry":
     task.carry()}`` of that epoch so far."""
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     states = comm.gather(_numpy_to_torch(opt.state_dict()), root=0)
     partials = comm.gather(partial, root=0)
@@ -70,7 +70,7 @@ def save_checkpoint(path, comm, *, app, args, epoch, model, opt, history, wall, 
 def load_checkpoint(path, comm, *, app, args) -> dict:
     """The checkpoint at ``path`` if this run (``app``, P, options) can resume it; else
     :class:`CheckpointError` naming what differs."""
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)

@@ -7,6 +7,12 @@ Shared by the training loop (:mod:`.train`), the simulated ranks' calibration
 
 from __future__ import annotations
 
+from sparcml import QSGD
+from sparcml.compression import (COMPRESSORS, Compression, GlobalTopKCompressor, NoneMemory,
+                                 ResidualMemory, TopKCompressor, build, get_compressor,
+                                 recommended_hyperparameters)
+from sparcapps.cli_args import compressor_params_from_args, options_from_args
+
 __all__ = ["compression_from_args", "resolve_hyperparameters", "resolve_compressor_defaults"]
 
 
@@ -24,8 +30,6 @@ def resolve_hyperparameters(args, *, lr: float, momentum: float):
     ``momentum``. A value the user gave wins. Returns ``args`` (modified)."""
     name = _active_compressor(args)
     if name:
-        from sparcml.compression import COMPRESSORS, recommended_hyperparameters
-
         if name in COMPRESSORS:
             rec = recommended_hyperparameters(name, lr=lr, momentum=momentum)
             lr, momentum = rec["lr"], rec["momentum"]
@@ -46,7 +50,6 @@ def resolve_compressor_defaults(args, *, steps_per_epoch: int, clip: float | Non
     name = _active_compressor(args)
     if not name:
         return args
-    from sparcml.compression import COMPRESSORS, get_compressor
 
     if name not in COMPRESSORS:
         return args
@@ -63,20 +66,11 @@ def resolve_compressor_defaults(args, *, steps_per_epoch: int, clip: float | Non
 
 def compression_from_args(args):
     """The :class:`sparcml.compression.Compression` the communication options ask for."""
-    from sparcml import QSGD
-    from sparcml.compression import (Compression, GlobalTopKCompressor, NoneMemory,
-                                     ResidualMemory, TopKCompressor)
-
-    from sparcapps.cli_args import options_from_args
 
     options = options_from_args(args)
     if args.dense:
         return Compression.none(options=options)
     if getattr(args, "compressor", None):
-        from sparcml.compression import build
-
-        from sparcapps.cli_args import compressor_params_from_args
-
         return build(args.compressor, **compressor_params_from_args(args),
                      error_feedback=not args.no_error_feedback,
                      algorithm=args.algorithm).with_options(options)
@@ -92,7 +86,5 @@ def _own_momentum(args) -> bool:
     """Whether the compressor applies a momentum itself (``--compressor-momentum``; its
     registry record's ``own_momentum``): its recommended SGD ``--momentum`` is then 0, and a
     ``--momentum`` the user gives adds an outer momentum on top, as asked."""
-    from sparcml.compression import get_compressor
-
     name = _active_compressor(args)
     return bool(name) and get_compressor(name).own_momentum

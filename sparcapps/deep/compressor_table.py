@@ -25,14 +25,21 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import math
 import sys
 from collections import defaultdict
 
 import numpy as np
 
-from sparcml import DENSE_BASELINE
-from sparcml.compression import COMPRESSORS, compressor_params, get_compressor
+from sparcml import DENSE_BASELINE, CostModel
+from sparcml.compression import COMPRESSORS, compressor_params, get_compressor, predicted_seconds
+from sparcml.sim import network_cost_model
+from sparcapps.cli_args import add_list_argument, make_parser, positive_int
+from sparcapps.records import read_records
+
+from ._simstep import simulate_step
+from .train import compression_from_args
 
 __all__ = ["main", "rows_of"]
 
@@ -43,8 +50,6 @@ NETWORK = "256x10gbit"
 
 def _default_lr(app: str):
     """The app's default ``--lr`` (None for another app)."""
-    import importlib
-
     try:
         module = importlib.import_module(f"sparcapps.deep.{app.removeprefix('sparc-')}")
         return module.build_parser().app_defaults["lr"]
@@ -74,8 +79,6 @@ def _spec(name: str):
 
 def _compression(rec):
     """The Compression the record's options build with this code."""
-    from .train import compression_from_args
-
     cfg = argparse.Namespace(**rec["config"])
     # flags a record of an older version lacks: their defaults (the compressors' registry)
     for key, value in [("compressor", None)] + [(p.dest, p.default)
@@ -100,10 +103,6 @@ def current(rec) -> bool:
 
 def _predicted(rec, P: int) -> float:
     """Predicted seconds of one step's reductions at P ranks (all buckets)."""
-    from sparcml import CostModel
-    from sparcml.compression import predicted_seconds
-    from sparcml.sim import network_cost_model
-
     cfg = argparse.Namespace(**rec["config"])
     compression = _compression(rec)
     # the local merge / dense rates at the CostModel's defaults: measured ones vary with load
@@ -128,8 +127,6 @@ def _predicted(rec, P: int) -> float:
 
 def _simulated(rec, P: int) -> float:
     """Simulated seconds of one step's reductions at P ranks (communication alone)."""
-    from ._simstep import simulate_step
-
     return simulate_step(rec, P, _compression)[0]
 
 
@@ -212,7 +209,7 @@ def markdown(rows) -> str:
 
 
 def figure(rows, path) -> None:
-    import matplotlib
+    import matplotlib  # matplotlib (the [apps] extra): only for --figure
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -241,9 +238,6 @@ def figure(rows, path) -> None:
 
 
 def main(argv=None) -> int:
-    from sparcapps.cli_args import add_list_argument, make_parser, positive_int
-    from sparcapps.records import read_records
-
     p = make_parser("sparc-compressor-table", __doc__)
     p.add_argument("records", nargs="+", help="JSONL records of sparc-cnn / sparc-lstm runs")
     p.add_argument("--figure", default=None,

@@ -40,7 +40,7 @@ class DeepDataError(ValueError):
 
 def load_digits_split(test_fraction: float = 0.2):
     """scikit-learn's digits as 8x8 float32 images in [0, 1], split with a fixed seed."""
-    from sklearn.datasets import load_digits
+    from sklearn.datasets import load_digits  # scikit-learn (the [apps] extra): not at --help
 
     d = load_digits()
     X = (d.data.astype(np.float32) / 16.0).reshape(-1, 8, 8)

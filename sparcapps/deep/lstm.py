@@ -10,16 +10,23 @@ from __future__ import annotations
 
 import sys
 
+from sparcapps.cli_args import add_deprecated_alias, nonnegative_float, positive_int
+
+from sparcapps.data import data_home
+from sparcapps.cli_args import options_from_args
+from sparcapps.simapp import check_simulate_arguments
+
+from .data import load_digits_split, load_ptb
+from .simranks import shared_data
+from .train import ClassifyTask, LanguageModelTask, run_app, simulated_main
+from .train import build_parser as common
+
 __all__ = ["main", "make_task", "build_parser"]
 
 APP = "sparc-lstm"
 
 
 def build_parser():
-    from sparcapps.cli_args import add_deprecated_alias, nonnegative_float, positive_int
-
-    from .train import build_parser as common
-
     p = common(APP, "Data-parallel LSTM training with quantized top-k SGD (sparcml.torch).",
                datasets=("digits", "ptb"), width=128, depth=1, lr=0.3, epochs=40,
                batch_size=32)
@@ -33,17 +40,13 @@ def build_parser():
 
 
 def make_task(args, comm):
-    from .data import load_digits_split, load_ptb
-    from .models import SeqLSTM, WordLM
-    from .simranks import shared_data
-    from .train import ClassifyTask, LanguageModelTask
+    from .models import SeqLSTM, WordLM  # imports torch: not at --help
 
     rank, size = comm.Get_rank(), comm.Get_size()
     if args.dataset == "digits":
         model = SeqLSTM(args.width, args.depth)
         return ClassifyTask(model, *shared_data(comm, "digits", load_digits_split), rank=rank,
                             size=size, batch_size=args.batch_size, seed=args.seed)
-    from sparcapps.data import data_home
 
     root = data_home(args.data_home) / "ptb"
     corpus = shared_data(comm, ("ptb", str(root)), lambda: load_ptb(root))
@@ -53,18 +56,11 @@ def make_task(args, comm):
 
 
 def main(argv=None) -> int:
-    from sparcapps.cli_args import options_from_args
-    from sparcapps.simapp import check_simulate_arguments
-
-    from .train import run_app
-
     parser = build_parser()
     args = parser.parse_args(argv)
     options_from_args(args, parser)  # a bad SPARCML_* variable: exit 2; records what runs
     check_simulate_arguments(parser, args)
     if args.simulate:
-        from .train import simulated_main
-
         return simulated_main(APP, args, parser, make_task)
     return run_app(APP, args, make_task)
 

@@ -46,7 +46,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import time
+
+import numpy as np
+from mpi4py import MPI
+
+from sparcml import sim
+from sparcml.sim import ReplicaDivergedError
+from sparcapps.simapp import SimPlan
+
+from .comm_options import compression_from_args
 
 __all__ = ["SharedStep", "shared_data", "build_model_once", "share_model", "step_rates",
            "StepCharge", "estimate", "train_examples", "RATES_VERSION"]
@@ -59,8 +69,6 @@ _REPS = 5
 def shared_data(comm, key, load):
     """``load()`` once for all simulated ranks of ``comm`` (the arrays are read only), else
     ``load()`` on this rank."""
-    from sparcml import sim
-
     return sim.Replicas(comm).shared(("deep.data", key), load)
 
 
@@ -69,8 +77,7 @@ def build_model_once(comm, seed: int, build):
     one rank at a time (torch's generator is global to the process) and its parameters then made
     aliases of one shared copy (:func:`share_model`), so that no more than two copies of the
     weights exist at once."""
-    import torch
-    from sparcml import sim
+    import torch  # the [torch] extra: not at --help
 
     replicas = sim.Replicas(comm)
     with replicas.exclusive("deep.build"):
@@ -86,7 +93,7 @@ def share_model(replicas, model) -> list:
     bitwise equal to them first); returns the shared ``Parameter`` objects, which the shared
     update steps. Not collective: ``replicas`` (:class:`sparcml.sim.Replicas`) matches the
     n-th call of every rank."""
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     params = list(model.parameters())
     mine = [p.detach().numpy() for p in params]
@@ -106,8 +113,6 @@ class SharedStep:
 
     @staticmethod
     def make(comm, model, cls, **defaults):
-        from sparcml import sim
-
         replicas = sim.Replicas(comm)
         if not replicas.sharing:
             return cls(model.parameters(), **defaults)
@@ -121,7 +126,7 @@ def _shared_step_class():
     global _CLASS
     if _CLASS is not None:
         return _CLASS
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     class _SharedStep(torch.optim.Optimizer):
         """This rank's parameters (their own ``.grad``); ``step()`` updates the shared weights
@@ -166,14 +171,12 @@ def _shared_step_class():
 
 
 def _diverged():
-    from sparcml.sim import ReplicaDivergedError
-
     return ReplicaDivergedError
 
 
 def _shared_params(params):
     """New ``Parameter`` objects aliasing the storage of ``params`` (no copy)."""
-    import torch
+    import torch  # the [torch] extra: not at --help
 
     return [torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad) for p in params]
 
@@ -220,11 +223,7 @@ def _bucket_sizes(model, bucket_mb: float) -> list[int]:
 
 def _measure(app: str, args, make_task) -> dict:
     """One step's parts, in seconds, on this machine (see the module docstring)."""
-    import numpy as np
-    import torch
-    from mpi4py import MPI
-
-    from .comm_options import compression_from_args
+    import torch  # the [torch] extra: not at --help
 
     torch.set_num_threads(args.threads)
     timer = time.thread_time if args.threads == 1 else time.process_time
@@ -290,8 +289,6 @@ def step_rates(app: str, args, make_task) -> dict:
     """Seconds of one step's parts on this machine for this run's model, batch and
     compression (``forward_backward``, ``flatten``, ``select``, ``update``): measured once
     (a few seconds) and cached per configuration."""
-    from sparcml import sim
-
     digest = hashlib.sha256(json.dumps(_config_key(app, args), sort_keys=True,
                                        default=str).encode()).hexdigest()[:16]
     return sim.cached_rates(f"deep-step-{digest}", lambda: _measure(app, args, make_task),
@@ -323,10 +320,6 @@ def estimate(app: str, args, P: int, *, n_params: int, train_examples: int, rate
     (every rank's calibrated step shared by this machine's cores, and the reduction's passes
     over the gradient per rank). Fitted on this machine: BENCHMARKS.md, "The deep apps on
     simulated ranks"."""
-    import os
-
-    from sparcapps.simapp import SimPlan
-
     N = int(n_params)
     sparse_ef = not (args.dense or args.no_error_feedback)
     per_rank = 4 * N * (_VECTORS_SPARSE if sparse_ef else _VECTORS_OTHER) + _RANK_BYTES
@@ -361,8 +354,7 @@ _SIM_RANK_SECONDS = 0.3     # building a rank: its model, optimizer, agreement
 
 def train_examples(app: str, args, make_task) -> tuple[int, int]:
     """(parameters, training examples or tokens) of the run, from one rank-0 task."""
-    import torch
-    from mpi4py import MPI
+    import torch  # the [torch] extra: not at --help
 
     torch.manual_seed(args.seed)
     task = make_task(args, MPI.COMM_SELF)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .data import lm_batches, shard_permutation
+
 __all__ = ["ClassifyTask", "LanguageModelTask", "reduce_numbers"]
 
 
@@ -21,15 +23,13 @@ class ClassifyTask:
     clip = None
 
     def __init__(self, model, X, y, Xte, yte, *, rank, size, batch_size, seed):
-        import torch
+        import torch  # the [torch] extra: not at --help
 
         self.torch = torch
         self.model, self.X, self.y, self.Xte, self.yte = model, X, y, Xte, yte
         self.rank, self.size, self.batch_size, self.seed = rank, size, batch_size, seed
 
     def start_epoch(self, epoch: int) -> list:
-        from .data import shard_permutation
-
         return shard_permutation(len(self.y), self.rank, self.size, self.seed, epoch,
                                  self.batch_size)
 
@@ -75,9 +75,7 @@ class LanguageModelTask:
     metric = "perplexity"
 
     def __init__(self, model, corpus, *, rank, size, batch_size, bptt, clip=0.25):
-        import torch
-
-        from .data import lm_batches
+        import torch  # the [torch] extra: not at --help
 
         self.torch, self.model, self.clip = torch, model, clip
         self.rank, self.size = rank, size
@@ -124,7 +122,7 @@ class LanguageModelTask:
 
 def reduce_numbers(comm, values, op: str = "sum") -> np.ndarray:
     """Element-wise sum (or max) over ranks of a few numbers, as float64. Collective."""
-    from mpi4py import MPI
+    from mpi4py import MPI  # here: importing this module imports no MPI (see above)
 
     buf = np.array(values, np.float64)
     comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.SUM if op == "sum" else MPI.MAX)

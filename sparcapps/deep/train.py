@@ -61,16 +61,33 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from mpi4py import MPI
 
-from sparcapps.cli_args import Parser
+from sparcml import (DEFAULT_ALGORITHM, DENSE_BASELINE, QSGD, CompressionError,
+                     IncompatibleOptionsError, UnknownAlgorithmError, abort_on_error,
+                     check_algorithm_options, sim)
+from sparcml.compression import COMPRESSORS, Memory, get_compressor
+from sparcapps.cli_args import (Parser, add_bits_argument, add_checkpoint_every_argument,
+                                add_compressor_arguments, add_data_home_argument,
+                                add_options_arguments, add_records_output_argument,
+                                algorithm_help, algorithm_name, density_help, fraction,
+                                make_parser, nonnegative_float, nonnegative_int, positive_float,
+                                positive_int)
+from sparcapps.interrupt import StopOnSignal
+from sparcapps.records import append_record, capture_environment, make_record, summarize
+from sparcapps.simapp import add_simulate_arguments, mark_simulated, run_simulated
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from .comm_options import (_own_momentum, compression_from_args, resolve_compressor_defaults,
                            resolve_hyperparameters)
+from .data import DeepDataError
+from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
+from .usage import ModelOptionsError
 from .usage import UsageError as _UserError
 from .usage import collectively as _collectively
 from .usage import finished as _finished
-from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
+from .simranks import (SharedStep, StepCharge, build_model_once, estimate, step_rates,
+                       train_examples)
 
 __all__ = ["build_parser", "run_app", "compression_from_args", "ClassifyTask",
            "LanguageModelTask", "CheckpointError", "params_digest", "simulated_main"]
@@ -79,16 +96,6 @@ __all__ = ["build_parser", "run_app", "compression_from_args", "ClassifyTask",
 def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], width: int,
                  depth: int, lr: float, epochs: int, batch_size: int,
                  momentum: float = 0.9) -> argparse.ArgumentParser:
-    from sparcml import DEFAULT_ALGORITHM
-
-    from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_compressor_arguments, add_data_home_argument,
-                                    add_options_arguments, add_records_output_argument,
-                                    algorithm_help, algorithm_name, fraction, make_parser,
-                                    positive_int)
-    from sparcapps.cli_args import (density_help, nonnegative_float, nonnegative_int,
-                                    positive_float)
-
     p = make_parser(prog, description, parser_class=_DeepParser)
     p.app_defaults = {"lr": lr, "momentum": momentum}
     g = p.add_argument_group("data and model")
@@ -100,12 +107,31 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                    "units); raise it for a model of millions of parameters")
     g.add_argument("--depth", type=int, default=depth, help="layers (conv layers / LSTM "
                    "layers / residual blocks per stage)")
-    g = p.add_argument_group("training")
+    _add_training_arguments(p.add_argument_group("training"), lr=lr, epochs=epochs,
+                            batch_size=batch_size, momentum=momentum)
+    _add_communication_arguments(p.add_argument_group("communication"))
+    g = p.add_argument_group("output")
+    add_records_output_argument(g)
+    g.add_argument("--checkpoint", default=None, help=f"checkpoint file (default: {prog}.ckpt)")
+    add_checkpoint_every_argument(g, "epochs", help="write a checkpoint every EPOCHS epochs")
+    g.add_argument("--resume", default=None, help="continue from this checkpoint file")
+    g.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (it is drawn only on a terminal; elsewhere one line "
+                        "per epoch)")
+    g.add_argument("--run-id", default=None, metavar="ID",
+                   help="a label kept in the record's config (sparc-deep-accuracy gives each "
+                        "run its own, to find that run's record in a shared file)")
+    add_simulate_arguments(p, step_unit="step (forward, backward, selection, update)")
+    return p
+
+
+def _add_training_arguments(g, *, lr: float, epochs: int, batch_size: int,
+                            momentum: float) -> None:
+    """The "training" group: epochs, batch, the optimizer (its defaults with each compressor's
+    recommendations), seed, threads."""
     g.add_argument("--epochs", type=positive_int, default=epochs, help="passes over the data")
     g.add_argument("--batch-size", type=positive_int, default=batch_size,
                    help="examples per rank per step")
-    from sparcml.compression import COMPRESSORS, get_compressor
-
     scaled = ", ".join(f"{n} x{get_compressor(n).recommended['lr_scale']:.3g}"
                        for n in COMPRESSORS if "lr_scale" in get_compressor(n).recommended)
     own = [n for n in COMPRESSORS if get_compressor(n).own_momentum]
@@ -125,7 +151,11 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     g.add_argument("--seed", type=int, default=0, help="model init, data order, rounding")
     g.add_argument("--threads", type=positive_int, default=1,
                    help="torch threads per rank (ranks usually share the cores)")
-    g = p.add_argument_group("communication")
+
+
+def _add_communication_arguments(g) -> None:
+    """The "communication" group: compression (top-k, bits, a compressor), the algorithm and
+    options, buckets, the dense baseline."""
     g.add_argument("--density", type=fraction, default=0.01,
                    help=density_help("what top-k keeps of each gradient bucket"))
     add_bits_argument(g, what="the values sent")
@@ -148,21 +178,6 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
                         "not kept stays in the error feedback); needs --bits 0; --algorithm "
                         "auto lets the cost model choose it or an allreduce per bucket")
     add_compressor_arguments(g)
-    g = p.add_argument_group("output")
-    add_records_output_argument(g)
-    g.add_argument("--checkpoint", default=None, help=f"checkpoint file (default: {prog}.ckpt)")
-    add_checkpoint_every_argument(g, "epochs", help="write a checkpoint every EPOCHS epochs")
-    g.add_argument("--resume", default=None, help="continue from this checkpoint file")
-    g.add_argument("--no-progress", action="store_true",
-                   help="no progress bar (it is drawn only on a terminal; elsewhere one line "
-                        "per epoch)")
-    g.add_argument("--run-id", default=None, metavar="ID",
-                   help="a label kept in the record's config (sparc-deep-accuracy gives each "
-                        "run its own, to find that run's record in a shared file)")
-    from sparcapps.simapp import add_simulate_arguments
-
-    add_simulate_arguments(p, step_unit="step (forward, backward, selection, update)")
-    return p
 
 
 def _momentum(text: str) -> float:
@@ -207,16 +222,12 @@ def run_app(app: str, args, make_task, *, comm=None, charge=None) -> int:
     :class:`~sparcapps.deep.simranks.StepCharge` of each step's modeled compute."""
     if comm is not None:
         return _run(app, args, make_task, comm, charge)
-    from sparcml import abort_on_error
 
     with abort_on_error():
         return _run(app, args, make_task, None, None)
 
 
 def _check_args(args) -> list[str]:
-    from sparcml import (QSGD, IncompatibleOptionsError, UnknownAlgorithmError,
-                         check_algorithm_options)
-
     problems = []
     if args.epochs < 1:
         problems.append(f"--epochs must be >= 1, got {args.epochs}")
@@ -235,9 +246,6 @@ def _check_args(args) -> list[str]:
         problems.append("give --compressor or --global-topk, not both "
                         "(--compressor global-topk is the same)")
     elif getattr(args, "compressor", None) and not args.dense:
-        from sparcml import CompressionError
-        from sparcml.compression import Memory
-
         try:
             made = compression_from_args(args)
         except (CompressionError, IncompatibleOptionsError, UnknownAlgorithmError) as exc:
@@ -276,10 +284,6 @@ class _NoSignals:
 
 
 def _run(app, args, make_task, comm, charge) -> int:
-    from mpi4py import MPI
-
-    from sparcapps.interrupt import StopOnSignal
-
     comm = MPI.COMM_WORLD if comm is None else comm
     problems = _check_args(args)
     if problems:
@@ -345,13 +349,9 @@ def _build(app, args, make_task, comm, charge=None) -> _Run:
     state of a resumed checkpoint, the environment and the progress bar. Collective. On
     simulated ranks the model's weights and the SGD's state are one shared copy
     (:mod:`.simranks`)."""
-    import torch
+    import torch  # the [torch] extra, and sparcml's adapter on it: not at --help
 
     import sparcml.torch as st
-    from sparcml import sim
-    from sparcapps.records import capture_environment
-
-    from .simranks import SharedStep, build_model_once
 
     torch.set_num_threads(args.threads)
     task = _collectively(comm, lambda: build_model_once(comm, args.seed,
@@ -398,7 +398,7 @@ def _build(app, args, make_task, comm, charge=None) -> _Run:
               f"P={comm.Get_size()}, {what}, {opt.algorithm}, {len(opt.buckets)} bucket(s)",
               flush=True)
         if not args.no_progress:
-            from tqdm import tqdm
+            from tqdm import tqdm  # the [apps] extra: not at --help
 
             run.progress = tqdm(unit="step", disable=None, dynamic_ncols=True)
     run.t_start = run.clock() - wall_offset
@@ -424,8 +424,7 @@ class _Epoch:
 def _train_epoch(run: _Run, epoch: int, stopper) -> _Epoch:
     """The steps of one epoch on every rank; stops early, on every rank after the same step,
     when ``stopper`` says so. Collective."""
-    import torch
-    from sparcml import sim
+    import torch  # the [torch] extra: not at --help
 
     args, task, opt, progress = run.args, run.task, run.opt, run.progress
     # a compressor that clips each rank's gradient itself (DGC) replaces the averaged clipping
@@ -532,9 +531,6 @@ def _record_epoch(run: _Run, epoch: int, done: _Epoch, stats) -> dict:
 def _record_run(run: _Run) -> int:
     """Check that every rank ends with the same parameters, print the summary and append the
     run's record on rank 0. Collective; returns 0 (raises when the parameters differ)."""
-    from sparcml import DENSE_BASELINE
-    from sparcapps.records import append_record, make_record, summarize
-
     comm, args, opt = run.comm, run.args, run.opt
     digest = params_digest(run.model)
     same = len(set(comm.allgather(digest))) == 1
@@ -568,8 +564,6 @@ def _record_run(run: _Run) -> int:
                        "ratio_dense_over_sent": dense_per_step / bytes_per_step
                        if bytes_per_step else None})
             if run.simulated:
-                from sparcapps.simapp import mark_simulated
-
                 mark_simulated(record, comm, args)
                 record["metrics"]["virtual_seconds"] = sum(h["epoch_seconds"]
                                                            for h in run.history)
@@ -582,12 +576,6 @@ def _record_run(run: _Run) -> int:
 def simulated_main(app: str, args, parser, make_task) -> int:
     """``--simulate``: check the options, calibrate, estimate and run each P (see the module
     docstring); the worst exit status."""
-    from sparcapps.simapp import run_simulated
-
-    from .data import DeepDataError
-    from .simranks import StepCharge, estimate, step_rates, train_examples
-    from .usage import ModelOptionsError
-
     if args.resume or args.checkpoint_every_epochs:
         parser.error("--simulate does not checkpoint or resume (a simulated run is short and "
                      "deterministic: run it again)")

@@ -11,6 +11,7 @@ neither torch nor MPI.
 from __future__ import annotations
 
 from .checkpoint import CheckpointError
+from .data import DeepDataError
 
 __all__ = ["UsageError", "ModelOptionsError", "collectively", "finished"]
 
@@ -28,8 +29,6 @@ class ModelOptionsError(ValueError):
 def collectively(comm, make):
     """``make()`` on every rank; a data or checkpoint error on any rank becomes the same
     :class:`UsageError` on every rank (one ``allgather`` of the messages). Collective."""
-    from .data import DeepDataError
-
     error = None
     try:
         result = make()

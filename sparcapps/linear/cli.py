@@ -24,29 +24,36 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import sys
 import time
 
 import numpy as np
+from mpi4py import MPI
 
-from sparcapps.cli_args import options_from_args
-from sparcapps.simapp import (add_simulate_arguments, check_simulate_arguments, mark_simulated,
-                              run_simulated)
+import sparcml
+from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
+                                add_data_home_argument, add_options_arguments,
+                                add_records_output_argument, algorithm_help, algorithm_name,
+                                make_parser, options_from_args, output_file, positive_int)
+from sparcapps.data import data_home
+from sparcapps.interrupt import StopOnSignal
+from sparcapps.output_paths import write_with_fallback
+from sparcapps.records import append_record, capture_environment, make_record, summarize
+from sparcapps.sim_estimate import estimate
+from sparcapps.simapp import (SimPlan, add_simulate_arguments, check_simulate_arguments,
+                              mark_simulated, run_simulated)
 
-__all__ = ["main", "logreg_main", "svm_main", "build_parser"]
+from .collective import agree_or_raise, collective_errors
+from .data import SYNTH_PRESETS, ensure_synth, load_split
+from .errors import CheckpointError, CheckpointMismatchError, LinearModelError
+from .schedule import SCHEDULES
+from .stepcost import fixed_step_seconds
+
+__all__ = ["main", "logreg_main", "svm_main", "build_parser", "build_estimator"]
 
 
 def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argparse.ArgumentParser:
-    import sparcml
-
-    from sparcapps.cli_args import (add_bits_argument, add_checkpoint_every_argument,
-                                    add_data_home_argument, add_options_arguments,
-                                    add_records_output_argument, algorithm_help,
-                                    algorithm_name, make_parser, output_file, positive_int)
-
-    from .data import SYNTH_PRESETS
-    from .schedule import SCHEDULES
-
     desc = __doc__.split("\n\n")[0].replace("``", "")
     if loss is not None:
         desc = {"log": "sparc-logreg: sparse logistic regression (sparc-linear --loss log)",
@@ -144,7 +151,7 @@ class _Monitor:
         """The progress bar (rank 0), created at the first step with the steps done before it
         (a resumed run's); tqdm draws it only on a terminal (``disable=None``)."""
         if self.bar is None and self.rank == 0 and not self.args.no_progress:
-            from tqdm import tqdm
+            from tqdm import tqdm  # the [apps] extra: not at --help
 
             self.bar = tqdm(total=self.args.epochs * engine.plan.steps_per_epoch,
                             initial=self.done, unit="step", file=sys.stderr, dynamic_ncols=True,
@@ -191,9 +198,7 @@ class _Monitor:
         return False
 
     def checkpoint(self, est, engine, state) -> None:
-        from .collective import agree_or_raise
-        from .errors import CheckpointError
-        from .io import save_checkpoint
+        from .io import save_checkpoint  # h5py: not at --help
 
         partials = self.comm.allgather(dict(state.partial))
         error = None
@@ -217,9 +222,7 @@ _RESUME_MUST_MATCH = ("loss", "alpha", "learning_rate", "eta0", "power_t", "fit_
 
 def _resume_state(args, est, comm, n_features, global_batch, train_rows):
     """Collective: the checkpoint's TrainState, after checking it belongs to this problem."""
-    from .collective import collective_errors
-    from .errors import CheckpointMismatchError
-    from .io import load_checkpoint, model_params
+    from .io import load_checkpoint, model_params  # h5py: not at --help
 
     with collective_errors(comm):
         ck = load_checkpoint(args.resume)
@@ -266,52 +269,15 @@ def run(args, prog: str, comm=None, argv=None) -> int:
     communicator under ``--simulate``); returns the exit status (the same on every rank).
     ``argv``: the arguments :func:`main` was given (recorded as the command; default: the
     process's own)."""
-    from mpi4py import MPI
-
-    import sparcml
-    from sparcapps.records import append_record, capture_environment, make_record, summarize
-
-    from sparcapps.interrupt import StopOnSignal
-
-    from .collective import collective_errors
-    from .data import ensure_synth, load_split
-    from .errors import LinearModelError
-    from .estimator import SparseLinearClassifier
-    from sparcapps.output_paths import write_with_fallback
-
-    from .io import save_model
-
     comm = MPI.COMM_WORLD if comm is None else comm
     rank, size = comm.Get_rank(), comm.Get_size()
     simulated = sparcml.sim.Replicas(comm).simulated
-    if simulated:  # one process: rank 0 alone says where it ran (no P git subprocesses)
-        environment = capture_environment() if args.output and rank == 0 else None
-    else:
-        environment = capture_environment(comm) if args.output else None
-    if environment is not None and argv is not None:  # called from Python: its own arguments
-        environment["command"] = [prog, *argv]
+    environment = _environment(args, prog, comm, simulated, argv)
     try:
-        if args.synth:
-            from sparcapps.data import data_home
-
-            cache = args.synth_cache or (data_home(args.data_home) / "synth")
-            path = ensure_synth(args.synth, args.rows, 0, args.features, cache, comm,
-                                progress=False if args.no_progress else None)
-        else:
-            path = args.data
+        path = _data_path(args, comm)
         Xtr, ytr, Xte, yte = load_split(path, comm, test_fraction=args.test_fraction,
                                         split_seed=args.split_seed)
-        quantizer = sparcml.QSGD(bits=args.bits, seed=args.seed) if args.bits else None
-        est = SparseLinearClassifier(
-            loss=args.loss, alpha=args.alpha, learning_rate=args.learning_rate, eta0=args.eta0,
-            power_t=args.power_t, batch_size=args.batch_size, max_iter=args.epochs,
-            tol=args.tol,
-            algorithm=args.algorithm, quantizer=quantizer, quantize_sparse=args.quantize_sparse,
-            options=options_from_args(args),
-            seed=args.seed, comm=comm, fit_intercept=not args.no_intercept,
-            shuffle=not args.no_shuffle)
-        with collective_errors(comm):
-            est._check_params()
+        est = build_estimator(args, comm)
         train_rows = comm.allreduce(int(Xtr.shape[0]))
         global_batch = args.batch_size * size
         state = None
@@ -321,74 +287,139 @@ def run(args, prog: str, comm=None, argv=None) -> int:
             if state.epoch >= args.epochs:  # the same on every rank (the checkpoint's)
                 return _finished(args, prog, state, rank)
             done = state.epoch * (-(-train_rows // global_batch)) + state.step
-        # a simulation is not a Slurm job: it handles no signals (and threads cannot)
-        stopper = None if simulated else StopOnSignal(comm)
-        monitor = _Monitor(args, comm, Xte, yte, done, _checkpoint_path(args), stopper)
-        start = time.perf_counter()
-        try:
-            with stopper or contextlib.nullcontext():
-                est.fit(Xtr, ytr, monitor=monitor, resume=state)
-        finally:
-            monitor.close()
-        wall = time.perf_counter() - start
+        monitor, wall = _fit(args, est, comm, (Xtr, ytr), (Xte, yte), state, done, simulated)
     except LinearModelError as exc:  # raised alike on every rank
         if rank == 0:
             print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     if monitor.stopped:
-        signum = stopper.signum if stopper is not None else None
-        why = f"interrupted by {stopper.signal_name}" if signum else "stopped"
-        if rank == 0:
-            print(f"{prog}: {why} after {monitor.done} steps; checkpoint in "
-                  f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})",
-                  flush=True)
-        # a signalled run did not finish: exit as a shell reports the signal (128 + number)
-        return 128 + signum if signum else 0
+        return _stopped(prog, monitor, rank)
     if args.checkpoint_every_steps and monitor.engine is not None:
-        monitor.checkpoint(est, monitor.engine, est._state)  # the final state
-    history = est.history_
+        monitor.checkpoint(est, monitor.engine, est.train_state_)  # the final state
     if rank == 0:
         if args.save_model:
-            target = _per_P(args.save_model, size) if simulated else args.save_model
-            written = write_with_fallback(target, lambda path: save_model(est, path),
-                                          prog=prog, what="model")
-            print(f"{prog}: model written to {written}")
-        if args.output and history:
-            last = history[-1]
-            train_s = [h["train_seconds"] for h in history]
-            config = {key: value for key, value in vars(args).items()
-                      if key not in ("simulate",)}
-            record = make_record(
-                prog, config={**config, "P": size, "global_batch": global_batch,
-                              "train_rows": train_rows, "data_path": str(path)},
-                environment=environment, algorithm=args.algorithm, P=size,
-                N=int(Xtr.shape[1]),
-                density=float(np.mean([h["gradient_density"] for h in history])),
-                timings={"epoch": summarize(train_s),
-                         "compute": summarize([h["compute_seconds"] for h in history]),
-                         "comm": summarize([h["comm_seconds"] for h in history])},
-                metrics={"epochs": history, "loss": last["loss"],
-                         "train_accuracy": last["train_accuracy"],
-                         "test_accuracy": last.get("test_accuracy"),
-                         "comm_share": sum(h["comm_seconds"] for h in history) / max(
-                             sum(train_s), 1e-12),
-                         "rows_per_second": train_rows * len(history) / max(sum(train_s),
-                                                                            1e-12),
-                         "fit_wall_seconds": wall,
-                         "weights_digest": weights_digest(est)},
-                bytes={"sent_per_rank_max": int(sum(h["bytes_sent"] for h in history)),
-                       "sent_total": int(sum(h["bytes_sent_total"] for h in history))})
+            _save_model(args, prog, est, size, simulated)
+        if args.output and est.history_:
+            record = _record(args, prog, est, P=size, environment=environment, data_path=path,
+                             N=int(Xtr.shape[1]), train_rows=train_rows,
+                             global_batch=global_batch, wall=wall)
             if simulated:
                 mark_simulated(record, comm, args)
             append_record(args.output, record)
     return 0
 
 
+def _environment(args, prog: str, comm, simulated: bool, argv):
+    """Where the run happens, for its record (collective on real ranks), or None without
+    ``--output``."""
+    if simulated:  # one process: rank 0 alone says where it ran (no P git subprocesses)
+        environment = capture_environment() if args.output and comm.Get_rank() == 0 else None
+    else:
+        environment = capture_environment(comm) if args.output else None
+    if environment is not None and argv is not None:  # called from Python: its own arguments
+        environment["command"] = [prog, *argv]
+    return environment
+
+
+def _data_path(args, comm) -> str:
+    """The training file: ``--data``, or the ``--synth`` twin, generated once into its cache
+    (collective)."""
+    if not args.synth:
+        return args.data
+    cache = args.synth_cache or (data_home(args.data_home) / "synth")
+    return ensure_synth(args.synth, args.rows, 0, args.features, cache, comm,
+                        progress=False if args.no_progress else None)
+
+
+def build_estimator(args, comm):
+    """The :class:`~sparcapps.linear.SparseLinearClassifier` the options describe, its
+    parameters checked (collective: a bad one is a :class:`LinearModelError` on every rank)."""
+    from .estimator import SparseLinearClassifier  # scikit-learn: not at --help
+
+    quantizer = sparcml.QSGD(bits=args.bits, seed=args.seed) if args.bits else None
+    est = SparseLinearClassifier(
+        loss=args.loss, alpha=args.alpha, learning_rate=args.learning_rate, eta0=args.eta0,
+        power_t=args.power_t, batch_size=args.batch_size, max_iter=args.epochs,
+        tol=args.tol,
+        algorithm=args.algorithm, quantizer=quantizer, quantize_sparse=args.quantize_sparse,
+        options=options_from_args(args),
+        seed=args.seed, comm=comm, fit_intercept=not args.no_intercept,
+        shuffle=not args.no_shuffle)
+    with collective_errors(comm):
+        est.check_params()
+    return est
+
+
+def _fit(args, est, comm, train, test, state, done: int, simulated: bool):
+    """Train ``est`` on ``train`` (from ``state`` when resuming, ``done`` steps in), with the
+    monitor that evaluates ``test``, checkpoints and stops on a signal; returns the monitor
+    and the wall seconds of the fit."""
+    # a simulation is not a Slurm job: it handles no signals (and threads cannot)
+    stopper = None if simulated else StopOnSignal(comm)
+    monitor = _Monitor(args, comm, *test, done, _checkpoint_path(args), stopper)
+    start = time.perf_counter()
+    try:
+        with stopper or contextlib.nullcontext():
+            est.fit(*train, monitor=monitor, resume=state)
+    finally:
+        monitor.close()
+    return monitor, time.perf_counter() - start
+
+
+def _stopped(prog: str, monitor, rank: int) -> int:
+    """A run stopped by ``--stop-after`` or a signal: say where its checkpoint is; the exit
+    status a shell reports for the signal (128 + number), or 0 for a planned stop."""
+    stopper = monitor.stopper
+    signum = stopper.signum if stopper is not None else None
+    why = f"interrupted by {stopper.signal_name}" if signum else "stopped"
+    if rank == 0:
+        print(f"{prog}: {why} after {monitor.done} steps; checkpoint in "
+              f"{monitor.ckpt_path} (continue with --resume {monitor.ckpt_path})",
+              flush=True)
+    # a signalled run did not finish: exit as a shell reports the signal (128 + number)
+    return 128 + signum if signum else 0
+
+
+def _save_model(args, prog: str, est, size: int, simulated: bool) -> None:
+    """``--save-model`` (one file per P when simulated); rank 0."""
+    from .io import save_model  # h5py: not at --help
+
+    target = _per_P(args.save_model, size) if simulated else args.save_model
+    written = write_with_fallback(target, lambda path: save_model(est, path),
+                                  prog=prog, what="model")
+    print(f"{prog}: model written to {written}")
+
+
+def _record(args, prog: str, est, *, P: int, environment, data_path, N: int, train_rows: int,
+            global_batch: int, wall: float) -> dict:
+    """The run's result record: its configuration, per-epoch history and totals."""
+    history = est.history_
+    last = history[-1]
+    train_s = [h["train_seconds"] for h in history]
+    config = {key: value for key, value in vars(args).items() if key not in ("simulate",)}
+    return make_record(
+        prog, config={**config, "P": P, "global_batch": global_batch,
+                      "train_rows": train_rows, "data_path": str(data_path)},
+        environment=environment, algorithm=args.algorithm, P=P, N=N,
+        density=float(np.mean([h["gradient_density"] for h in history])),
+        timings={"epoch": summarize(train_s),
+                 "compute": summarize([h["compute_seconds"] for h in history]),
+                 "comm": summarize([h["comm_seconds"] for h in history])},
+        metrics={"epochs": history, "loss": last["loss"],
+                 "train_accuracy": last["train_accuracy"],
+                 "test_accuracy": last.get("test_accuracy"),
+                 "comm_share": sum(h["comm_seconds"] for h in history) / max(
+                     sum(train_s), 1e-12),
+                 "rows_per_second": train_rows * len(history) / max(sum(train_s), 1e-12),
+                 "fit_wall_seconds": wall,
+                 "weights_digest": weights_digest(est)},
+        bytes={"sent_per_rank_max": int(sum(h["bytes_sent"] for h in history)),
+               "sent_total": int(sum(h["bytes_sent_total"] for h in history))})
+
+
 def weights_digest(est) -> str:
     """SHA-256 of the fitted weights and intercept (float64 bytes): equal digests, equal
     models, bit for bit (a real run and its simulation are compared by it)."""
-    import hashlib
-
     h = hashlib.sha256(np.ascontiguousarray(est.coef_, dtype=np.float64).tobytes())
     h.update(np.ascontiguousarray(est.intercept_, dtype=np.float64).tobytes())
     return h.hexdigest()
@@ -404,11 +435,6 @@ def _estimate(args, P: int):
     """What ``--simulate P`` takes (:class:`sparcapps.simapp.SimPlan`): the data once, one
     shared copy of the weights (and coef_), each rank's marks and support scratch, and one
     reduction of the step's gradient (sparc-bench's estimate of one allreduce cell)."""
-    from sparcml import DENSE_BASELINE
-
-    from sparcapps.bench.sim_estimate import estimate
-    from sparcapps.simapp import SimPlan
-
     rows, features, nnz_row = _data_shape(args)
     N = features + 1
     density = min(1.0, args.batch_size * nnz_row / N)
@@ -420,9 +446,9 @@ def _estimate(args, P: int):
     # by other jobs): about 0.3 s per rank (its shard, engine, plan, evaluation) and 15 ms
     # per rank and step; a quiet machine takes several times less
     seconds = P * (0.3 + 0.015 * steps * args.epochs) + rows * nnz_row * 2e-7
-    if args.algorithm == DENSE_BASELINE:  # every rank's N-vector summed each step: 14 bytes
-        nbytes += 14 * P * N  # a value per rank (fitted: webspam-like at P = 64 peaked at 16.9
-        # GiB where 12 bytes estimated 15 GiB)
+    if args.algorithm == sparcml.DENSE_BASELINE:  # every rank's N-vector summed each step:
+        nbytes += 14 * P * N  # 14 bytes a value and rank (fitted: webspam-like at P = 64
+        # peaked at 16.9 GiB where 12 bytes estimated 15 GiB)
         seconds += steps * args.epochs * P * N * 2e-9
     return SimPlan(P, nbytes, seconds, f"{int(steps)} steps per epoch")
 
@@ -431,14 +457,12 @@ def _data_shape(args) -> tuple[int, int, int]:
     """(rows, features, stored entries per row) of the run's data, from the file's header or
     the synthetic preset."""
     if args.synth:
-        from sparcapps.data import PRESETS
-
-        from .data import SYNTH_PRESETS
+        from sparcapps.data import PRESETS  # scipy (the generators): not at --help
 
         preset = PRESETS[SYNTH_PRESETS[args.synth]]
         features = args.features or preset.n_features
         return int(args.rows), int(features), int(preset.nnz_mean)
-    from sparcapps.data.csrfile import open_csr
+    from sparcapps.data.csrfile import open_csr  # h5py: not at --help
 
     try:
         with open_csr(args.data) as (_, shape):
@@ -448,8 +472,6 @@ def _data_shape(args) -> tuple[int, int, int]:
 
 
 def _simulated_main(args, prog: str, argv=None) -> int:
-    from .stepcost import fixed_step_seconds
-
     def body(comm):
         with fixed_step_seconds(args.step_seconds):
             return run(args, prog, comm, argv)
@@ -469,9 +491,8 @@ def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> i
             parser.error("--simulate does not checkpoint, stop or resume (a simulated run is "
                          "short and deterministic: run it again)")
         return _simulated_main(args, prog, argv)
-    from sparcml import abort_on_error
-
-    with abort_on_error():  # an unexpected error on one rank ends the job instead of a hang
+    # an unexpected error on one rank ends the job instead of a hang
+    with sparcml.abort_on_error():
         return run(args, prog, argv=argv)
 
 

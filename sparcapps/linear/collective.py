@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from sparcml import raise_everywhere
+
 from .errors import InputDataError, LinearModelError
 
 __all__ = ["agree_or_raise", "collective_errors"]
@@ -24,8 +26,6 @@ def agree_or_raise(comm, local_error: BaseException | None) -> None:
     :func:`sparcml.raise_everywhere`, does the work (one integer ``Allreduce`` when nobody
     failed).
     """
-    from sparcml import raise_everywhere
-
     raise_everywhere(comm, local_error)
 
 

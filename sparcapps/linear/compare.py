@@ -19,6 +19,13 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from mpi4py import MPI
+
+import sparcml
+from sparcapps.cli_args import add_data_home_argument, add_list_argument, make_parser, positive_int
+from sparcapps.data import data_home
+
+from .data import ensure_synth, load_split
 
 __all__ = ["breast_cancer_h5", "sklearn_accuracy", "compare", "main"]
 
@@ -28,6 +35,7 @@ _SKLEARN_LOSS = {"log": "log_loss", "hinge": "hinge"}
 def breast_cancer_h5(directory) -> Path:
     """scikit-learn's breast cancer data, standardized, written as LIBSVM and converted to a
     sparcml-csr file in ``directory`` (labels: malignant -1, benign +1). Returns its path."""
+    # scikit-learn, and h5py to write the file (the [apps] extra): not at --help
     from sklearn.datasets import load_breast_cancer
     from sklearn.preprocessing import StandardScaler
 
@@ -46,7 +54,7 @@ def breast_cancer_h5(directory) -> Path:
 def sklearn_accuracy(Xtr, ytr, Xte, yte, *, loss: str, alpha: float, epochs: int,
                      seed: int) -> float:
     """Test accuracy of ``SGDClassifier`` (``max_iter=epochs, tol=None``) on CSR data."""
-    from sklearn.linear_model import SGDClassifier
+    from sklearn.linear_model import SGDClassifier  # the [apps] extra: not at --help
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the ConvergenceWarning of max_iter with tol=None
@@ -60,11 +68,9 @@ def compare(path, comm, *, loss: str, alpha: float, epochs: int, batch_size: int
             algorithm: str | None = None) -> dict:
     """Collective: mean test accuracy over ``seeds`` of ours (data-parallel on ``comm``) and
     of ``SGDClassifier`` (rank 0 alone, whole split; other ranks get None for it)."""
+    # scipy, h5py, scikit-learn (the [apps] extra): not at --help
     from sparcapps.data import load_shard
 
-    import sparcml
-
-    from .data import load_split
     from .estimator import SparseLinearClassifier
 
     algorithm = sparcml.DEFAULT_ALGORITHM if algorithm is None else algorithm
@@ -90,13 +96,6 @@ def compare(path, comm, *, loss: str, alpha: float, epochs: int, batch_size: int
 
 
 def main(argv=None) -> int:
-    from mpi4py import MPI
-
-    from sparcml import abort_on_error
-
-    from sparcapps.cli_args import (add_data_home_argument, add_list_argument, make_parser,
-                                    positive_int)
-
     p = make_parser("sparc-linear-compare", __doc__.split("\n\n")[0])
     one = p.add_mutually_exclusive_group(required=True)
     one.add_argument("--data", metavar="FILE.h5", help="sparcml-csr file")
@@ -118,7 +117,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=positive_int, default=1, help="seeds to average over")
     args = p.parse_args(argv)
     comm = MPI.COMM_WORLD
-    with abort_on_error():
+    with sparcml.abort_on_error():
         tmp = None
         if args.breast_cancer:
             tmp = tempfile.mkdtemp(prefix="sparc-bc-") if comm.Get_rank() == 0 else None
@@ -126,10 +125,6 @@ def main(argv=None) -> int:
             path = breast_cancer_h5(tmp) if comm.Get_rank() == 0 else None
             path = comm.bcast(path)
         elif args.synth:
-            from sparcapps.data import data_home
-
-            from .data import ensure_synth
-
             path = ensure_synth(args.synth, args.rows, 0, args.features,
                                 args.synth_cache or data_home(args.data_home) / "synth", comm)
         else:

@@ -7,6 +7,7 @@ Every function here that takes ``comm`` is collective; failures raise the same
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +32,7 @@ def ensure_synth(name: str, rows: int, seed: int, features: int | None, cache_di
     """Collective: rank 0 writes the synthetic twin unless its cache file exists (atomically,
     by :class:`sparcapps.data.CsrWriter`); then every rank gets the path. ``progress``: the
     writer's bar (None: only on a terminal; False: never)."""
-    from dataclasses import replace
-
-    from sparcapps.data import PRESETS, make_like
+    from sparcapps.data import PRESETS, make_like  # scipy, h5py (the [apps] extra): not at --help
 
     path = synth_path(name, rows, seed, features, cache_dir)
     error = None
@@ -55,7 +54,7 @@ def ensure_synth(name: str, rows: int, seed: int, features: int | None, cache_di
 def _check_binary_file(path) -> None:
     """Raise unless ``path`` is a sparcml-csr file (the reader's own message) with a binary
     task."""
-    from sparcapps.data import read_attrs
+    from sparcapps.data import read_attrs  # h5py (the [apps] extra): not at --help
 
     attrs = read_attrs(path)
     task = attrs.get("task")
@@ -71,7 +70,7 @@ def load_split(path, comm, *, test_fraction: float, split_seed: int):
     unreadable or foreign file, a non-binary task or labels other than -1/+1 raise the same
     error on every rank.
     """
-    from sparcapps.data import load_shard
+    from sparcapps.data import load_shard  # scipy, h5py (the [apps] extra): not at --help
 
     rank, size = comm.Get_rank(), comm.Get_size()
     with collective_errors(comm, wrap=(ValueError, OSError, KeyError)):

@@ -33,6 +33,7 @@ early weights and a noisy last iterate (see BENCHMARKS.md, Linear models).
 from __future__ import annotations
 
 import numbers
+import os
 import warnings
 
 import numpy as np
@@ -43,6 +44,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
+from mpi4py import MPI
 
 import sparcml
 from sparcml import sim
@@ -134,6 +136,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     classes_ : ndarray of shape (2,); ``classes_[1]`` is the positive class
     n_features_in_ : int
     n_iter_ : int, epochs run
+    train_state_ : TrainState, the training state to checkpoint or resume (a property)
     t_ : int, samples seen plus one (SGDClassifier's ``t_``)
     history_ : list of dict, one per epoch: ``loss`` (the objective: running mean loss +
         ``alpha/2 ||w||^2``), ``data_loss`` and ``train_accuracy`` (running: each row scored
@@ -184,10 +187,14 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     def _loss_name(self) -> str:
         return _LOSS_ALIASES.get(self.loss, self.loss)
 
-    def _check_params(self) -> None:
-        """Raise ValueError for a bad parameter (the same on every rank: parameters agree)."""
-        import sparcml
+    def check_params(self) -> None:
+        """Raise ValueError naming the first bad parameter; return None when all are valid.
 
+        Local and cheap (no data, no communication): ``fit`` and ``partial_fit`` call it
+        first, and a caller that builds the estimator before reading its data (the
+        ``sparc-linear`` CLI) may call it earlier to fail fast. Parameters are the same on
+        every rank, so every rank raises alike; under MPI, wrap the call in
+        :func:`sparcapps.linear.collective.collective_errors` to be sure."""
         if self._loss_name() not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         if not (isinstance(self.alpha, numbers.Real) and self.alpha > 0):
@@ -224,7 +231,6 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
     def _get_comm(self):
         if self.comm is not None:
             return self.comm
-        from mpi4py import MPI
 
         return MPI.COMM_WORLD
 
@@ -356,7 +362,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         keys to ``record``, e.g. a test accuracy); True stops training (all ranks must agree).
         Returns ``self``.
         """
-        self._check_params()
+        self.check_params()
         max_iter, tol = self._stopping()
         comm = self._get_comm()
         previous = None
@@ -388,7 +394,7 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
         """One more epoch over ``(X, y)`` (collective). ``classes`` is needed on the first call
         unless every label occurs in the data of some rank. ``class_weight="balanced"`` is
         not supported here (as in SGDClassifier: the counts of one call are not the data's)."""
-        self._check_params()
+        self.check_params()
         if isinstance(self.class_weight, str):
             raise ValueError("class_weight='balanced' is not supported by partial_fit: pass "
                              "a dict computed over the whole data (e.g. with "
@@ -454,6 +460,15 @@ class SparseLinearClassifier(ClassifierMixin, BaseEstimator):
                           f"convergence. Consider increasing max_iter to improve the fit.",
                           ConvergenceWarning)
 
+    @property
+    def train_state_(self) -> TrainState:
+        """The :class:`~sparcapps.linear.TrainState` the last ``fit`` / ``partial_fit`` left
+        (weights as ``scale * v``, intercept, counters, history; live, not a copy): what
+        :func:`~sparcapps.linear.save_checkpoint` writes and ``fit(..., resume=)`` continues
+        from. Raises ``NotFittedError`` before the first fit."""
+        check_is_fitted(self, "_state")
+        return self._state
+
     def _publish(self) -> None:
         state = self._state
         # simulated ranks (sparcml.sim) share one coef_ as they share the weights
@@ -516,8 +531,6 @@ def _check_width_fits(n_features: int) -> None:
     """An :class:`InputDataError` (raised alike on every rank: the width is agreed) when the
     dense weights of ``n_features`` cannot fit in this machine's memory, instead of a
     ``MemoryError`` traceback from deep inside the first allocation."""
-    import os
-
     need = int(n_features) * 8 * _DENSE_ARRAYS
     try:
         have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")

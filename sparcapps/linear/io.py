@@ -24,9 +24,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from sparcml import Options
 from sparcapps.atomicfile import atomic_write
 
 from .errors import CheckpointError, ModelFileError
+from .estimator import SparseLinearClassifier
 from .state import TrainState
 
 __all__ = ["MODEL_FORMAT", "CHECKPOINT_FORMAT", "save_model", "load_model", "save_checkpoint",
@@ -72,8 +74,6 @@ def params_from_json(text: str) -> dict:
         params["class_weight"] = {k: v for k, v in cw["pairs"]}
     opts = params.get("options")
     if isinstance(opts, dict) and set(opts) == {"sparcml.Options"}:
-        from sparcml import Options
-
         params["options"] = Options(**opts["sparcml.Options"])
     return params
 
@@ -140,8 +140,6 @@ def save_model(est, path) -> Path:
 def load_model(path, **overrides):
     """A fitted :class:`SparseLinearClassifier` from a model file (``overrides`` set
     parameters such as ``comm``). Raises :class:`ModelFileError` for a foreign file."""
-    from .estimator import SparseLinearClassifier
-
     try:
         with h5py.File(path, "r") as f:
             _check_format(f, path, MODEL_FORMAT, ModelFileError)

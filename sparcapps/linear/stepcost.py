@@ -30,7 +30,11 @@ import time
 from contextlib import contextmanager
 
 import numpy as np
-from sparcml import sim
+from mpi4py import MPI
+from sparcml import DENSE_BASELINE, SparseVector, sim
+
+from .schedule import Schedule
+from .state import TrainState
 
 __all__ = ["StepCost", "step_cost_rates", "fixed_step_seconds", "CALIBRATION_FEATURES",
            "RATES_VERSION"]
@@ -76,12 +80,7 @@ def _line(t_small, t_large, w_small, w_large) -> tuple[float, float]:
 
 
 def _engine(engine_class, direct: bool):
-    import scipy.sparse as sp
-    from mpi4py import MPI
-    from sparcml import DENSE_BASELINE
-
-    from .schedule import Schedule
-    from .state import TrainState
+    import scipy.sparse as sp  # scipy (the [apps] extra): sparc-linear --help imports this module
 
     rng = np.random.default_rng(0)
     cols = rng.integers(0, CALIBRATION_FEATURES, size=_ROWS * _NNZ_PER_ROW)
@@ -101,8 +100,6 @@ def _engine(engine_class, direct: bool):
 
 
 def _measure_general(engine_class) -> dict:
-    from sparcml import SparseVector
-
     engine, state, X = _engine(engine_class, direct=False)
     rng = np.random.default_rng(1)
     rows_small, rows_large = rng.permutation(_ROWS)[:16], rng.permutation(_ROWS)[:2048]

@@ -46,6 +46,7 @@ from . import _kernels as K
 from .sampling import BatchPlan
 from .schedule import Schedule
 from .state import RESCALE_BELOW, TrainState
+from .stepcost import StepCost
 
 __all__ = ["DataParallelSGD", "INTERCEPT_DECAY", "PARTIAL_KEYS"]
 
@@ -93,8 +94,6 @@ class DataParallelSGD:
         self._replicas = sim.Replicas(comm)  # one copy of the weights on simulated ranks
         self._cost = None  # the modeled compute of a step, on simulated ranks (.stepcost)
         if self._replicas.simulated:
-            from .stepcost import StepCost
-
             self._cost = StepCost.of(DataParallelSGD)
         self.kind = K.LOSS_CODES[loss]
         self.schedule = schedule

@@ -25,6 +25,8 @@ from __future__ import annotations
 import sys
 from typing import Sequence
 
+from sparcapps.cli_args import add_deprecated_alias, add_timeout_argument, make_parser, output_dir
+from sparcapps.output_paths import write_with_fallback
 from sparcapps.records import RecordError
 
 from .build import build_report
@@ -37,10 +39,6 @@ __all__ = ["build_report", "collective_rows", "command_of", "rerun_command", "re
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from sparcapps.cli_args import (add_deprecated_alias, add_timeout_argument, make_parser,
-                                    output_dir)
-    from sparcapps.output_paths import write_with_fallback
-
     p = make_parser("sparc-report", "Turn result records into a Markdown + HTML report with "
                     "tables, figures, environment and the commands to rerun each group of "
                     "figures.")

@@ -15,6 +15,7 @@ new job directory anyway (under ``--results`` / ``SPARC_RESULTS`` when given).
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field as dc_field
 from pathlib import Path
@@ -77,8 +78,6 @@ def _rerun_name(path: str) -> str:
 
 
 def _split_env(line: str) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    import re
-
     words = shlex.split(line)
     env = []
     while words and re.match(_ENV_WORD, words[0]):

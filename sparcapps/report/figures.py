@@ -213,7 +213,7 @@ def _scaling(rows, styles, kind):
 
 
 def _speedup(rows, styles):
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # matplotlib (the [apps] extra): not at --help
 
     figs = []
     dense = dense_name()
@@ -276,7 +276,7 @@ def _vs_density(rows, styles):
 
 
 def _model(rows, styles):
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # matplotlib (the [apps] extra): not at --help
 
     figs = []
     modelled = [r for r in rows if r["density"] and not r["simulated"]

@@ -104,7 +104,7 @@ def dataset_label(rec: dict) -> str:
 def config_label(rec: dict) -> str:
     """How a training run communicated, in words: 'dense baseline' or 'ALGORITHM, density 1%,
     4-bit QSGD, no error feedback'. Never a bare '-' or a raw float."""
-    from sparcml import DENSE_BASELINE
+    from sparcml import DENSE_BASELINE  # sparcml (numba, MPI): sparc-report runs without it
 
     cfg = rec.get("config") or {}
     alg = rec.get("algorithm")

@@ -40,7 +40,7 @@ def new_figure(title: str, xlabel: str, ylabel: str, panels: Sequence[str | None
                wide: bool = False):
     """A figure with one panel per entry of ``panels`` (its title, or None), side by side with
     their own y scales; returns the figure and the list of axes."""
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # the [apps] extra: not at --help
 
     n = len(panels)
     width = (8.4 if wide else 6.4) if n == 1 else _PANEL_IN * n
@@ -65,6 +65,7 @@ def new_axes(title: str, xlabel: str, ylabel: str, *, wide: bool = False):
 
 def rank_axis(ax, ps: Iterable[int]) -> None:
     """x: ranks P on a log2 scale, one integer tick per P present (1, 2, ..., 1,024)."""
+    # the [apps] extra: not at --help
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     ps = sorted({int(p) for p in ps})
@@ -82,6 +83,7 @@ def rank_axis(ax, ps: Iterable[int]) -> None:
 def log_y(ax, *, min_span: float = 5.0) -> None:
     """y on a log scale labelled with plain numbers (1, 2, 5, 10, ...), no 4x10^0, spanning
     at least a factor ``min_span`` (so that two labelled ticks show). Call after plotting."""
+    # the [apps] extra: not at --help
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     ax.set_yscale("log")
@@ -97,7 +99,7 @@ def log_y(ax, *, min_span: float = 5.0) -> None:
 
 def percent_axis(ax) -> None:
     """x: density on a log scale, labelled in percent."""
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # the [apps] extra: not at --help
 
     ax.set_xscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v * 100:g}%"))
@@ -143,7 +145,7 @@ class SeriesStyles:
 
     def handle(self, series: str):
         """The legend entry of a configuration: its colour, marker, line style and width."""
-        from matplotlib.lines import Line2D
+        from matplotlib.lines import Line2D  # the [apps] extra: not at --help
 
         return Line2D([], [], color=self.colour.get(series, "gray"),
                       marker=self.markers.get(series, "o"), markersize=5,
@@ -202,7 +204,7 @@ def shifted(ax, dx_pt: float):
     """The data transform of ``ax`` moved ``dx_pt`` points to the right (0: itself)."""
     if not dx_pt:
         return ax.transData
-    from matplotlib.transforms import offset_copy
+    from matplotlib.transforms import offset_copy  # the [apps] extra: not at --help
 
     return offset_copy(ax.transData, fig=ax.figure, x=dx_pt, y=0, units="points")
 
@@ -243,7 +245,7 @@ def save(fig, fid: str) -> tuple[bytes, bytes]:
     """The PNG (:data:`DPI`) and SVG of ``fig``, each cut to its drawn extent; the SVG's text
     as glyph outlines (it looks the same without the font) and without a date (``fid`` salts
     its ids: the same figure gives the same bytes)."""
-    from matplotlib import rc_context
+    from matplotlib import rc_context  # the [apps] extra: not at --help
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     FigureCanvasAgg(fig)

@@ -18,7 +18,7 @@ _MODEL_KEYS = {"model_seconds": "predicted_s", "rsag_seconds": "rs_ag_s",
 
 
 def dense_name() -> str:
-    from sparcml import DENSE_BASELINE
+    from sparcml import DENSE_BASELINE  # sparcml (numba, MPI): sparc-report runs without it
 
     return DENSE_BASELINE
 

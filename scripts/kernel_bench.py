@@ -1,5 +1,12 @@
 """Merge-add kernel against scipy.sparse CSR addition of the same two vectors, side by side.
 
+    python scripts/kernel_bench.py [--output FILE.jsonl] [--seed 0]
+                                   [--items 1000000] [--dim 16777216] [--reps 15]
+
+A developer's tool (it was ``sparc-bench --kernels``): it times sparcml's private Numba kernels
+and workspace themselves, which no public call exposes alone. One process, no MPI. Prints one
+row per history and variant; ``--output`` appends one record (app ``sparc-bench-kernels``).
+
 Three ways to add, each timed in two allocation histories of the process, all interleaved
 repetition by repetition so that machine noise hits them alike:
 
@@ -19,17 +26,20 @@ only the warm history is measured.
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import ctypes.util
+import sys
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
 from sparcml import _kernels as kernels
 from sparcml._runtime.workspace import Workspace
-from sparcapps.records import summarize
+from sparcapps.records import append_record, capture_environment, make_record, summarize
 
-__all__ = ["bench_merge_add", "HISTORIES", "VARIANTS"]
+__all__ = ["bench_merge_add", "HISTORIES", "VARIANTS", "main"]
 
 HISTORIES = ("warm", "fresh")
 VARIANTS = ("alloc", "workspace", "scipy")
@@ -54,7 +64,7 @@ def _malloc_trim():
 
 def _minor_faults() -> int | None:
     try:
-        import resource
+        import resource  # Unix only
     except ImportError:  # pragma: no cover - not on Unix
         return None
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
@@ -71,8 +81,6 @@ def bench_merge_add(items: int = 1_000_000, dim: int = 16 * 2**20, reps: int = 1
     ``scipy_mitems_per_s`` and ``speedup`` are the warm history's allocating kernel against
     scipy. All results are checked equal to scipy's before timing.
     """
-    import scipy.sparse as sp  # the [apps] extra; sparc-bench's sweep runs without it
-
     rng = np.random.default_rng(seed)
     a_idx, b_idx = _sorted_support(rng, dim, items), _sorted_support(rng, dim, items)
     a_val = rng.standard_normal(items).astype(np.float32)
@@ -132,3 +140,62 @@ def bench_merge_add(items: int = 1_000_000, dim: int = 16 * 2**20, reps: int = 1
         "speedup": warm["speedup"]["alloc"],
     })
     return out
+
+
+_LABEL = {"alloc": "merge_add (allocating)", "workspace": "merge_add_into (workspace)",
+          "scipy": "scipy.sparse a+b"}
+
+
+def print_table(r: dict) -> None:
+    """The result of :func:`bench_merge_add` as a table, one row per history and variant."""
+    print(f"merge-add of {r['items']:,} + {r['items']:,} sorted int32/float32 items in "
+          f"[0, {r['dim']:,}), median of {r['numba']['n']}, all interleaved:")
+    print(f"  {'history':8s} {'kernel':28s} {'median ms':>9s} {'M items/s':>10s} "
+          f"{'vs scipy (x)':>12s} {'faults/call':>12s}")
+    for h, res in r["histories"].items():
+        for v in VARIANTS:
+            faults = res["faults_per_call"][v]
+            print(f"  {h:8s} {_LABEL[v]:28s} {res[v]['median'] * 1e3:9.2f} "
+                  f"{res['mitems_per_s'][v]:10.1f} {res['speedup'][v]:11.2f}x "
+                  f"{'-' if faults is None else f'{faults:.0f}':>12s}")
+    print("  warm: the allocator reuses memory the previous call freed; fresh: it has returned "
+          "its free memory\n  to the OS (malloc_trim) just before the call, so a new output "
+          "is faulted in page by page")
+    if "fresh" not in r["histories"]:
+        print("  (no malloc_trim in this C library: the fresh history is not measured)")
+
+
+def make_kernel_record(r: dict, config: dict) -> dict:
+    """One ``sparc-bench-kernels`` record of the result ``r``: every history and variant."""
+    timings = {"numba": r["numba"], "scipy": r["scipy"],  # as before: warm, allocating
+               **{f"{h}/{v}": r["histories"][h][v] for h in HISTORIES
+                  if h in r["histories"] for v in VARIANTS}}
+    metrics = {"speedup": r["speedup"], "numba_mitems_per_s": r["numba_mitems_per_s"],
+               "scipy_mitems_per_s": r["scipy_mitems_per_s"]}
+    for h, res in r["histories"].items():
+        for v in VARIANTS:
+            metrics[f"{h}/{v}/mitems_per_s"] = res["mitems_per_s"][v]
+            metrics[f"{h}/{v}/speedup"] = res["speedup"][v]
+            metrics[f"{h}/{v}/faults_per_call"] = res["faults_per_call"][v]
+    return make_record("sparc-bench-kernels", config=config, environment=capture_environment(),
+                       algorithm="merge_add", N=r["dim"], timings=timings, metrics=metrics)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="scripts/kernel_bench.py",
+                                description=__doc__.split("\n\n")[0])
+    p.add_argument("--output", metavar="FILE.jsonl", help="append one record here")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs")
+    p.add_argument("--items", type=int, default=1_000_000, help="items of each input")
+    p.add_argument("--dim", type=int, default=16 * 2**20, help="the vectors' dimension")
+    p.add_argument("--reps", type=int, default=15, help="timed repetitions")
+    args = p.parse_args(argv)
+    r = bench_merge_add(items=args.items, dim=args.dim, reps=args.reps, seed=args.seed)
+    print_table(r)
+    if args.output:
+        append_record(args.output, make_kernel_record(r, vars(args)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""What ``sparc-bench --simulate P`` will take, said before it starts: memory and time.
+"""What ``sparc-bench --simulate P`` will take, said before it starts: memory and time (the
+apps' ``--simulate`` use it too: :mod:`sparcapps.simapp`).
 
 A simulation holds every simulated rank in one process. Measured here (peak RSS of
 ``sparc-bench --simulate P --N 1000 --density 0.01 --reps 1 --warmup 0``, 2026-12-04):
