@@ -100,6 +100,8 @@ def test_sweep_writes_one_parsable_record_per_row(tmp_path):
         assert rec["app"] == "sparc-bench" and rec["status"] == "ok" and rec["P"] == P
         assert rec["N"] == dim and rec["timings"]["allreduce"]["n"] == 2
         assert rec["timings"]["allreduce"]["median"] > 0
+        # the warm figure beside the interleaved one: reps // 2 back-to-back calls
+        assert rec["timings"]["warm"]["n"] == 1 and rec["timings"]["warm"]["median"] > 0
         assert rec["environment"]["mpi_library"] and "\0" not in rec["environment"]["mpi_library"]
         if rec["algorithm"] == "dense":
             assert rec["metrics"]["speedup_over_dense"] == 1.0

@@ -242,11 +242,12 @@ def _print_sweep_header(args, size, reps, warmup, algorithms, layout_text) -> No
                                                            if args.quantize_sparse else "")
     print(f"sparc-bench: {mode}, P={size}, dtype={args.dtype}, reps={reps} "
           f"(+{warmup} warm-up{auto_note(algorithms)}); time = median over reps of the "
-          f"slowest rank [q25-q75]; "
+          f"slowest rank [q25-q75], each call after the other algorithms' (cold caches); "
+          f"warm = median of the same call repeated back to back; "
           f"model = cost-model prediction, floor = (K-k)c bytes at the calibrated "
           f"bandwidth")
     print(f"{'N':>10} {'density':>8} {'pattern':>8} {'algorithm':>22} {'median ms':>10} "
-          f"{'q25-q75 ms':>15} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
+          f"{'q25-q75 ms':>15} {'warm ms':>9} {'model ms':>9} {'floor ms':>9} {'sent/rank':>10} "
           f"{'recv max/mean':>13} {'result density':>14} {'vs dense (x)':>12}")
     print("recv max/mean = max / mean over ranks of the bytes received (split algorithms: "
           "in the reduce-scatter phase, what each block's owner receives)")
@@ -303,9 +304,11 @@ def _row_line(cell, case, out, speedup) -> str:
     m = out.get("model")
     model_cols = (f"{m['predicted_s'] * 1e3:>9.3f} {m['floor_s'] * 1e3:>9.3f}"
                   if m else f"{'-':>9} {'-':>9}")
+    warm = out["timings"].get("warm")
+    warm_col = f"{warm['median'] * 1e3:>9.3f}" if warm else f"{'-':>9}"
     return (f"{dim:>10} {density:>8.2g} {pattern:>8} {name:>22} "
             f"{t['median'] * 1e3:>10.3f} "
-            f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {model_cols} "
+            f"{t['q25'] * 1e3:>7.2f}-{t['q75'] * 1e3:<7.2f} {warm_col} {model_cols} "
             f"{_fmt_bytes(out['bytes']['sent_per_rank_max']):>10} "
             f"{'-' if imb is None else f'{imb:.2f}':>13} "
             f"{out['result']['density']:>14.3f} {speedup:>11.1f}x")

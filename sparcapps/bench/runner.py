@@ -48,8 +48,9 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
              model: "sparcml.CostModel | None" = None) -> list[dict]:
     """Time ``sparcml.allreduce`` (or ``iallreduce`` + ``wait``) for cases sharing one input.
 
-    Collective. Returns, per case in order: ``timings`` (summary of the slowest rank's time
-    per repetition), ``bytes`` (per-rank bytes sent: max and mean over ranks; bytes received:
+    Collective. Returns, per case in order: ``timings`` (``allreduce``: summary of the slowest
+    rank's time per interleaved repetition; ``warm``: of ``max(1, reps // 2)`` calls of the
+    case back to back afterwards, untouched by the other cases), ``bytes`` (per-rank bytes sent: max and mean over ranks; bytes received:
     max and max / mean, in all and in the split algorithms' phase 1), the result's
     nnz / density, the algorithm that ran (what ``auto`` chose), and with ``model`` the
     predicted time and the reference volumes (DESIGN 3.7).
@@ -84,10 +85,30 @@ def run_cell(cases: list[BenchCase], comm: MPI.Comm, *, reps: int, warmup: int, 
             elapsed = time.perf_counter() - t0
             if rep >= warmup:
                 times[i].append(comm.allreduce(elapsed, op=MPI.MAX))
+    warm = [_warm_times(call, comm, max(1, reps // 2)) for call in calls]
     k_max = max(comm.allgather(vec.nnz))
-    return [_describe(case, comm, times[i], stats[i], results[i], k_max, model,
-                      stats[i].phase1_received)
-            for i, case in enumerate(cases)]
+    described = [_describe(case, comm, times[i], stats[i], results[i], k_max, model,
+                           stats[i].phase1_received)
+                 for i, case in enumerate(cases)]
+    for out, warm_times in zip(described, warm):
+        out["timings"]["warm"] = summarize(warm_times)
+    return described
+
+
+def _warm_times(call, comm: MPI.Comm, reps: int) -> list[float]:
+    """The slowest rank's time of ``reps`` calls made back to back after an untimed one (each
+    after a barrier): the call with its own code and data in the caches. The interleaved
+    repetitions time each call after the other algorithms' calls and the dense baseline's
+    large buffers, as a training step's call follows compute that evicts the caches
+    (BENCHMARKS.md, "The cold call"). Collective."""
+    call(sparcml.TrafficStats())
+    times = []
+    for _ in range(reps):
+        comm.Barrier()
+        t0 = time.perf_counter()
+        call(sparcml.TrafficStats())
+        times.append(comm.allreduce(time.perf_counter() - t0, op=MPI.MAX))
+    return times
 
 
 def case_options(case: BenchCase) -> "sparcml.Options":
