@@ -3,7 +3,7 @@
 # compressor of the catalog (sparcml.compression.COMPRESSORS, `--compressor NAME`) on the
 # digits sparc-cnn and sparc-lstm, P ranks on shared memory, EPOCHS epochs.
 #
-#   bash benchmarks/compressors/judge/runs.sh OUTDIR         # PHASE=all (default) | base | sweep | best
+#   bash benchmarks/compressors/judge/runs.sh OUTDIR   # PHASE=all (default) | base | sweep | best
 #   python -m sparcapps.deep.compressor_table OUTDIR/*.jsonl --accuracy-only --min-seeds 3
 #   python -m sparcapps.deep.compressor_table OUTDIR/*.jsonl --sweep
 #
@@ -27,7 +27,7 @@ epochs="${EPOCHS:-20}"
 np="${NP:-2}"
 read -r -a apps <<<"${APPS:-cnn lstm}"
 read -r -a seeds <<<"${SEEDS:-0 1 2}"
-mkdir -p "$out"
+mkdir -p "$out/logs"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
 catalog=$(python -c 'from sparcml.compression import COMPRESSORS; print(*COMPRESSORS)')
@@ -65,9 +65,11 @@ run() {  # APP ROW SCALE SEED [--lr LR]
     nice -n 19 mpiexec -n "$np" "sparc-$app" --seed "$seed" --epochs "$epochs" $(flags "$row") \
         "$@" --no-progress --run-id "$id" --output "$file" >"$out/logs/$id.log" 2>&1 \
         || echo "FAILED $id (see $out/logs/$id.log)" >&2
-    echo "$(date -u +%H:%M:%S) $id done in $((SECONDS - t0)) s: $(grep -o 'epoch [0-9]*/[0-9]*: [^,]*, test acc [0-9.]*' "$out/logs/$id.log" | tail -1)" >&2
+    local last
+    last=$(grep -o 'epoch [0-9]*/[0-9]*: [^,]*, test acc [0-9.]*' "$out/logs/$id.log" \
+           | tail -1 || true)
+    echo "$(date -u +%H:%M:%S) $id done in $((SECONDS - t0)) s: $last" >&2
 }
-mkdir -p "$out/logs"
 
 if [[ "$phase" == all || "$phase" == base ]]; then
     for seed in "${seeds[@]}"; do
