@@ -655,6 +655,68 @@ def test_the_table_of_compressors_from_records():
     assert "| 94.00 ± 1.41 | -1.00 |" in markdown(rows) and by["dense"]["spread"] is None
 
 
+def test_the_accuracy_table_steps_to_dense_less_a_point_and_the_lr_sweep(tmp_path, capsys):
+    """Steps to dense's final accuracy less one point (whole epochs, per seed, mean over the
+    seeds that reached it), rows apart per learning rate, and the sweep's choice (best final
+    accuracy of seed 0; a tie goes to the recommended lr)."""
+    from sparcapps.deep import cnn
+    from sparcapps.deep.compressor_table import (best_of_sweep, main, markdown_accuracy,
+                                                 markdown_sweep, rows_of, steps_to, sweep_rows)
+    from sparcapps.records import append_record, make_record
+
+    def record(flags, curve, steps=22):
+        cfg = vars(cnn.build_parser().parse_args(flags + ["--epochs", str(len(curve))]))
+        epochs = [{"test_accuracy": a, "steps": steps, "sent_density": 0.01} for a in curve]
+        return make_record("sparc-cnn", config=cfg, environment={}, P=2, N=1000,
+                           timings={"step": {"median": 0.01}},
+                           metrics={"test_accuracy": curve[-1], "epochs": epochs},
+                           bytes={"sent_per_step": 100.0})
+
+    dense = [record(["--dense", "--seed", "0"], [0.5, 0.9, 0.95, 0.96]),
+             record(["--dense", "--seed", "1"], [0.6, 0.945, 0.94, 0.94])]   # target 0.94
+    topk = [record(["--compressor", "topk", "--seed", "0"], [0.2, 0.5, 0.945, 0.95]),
+            record(["--compressor", "topk", "--seed", "1"], [0.2, 0.5, 0.6, 0.7])]
+    sweep = [record(["--compressor", "topk", "--lr", "0.0333"], [0.9, 0.95, 0.95, 0.96]),
+             record(["--compressor", "topk", "--lr", "0.3"], [0.1, 0.1, 0.1, 0.1])]
+    sign = [record(["--compressor", "signsgd", *lr], [0.9, 0.8, 0.7, acc])   # x1/3, x1, x3
+            for lr, acc in ((["--lr", "0.001111"], 0.9), ([], 0.9), (["--lr", "0.01"], 0.8))]
+    assert steps_to(dense[0], 0.94) == 66 and steps_to(topk[1], 0.94) is None
+    assert steps_to({"metrics": {"epochs": [{"steps": 5}]}}, 0.1) is None, "no accuracy"
+    rows = rows_of(dense + topk + sweep + sign, comm=False)
+    by = {r["compressor"]: r for r in rows}
+    assert by["dense"]["target"] == pytest.approx(0.94) and by["dense"]["steps"] == [66, 44]
+    assert by["topk (1%)"]["steps"] == [66, None] and by["topk (1%)"]["lr"] == [0.1]
+    assert by["topk (1%, lr 0.0333)"]["steps"] == [44] and by["topk (1%)"]["comm_ms"] == {}
+    text = markdown_accuracy(rows)
+    assert "| sparc-cnn | dense | 0.1 | 0.9 | 0 1 | 2 | 4 | 95.00 ± 1.41 | +0.00 | 55 | 100 |" \
+        in text, text
+    assert "| 66 (1 of 2) |" in text and "| not in 88 |" in by_text(text, "lr 0.3")
+    # the sweep: one row per app and compressor (dense not swept), the best of seed 0
+    (s_sign, s_topk) = sweep_rows(dense + topk + sweep + sign)
+    assert s_topk["compressor"] == "topk (1%)" and s_topk["chosen_lr"] == 0.0333
+    assert sorted(s_topk["runs"]) == pytest.approx([0.333, 1, 3])
+    assert s_sign["compressor"] == "signsgd" and s_sign["chosen"] == pytest.approx(1), "tie: x1"
+    assert best_of_sweep(sign[::2]) is sign[0], "the better of x1/3 and x3"
+    faster = record(["--compressor", "signsgd", "--lr", "0.02"], [0.9, 0.8, 0.7, 0.9])
+    assert best_of_sweep([faster, sign[0]]) is sign[0], "a tie off x1: the smaller lr"
+    assert "| sparc-cnn | topk (1%) | 0.0333 (x1/3): 96.00; 0.1 (x1): 95.00; 0.3 (x3): 10.00 " \
+        "| 0.0333 (x1/3) |" in markdown_sweep([s_sign, s_topk])
+    # the command line: --min-seeds leaves the sweep's single runs out
+    path = tmp_path / "runs.jsonl"
+    for rec in dense + topk + sweep + sign:
+        append_record(path, rec)
+    assert main([str(path), "--accuracy-only", "--min-seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| topk (1%) |" in out and "lr 0.0333" not in out and "signsgd" not in out
+    assert main([str(path), "--sweep"]) == 0 and "| 0.0333 (x1/3) |" in capsys.readouterr().out
+
+
+def by_text(text, phrase):
+    """The line of a Markdown table that holds ``phrase``."""
+    (line,) = [x for x in text.splitlines() if phrase in x]
+    return line
+
+
 def test_the_table_keeps_emulated_runs_to_their_column_and_models_powersgd_per_matrix():
     from sparcapps.deep import cnn
     from sparcapps.deep.compressor_table import markdown, rows_of
