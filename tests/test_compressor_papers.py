@@ -378,3 +378,15 @@ def test_dgc_defaults_resolved_from_the_run_and_signum_refuses_a_dense_warmup():
     assert _check_args(parse(["--compressor", "dgc", "--warmup-steps", "5"])) == []
     (problem,) = _check_args(parse(["--compressor", "signum", "--warmup-steps", "5"]))
     assert "--warmup-steps" in problem and "signum" in problem
+
+
+def test_qsgd_keeps_no_error_memory_unless_asked():
+    """The QSGD paper has no error feedback, and at 4 bits its L2 scale is no contraction (a
+    carried residual grows: the 20-epoch table's runs diverged): ``qsgd`` builds without a
+    memory by default, with one when asked; the other compressors keep theirs."""
+    from sparcml.compression import NoneMemory, ResidualMemory
+
+    assert isinstance(build("qsgd", bits=4).memory, NoneMemory)
+    assert isinstance(build("qsgd", bits=4, error_feedback=True).memory, ResidualMemory)
+    assert isinstance(build("topk", density=0.01).memory, ResidualMemory)
+    assert isinstance(build("topk", density=0.01, error_feedback=False).memory, NoneMemory)

@@ -72,7 +72,7 @@ def compression_from_args(args):
         return Compression.none(options=options)
     if getattr(args, "compressor", None):
         return build(args.compressor, **compressor_params_from_args(args),
-                     error_feedback=not args.no_error_feedback,
+                     error_feedback=_error_feedback(args),
                      algorithm=args.algorithm).with_options(options)
     compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
         else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
@@ -80,6 +80,14 @@ def compression_from_args(args):
                        quantizer=QSGD(args.bits) if args.bits else None,
                        memory=NoneMemory() if args.no_error_feedback else ResidualMemory(),
                        algorithm=args.algorithm, options=options)
+
+
+def _error_feedback(args) -> bool | None:
+    """``--no-error-feedback`` (False), ``--error-feedback`` (True), else None: the
+    compressor's own default (records made before ``--error-feedback`` existed lack it)."""
+    if args.no_error_feedback:
+        return False
+    return True if getattr(args, "error_feedback", False) else None
 
 
 def _own_momentum(args) -> bool:

@@ -82,8 +82,10 @@ def _name(rec, *, lr: bool = True) -> str:
     extra = [phrase for key, label in _spec(name).labels
              if (lr or key != "lr") and (phrase := label(cfg.get(key))) is not None] \
         if _spec(name) else []
-    if cfg.get("no_error_feedback"):
-        extra.append("no EF")
+    default_ef = _spec(name).error_feedback if _spec(name) else True
+    ef = False if cfg.get("no_error_feedback") else bool(cfg.get("error_feedback")) or default_ef
+    if ef != default_ef:  # what ran, where it is not the compressor's default
+        extra.append("with EF" if ef else "no EF")
     if lr and "lr" in cfg and not (_spec(name) and any(k == "lr" for k, _ in _spec(name).labels)):
         wanted = _recommended_lr(rec)
         if wanted is not None and not math.isclose(cfg["lr"], wanted, rel_tol=1e-9):

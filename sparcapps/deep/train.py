@@ -162,8 +162,12 @@ def _add_communication_arguments(g) -> None:
     add_options_arguments(g)
     g.add_argument("--algorithm", default=DEFAULT_ALGORITHM, type=algorithm_name,
                    help=algorithm_help("sparcml allreduce algorithm:"))
-    g.add_argument("--no-error-feedback", action="store_true",
-                   help="drop what top-k and quantization do not send")
+    feedback = g.add_mutually_exclusive_group()
+    feedback.add_argument("--no-error-feedback", action="store_true",
+                          help="drop what top-k and quantization do not send (default: keep "
+                               "it, except where the --compressor's paper has none: qsgd)")
+    feedback.add_argument("--error-feedback", action="store_true",
+                          help="keep it where the --compressor's default drops it (qsgd)")
     g.add_argument("--dense", action="store_true",
                    help="baseline: full gradients, dense allreduce (ignores --density/--bits)")
     g.add_argument("--warmup-steps", type=nonnegative_int, default=0,

@@ -141,7 +141,9 @@ class CompressorSpec:
     format)`` pairs, the key a record's config's (an argparse dest, ``"lr"`` included),
     ``format(value)`` a phrase or None (left out). ``own_momentum``: it applies a momentum
     itself (:data:`MOMENTUM`, ``--compressor-momentum``); its ``recommended`` SGD momentum is
-    then 0 (a ``--momentum`` the user gives is added outside it).
+    then 0 (a ``--momentum`` the user gives is added outside it). ``error_feedback``: whether it
+    keeps an error-feedback memory when :func:`build` is not told (the method's paper: QSGD's
+    has none, and its 4-bit L2 scale is no contraction, so a carried residual grows).
     ``recommended``: its paper's recommended hyperparameters as data, for the apps to use
     unless told otherwise (:func:`recommended_hyperparameters`): ``"lr_scale"`` multiplies the
     app's dense learning rate, ``"momentum"`` is the SGD momentum *outside* the compressor (0
@@ -161,6 +163,7 @@ class CompressorSpec:
     own_momentum: bool = False
     recommended: Mapping = field(default_factory=dict)
     order: int = 1000
+    error_feedback: bool = True
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or not self.name.replace(
@@ -281,13 +284,14 @@ def memory_of(error_feedback: bool):
     return ResidualMemory() if error_feedback else NoneMemory()
 
 
-def build(name: str, *, algorithm: str = DEFAULT_ALGORITHM, error_feedback: bool = True,
+def build(name: str, *, algorithm: str = DEFAULT_ALGORITHM, error_feedback: bool | None = None,
           **params) -> Compression:
     """The :class:`Compression` named ``name`` (a key of :data:`COMPRESSORS`) with these
     parameters: any registered compressor's (``density``, ``bits``, ``threshold``, ``rank``,
     ``momentum``, ``shared``, ``density_warmup_steps``, ``clip_norm``, ``seed``, ``chunk``,
     ...); those that ``name`` does not declare are ignored, those it declares and that are not
-    given take their defaults. ``bits`` adds a QSGD quantizer to the compressors that declare
+    given take their defaults. ``error_feedback``: keep an error-feedback memory (None: the
+    compressor's default, :attr:`CompressorSpec.error_feedback`). ``bits`` adds a QSGD quantizer to the compressors that declare
     it and is refused elsewhere. Raises :class:`~sparcml.CompressionError` for an unknown name
     or parameter, or a bad value."""
     spec = get_compressor(name)
@@ -303,7 +307,9 @@ def build(name: str, *, algorithm: str = DEFAULT_ALGORITHM, error_feedback: bool
         able = [n for n in compressor_names() if _takes_bits_with(_REGISTRY[n], params)]
         raise CompressionError(f"the {name} compressor{' ' + why if why else ''} takes no "
                                f"quantizer (bits={bits}); bits go with {', '.join(able)}")
-    return spec.build(algorithm=algorithm, error_feedback=error_feedback, **values)
+    if error_feedback is None:
+        error_feedback = spec.error_feedback
+    return spec.build(algorithm=algorithm, error_feedback=bool(error_feedback), **values)
 
 
 def _takes_bits_with(spec: CompressorSpec, params: dict) -> bool:
