@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels as kernels
 from ._errors import InvalidVectorError, UnsupportedDtypeError
+from ._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["SparseVector", "index_dtype_for", "should_be_dense", "VALUE_DTYPES", "MAX_DIM"]
 

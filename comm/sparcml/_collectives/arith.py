@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _kernels as kernels
 from .._vector import SparseVector
-from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part, decode
 from .._wire.packed import scan, typed_views
 from .._runtime.workspace import Workspace
+from .._lazy import lazy_module
+pk = lazy_module("sparcml._wire.packed_kernels")
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["normalize", "add", "fold_parts", "fold_packed", "assemble", "assemble_packed",
            "write_dense", "copy_of", "as_part", "PAIRWISE_FOLD_MAX"]

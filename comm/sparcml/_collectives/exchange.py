@@ -19,14 +19,15 @@ import functools
 import numpy as np
 from mpi4py import MPI
 
-from .. import _kernels as kernels
 from .._runtime.context import TrafficStats
 from .._runtime.tags import message_tags
 from .._errors import InvalidVectorError
 from .._vector import MAX_DIM, SparseVector
-from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part
 from .ops import MAX_COUNT
+from .._lazy import lazy_module
+pk = lazy_module("sparcml._wire.packed_kernels")
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["as_vector", "as_sent", "encode_vector", "send_vector", "recv_vector",
            "exchange_vector", "allgather_bytes", "allgather_dense_blocks", "block_bounds",

@@ -7,10 +7,11 @@ operations' methods (the simulator's sharing ones included) and touches only the
 
 from __future__ import annotations
 
-from .._wire import packed_kernels as pk
 from .._wire.header import has_error_flag, set_error_flag
 from .._wire.packed import Packed
 from .ops import Ops
+from .._lazy import lazy_module
+pk = lazy_module("sparcml._wire.packed_kernels")
 
 __all__ = ["FlagOps"]
 

@@ -14,7 +14,6 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
-from .. import _kernels as kernels
 from .._model.link_costs import call_options
 from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
@@ -24,6 +23,8 @@ from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, r
 from .validation import check_quantizable, check_root, check_stats, coerce_vector, quantizer_code
 from .._vector import SparseVector
 from .._wire.codec import Codec, Part
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["allgather", "reduce_scatter", "bcast"]
 

@@ -22,9 +22,10 @@ from . import arith
 from .._model.mpi_collectives import SIZE_BYTES
 from .._runtime.context import use_plain_operations
 from .._vector import SparseVector
-from .._wire import packed_kernels as pk
 from .._wire.codec import Codec, Part, decode
 from .._wire.packed import Packed, encode_split
+from .._lazy import lazy_module
+pk = lazy_module("sparcml._wire.packed_kernels")
 
 __all__ = ["Ops", "PLAIN", "ops_of", "MAX_COUNT", "exchange_sizes"]
 

@@ -45,9 +45,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from .. import _kernels as kernels
 from .._options import PARTITIONS
 from .exchange import block_bounds
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["SPARSE_KIND", "DENSE_KIND", "POLICIES", "BALANCED", "EQUAL", "PartitionState",
            "PartitionMemory", "memory_of", "split_bounds", "note_received", "balanced_bounds",

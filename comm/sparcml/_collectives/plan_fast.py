@@ -26,11 +26,12 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from .. import _kernels as kernels
 from .._vector import SparseVector, index_dtype_for
 from .._wire.codec import Part, decode
 from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
 from .algorithms.recursive_doubling import TAGS as _RD
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _kernels as kernels
 from .._runtime.context import TrafficStats
 from .._errors import (IncompatibleOptionsError, InvalidArgumentError, InvalidOutputError,
                        QuantizationError, UnsupportedDtypeError)
 from .._vector import SparseVector
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["LocalFailure", "coerce_vector", "check_out", "check_stats", "quantizer_code",
            "check_quantizable", "check_root", "check_density"]

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from .. import _kernels as kernels
 from . import tuning
 from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_result, \
     topk_allreduce_cost
@@ -34,6 +33,8 @@ from .._collectives.registry import AUTO, algorithm_names, get_algorithm
 from .._vector import SparseVector
 from .._wire.codec import RAW_INDICES, Codec, Part, decode
 from .._runtime.tags import message_tags
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["AutoMemory", "memory_of", "model_of", "calibrate_context", "calibrate_topk",
            "choose", "choose_topk_step", "learn_overlap", "calibrate_node_aware",

@@ -43,7 +43,8 @@ from .._collectives.registry import algorithm_names, get_algorithm
 from . import mpi_collectives as mpi
 from . import tuning
 from .._options import default_options
-from .._topk.select_kernels import digit_bits
+from .._lazy import lazy_module
+select_kernels = lazy_module("sparcml._topk.select_kernels")
 
 __all__ = ["CostModel", "union_size", "overlap_from_result", "stream_bytes", "index_bytes",
            "split_phase_one", "topk_allreduce_cost", "topk_sync_steps", "TOPK_STEP", "TINY_N",
@@ -162,7 +163,7 @@ def topk_allreduce_cost(model: "CostModel", *, P: int, N: int, k_local: float, k
     t += split_phase_one(model, P=P, N=N, k=k_local, s_idx=s_idx, s_val=s_val, options=options)
     t += model.gamma_merge * k_local * max(1.0, math.log2(P)) + model.gamma_dense * owned
     if not remembered:
-        bits = digit_bits(int(k), c)
+        bits = select_kernels.digit_bits(int(k), c)
         t += model.allreduce_beta * ((1 << bits) + 3) * 8 + model.gamma_dense * owned
     t += gather_selection(model, P=P, options=options,
                           nbytes=stream_bytes(gathered, N, s_idx, s_val, options.code_indices))

@@ -32,8 +32,9 @@ import sys
 
 import numpy as np
 
-from . import kernels as quant_kernels
 from .._errors import CompressionError, QuantizationError, UnsupportedDtypeError
+from .._lazy import lazy_module
+quant_kernels = lazy_module("sparcml._quant.kernels")
 
 __all__ = ["QSGD"]
 

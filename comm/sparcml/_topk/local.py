@@ -33,11 +33,12 @@ import math
 
 import numpy as np
 
-from .. import _kernels as kernels
-from . import local_kernels
-from . import sampled_kernels as sampled_topk_kernels
 from .._errors import CompressionError, InvalidArgumentError, UnsupportedDtypeError
 from .._vector import SparseVector, index_dtype_for
+from .._lazy import lazy_module
+sampled_topk_kernels = lazy_module("sparcml._topk.sampled_kernels")
+local_kernels = lazy_module("sparcml._topk.local_kernels")
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["TopK", "select_topk"]
 

@@ -47,10 +47,11 @@ from .._runtime.context import CommContext, TrafficStats, context_for
 from .._runtime.tags import message_tags
 from .._vector import SparseVector, _value_dtype
 from .._wire.codec import Codec
-from . import select_kernels
 from .rule import KEYS, NOTHING, memory_of, step
 from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _result, _run,
                              _selection, partition_bounds)
+from .._lazy import lazy_module
+select_kernels = lazy_module("sparcml._topk.select_kernels")
 
 __all__ = ["TopKPlan", "topk_plan"]
 

@@ -33,8 +33,9 @@ from typing import NamedTuple
 
 import numpy as np
 from mpi4py import MPI
+from .._lazy import lazy_module
+select_kernels = lazy_module("sparcml._topk.select_kernels")
 
-from . import select_kernels
 
 __all__ = ["KEYS", "NOTHING", "MANTISSA_BITS", "TopKMemory", "memory_of", "Rule", "step",
            "bound_key", "threshold_rule", "split_ties", "guess", "remember", "count_nan",

@@ -53,8 +53,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .._collectives import arith
-from .. import _kernels as kernels
-from . import select_kernels
 from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
@@ -73,6 +71,9 @@ from .._vector import SparseVector
 from .rule import (KEYS, MANTISSA_BITS, NOTHING, Rule, bound_key, count_nan, guess, memory_of,
                    remember, split_ties, step, threshold_rule)
 from .._wire.codec import Codec, Part
+from .._lazy import lazy_module
+select_kernels = lazy_module("sparcml._topk.select_kernels")
+kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_allreduce_in",
            "calibrate_topk", "partition_bounds", "calibration_run"]

@@ -32,12 +32,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import index_kernels
-from .. import _kernels as kernels
 from .._errors import SparcmlError
 from .._options import CallOptions, Options
 from .header import (BITMAP, DENSE, ELIAS_FANO, HEADER, HEADER_SIZE, RAW, SHORT_HEADER,
                      SHORT_HEADER_SIZE, SPARSE, Header, header_size, read_header, write_header)
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
+index_kernels = lazy_module("sparcml._wire.index_kernels")
 
 __all__ = ["HEADER", "HEADER_SIZE", "SHORT_HEADER", "SHORT_HEADER_SIZE", "Header",
            "header_size", "read_header", "SPARSE", "DENSE", "RAW", "ELIAS_FANO", "BITMAP",

@@ -18,10 +18,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import packed_kernels as pk
-from .. import _kernels as kernels
 from .._errors import SparcmlError
 from .codec import Codec
+from .._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
+pk = lazy_module("sparcml._wire.packed_kernels")
 
 __all__ = ["Packed", "encode_split", "scan", "typed_views", "message_sizes"]
 

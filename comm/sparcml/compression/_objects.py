@@ -61,7 +61,6 @@ import numpy as np
 from mpi4py import MPI
 
 from .._model import auto
-from .._topk import select_kernels
 from .._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .._runtime.context import TrafficStats, context_for
 from .._model.costmodel import TOPK_STEP
@@ -79,6 +78,8 @@ from .._runtime.agreement import capture, raise_everywhere
 from .._topk.local import TopK
 from .._vector import VALUE_DTYPES, SparseVector
 from ._cost import allreduce_seconds
+from .._lazy import lazy_module
+select_kernels = lazy_module("sparcml._topk.select_kernels")
 
 __all__ = ["Compression", "Compressor", "TopKCompressor", "GlobalTopKCompressor",
            "NoneCompressor", "Memory", "per_tensor_topk",

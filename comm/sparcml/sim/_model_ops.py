@@ -22,11 +22,12 @@ import math
 
 import numpy as np
 
-from .._wire import packed_kernels as pk
 from .._wire.codec import RAW, SPARSE
 from .._wire.header import read_header
 from .._wire.packed import scan
 from ._credit import charge_work, modeled
+from .._lazy import lazy_module
+pk = lazy_module("sparcml._wire.packed_kernels")
 
 __all__ = ["ModelOps", "work_add", "work_fold", "work_assemble", "packed_items",
            "coded_indices", "coded_in_table"]

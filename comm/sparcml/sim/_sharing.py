@@ -57,10 +57,11 @@ from mpi4py import MPI
 from . import _collective_cost as cc
 from .._collectives.ops import Ops, exchange_sizes
 from .._vector import SparseVector
-from .._wire import packed_kernels as pk
 from .._wire.codec import (_INDEX_BY_SIZE, _VALUE_BY_SIZE, DENSE, RAW, Part, _pad8,
                            index_section_nbytes, read_header)
 from ._credit import charge, discount, sharing
+from .._lazy import lazy_module
+pk = lazy_module("sparcml._wire.packed_kernels")
 
 __all__ = ["SharingOps", "SMALL_BYTES", "RECENT_BYTES"]
 

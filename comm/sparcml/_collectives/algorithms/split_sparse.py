@@ -15,12 +15,13 @@ import math
 
 import numpy as np
 
-from ... import _kernels as kernels
 from ..._model.costmodel import index_bytes, split_phase_one, union_size
 from ..._vector import SparseVector
 from ..exchange import allgather_block_values, reduce_block
 from ..partition import SPARSE_KIND, note_received, split_bounds
 from ..registry import Algorithm, register
+from ..._lazy import lazy_module
+kernels = lazy_module("sparcml._kernels")
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
