@@ -438,7 +438,8 @@ def test_public_decode_of_a_large_output_streams_the_same_values(bits, monkeypat
     buf = q.encode(x)
     calls = []
     streaming = quant_kernels.qsgd_decode_streaming
-    monkeypatch.setattr(quant_kernels, "qsgd_decode_streaming",
+    # the kernels as QSGD reads them (its stand-in for the kernel module, sparcml._lazy)
+    monkeypatch.setattr(qsgd_module.quant_kernels, "qsgd_decode_streaming",
                         lambda *a: calls.append(1) or streaming(*a))
     big = np.empty(n + 1, np.float32)
     assert q.decode(buf, n, out=big[1:]) is not None and calls == []  # not asked to stream
