@@ -156,12 +156,12 @@ class CallOptions:
     (:func:`sparcml._model.link_costs.call_options`, cached per :class:`Options` object).
 
     ``options``: the agreed :class:`Options` it was resolved from (for calls nested in the
-    call, such as ``auto``'s calibration runs). ``code_indices``: sparse indices may travel
-    coded (every ``index_coding`` but ``"raw"``). ``link_costs``: ``(seconds per byte of the
-    links, seconds to encode and decode an index)`` for ``index_coding="auto"`` (a code only
-    where the link time it saves exceeds its CPU time), None to code whenever the code is
-    smaller (``"coded"``, or one rank). ``partitions``, ``node_shm``, ``ranks_per_node``,
-    ``native_min_ranks``: as in :class:`Options`; :meth:`native` applies the last.
+    call, such as ``auto``'s calibration runs; its ``partitions``, ``node_shm``,
+    ``ranks_per_node`` and :meth:`native` are read through this object). ``code_indices``:
+    sparse indices may travel coded (every ``index_coding`` but ``"raw"``). ``link_costs``:
+    ``(seconds per byte of the links, seconds to encode and decode an index)`` for
+    ``index_coding="auto"`` (a code only where the link time it saves exceeds its CPU time),
+    None to code whenever the code is smaller (``"coded"``, or one rank).
 
     The default is :class:`Options`'s defaults without link costs (coded whenever smaller):
     what a codec made outside a call (tests, the simulator's rates) uses.
@@ -170,23 +170,29 @@ class CallOptions:
     options: Options = Options()
     code_indices: bool = True
     link_costs: tuple | None = None
-    partitions: str = "balanced"
-    node_shm: bool = True
-    ranks_per_node: int | None = None
-    native_min_ranks: int = NATIVE_MIN_RANKS
 
     @classmethod
     def of(cls, options: Options, link_costs: tuple | None = None) -> "CallOptions":
         """``options`` resolved with the call's ``link_costs`` (dropped for
         ``index_coding="coded"``; unused for ``"raw"``, which codes nothing)."""
         return cls(options, options.code_indices,
-                   None if options.index_coding == "coded" else link_costs,
-                   options.partitions, options.node_shm, options.ranks_per_node,
-                   options.native_min_ranks)
+                   None if options.index_coding == "coded" else link_costs)
+
+    @property
+    def partitions(self) -> str:
+        return self.options.partitions
+
+    @property
+    def node_shm(self) -> bool:
+        return self.options.node_shm
+
+    @property
+    def ranks_per_node(self) -> int | None:
+        return self.options.ranks_per_node
 
     def native(self, ranks: int) -> bool:
         """Whether a phase among ``ranks`` ranks runs as an MPI vector collective."""
-        return ranks >= self.native_min_ranks
+        return self.options.native(ranks)
 
 
 def _env_text(name: str, environ) -> str:
