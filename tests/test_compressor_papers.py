@@ -390,3 +390,19 @@ def test_qsgd_keeps_no_error_memory_unless_asked():
     assert isinstance(build("qsgd", bits=4, error_feedback=True).memory, ResidualMemory)
     assert isinstance(build("topk", density=0.01).memory, ResidualMemory)
     assert isinstance(build("topk", density=0.01, error_feedback=False).memory, NoneMemory)
+
+
+def test_error_feedback_flags_record_what_the_user_asked():
+    """Neither flag: ``error_feedback`` None in the run's config (the compressor's own default,
+    which the report does not call "no error feedback"); ``--error-feedback``: True."""
+    from sparcapps.deep.cnn import build_parser
+    from sparcapps.deep.comm_options import error_feedback_of
+    from sparcapps.report.fmt import config_label
+
+    parser = build_parser()
+    plain = parser.parse_args(["--compressor", "qsgd"])
+    assert plain.error_feedback is None and error_feedback_of(plain) is None
+    assert "no error feedback" not in config_label(
+        {"config": vars(plain), "algorithm": "ssar_recursive_double", "density": 1.0})
+    assert error_feedback_of(parser.parse_args(["--compressor", "qsgd", "--error-feedback"]))
+    assert error_feedback_of(parser.parse_args(["--no-error-feedback"])) is False

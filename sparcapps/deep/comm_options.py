@@ -13,7 +13,8 @@ from sparcml.compression import (COMPRESSORS, Compression, GlobalTopKCompressor,
                                  recommended_hyperparameters)
 from sparcapps.cli_args import compressor_params_from_args, options_from_args
 
-__all__ = ["compression_from_args", "resolve_hyperparameters", "resolve_compressor_defaults"]
+__all__ = ["compression_from_args", "resolve_hyperparameters", "resolve_compressor_defaults",
+           "error_feedback_of"]
 
 
 def _active_compressor(args) -> str | None:
@@ -72,7 +73,7 @@ def compression_from_args(args):
         return Compression.none(options=options)
     if getattr(args, "compressor", None):
         return build(args.compressor, **compressor_params_from_args(args),
-                     error_feedback=_error_feedback(args),
+                     error_feedback=error_feedback_of(args),
                      algorithm=args.algorithm).with_options(options)
     compressor = GlobalTopKCompressor(density=args.density) if args.global_topk \
         else TopKCompressor(density=args.density, chunk=args.topk_bucket_size)
@@ -82,12 +83,12 @@ def compression_from_args(args):
                        algorithm=args.algorithm, options=options)
 
 
-def _error_feedback(args) -> bool | None:
+def error_feedback_of(args) -> bool | None:
     """``--no-error-feedback`` (False), ``--error-feedback`` (True), else None: the
     compressor's own default (records made before ``--error-feedback`` existed lack it)."""
-    if args.no_error_feedback:
+    if getattr(args, "no_error_feedback", False):
         return False
-    return True if getattr(args, "error_feedback", False) else None
+    return True if getattr(args, "error_feedback", None) else None
 
 
 def _own_momentum(args) -> bool:

@@ -49,6 +49,7 @@ from sparcapps.cli_args import add_list_argument, make_parser, positive_int
 from sparcapps.records import read_records
 
 from ._simstep import simulate_step
+from .comm_options import error_feedback_of
 from .train import compression_from_args
 
 __all__ = ["main", "rows_of", "sweep_rows", "steps_to", "best_of_sweep"]
@@ -83,8 +84,8 @@ def _name(rec, *, lr: bool = True) -> str:
              if (lr or key != "lr") and (phrase := label(cfg.get(key))) is not None] \
         if _spec(name) else []
     default_ef = _spec(name).error_feedback if _spec(name) else True
-    ef = False if cfg.get("no_error_feedback") else bool(cfg.get("error_feedback")) or default_ef
-    if ef != default_ef:  # what ran, where it is not the compressor's default
+    ef = error_feedback_of(argparse.Namespace(**cfg))
+    if ef is not None and ef != default_ef:  # what ran, where it is not the compressor's own
         extra.append("with EF" if ef else "no EF")
     if lr and "lr" in cfg and not (_spec(name) and any(k == "lr" for k, _ in _spec(name).labels)):
         wanted = _recommended_lr(rec)

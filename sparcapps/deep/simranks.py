@@ -186,11 +186,11 @@ def _shared_params(params):
 def _config_key(app: str, args) -> dict:
     """What the step's rates depend on (the calibration's cache key)."""
     keys = ("dataset", "width", "depth", "batch_size", "bptt", "threads", "density",
-            "bits", "no_error_feedback", "error_feedback", "bucket_mb", "topk_bucket_size", "global_topk",
+            "bits", "no_error_feedback", "bucket_mb", "topk_bucket_size", "global_topk",
             "compressor", "momentum", "weight_decay", "clip", "algorithm")
     if getattr(args, "compressor", None):
         keys += ("threshold", "powersgd_rank", "shared_indices", "clip_norm",
-                 "compressor_momentum", "qsgd_norm", "topk_per_tensor")
+                 "compressor_momentum", "qsgd_norm", "topk_per_tensor", "error_feedback")
     return {"app": app, "dense_baseline": bool(args.dense),
             **{k: getattr(args, k, None) for k in keys}}
 

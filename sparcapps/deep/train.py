@@ -166,7 +166,7 @@ def _add_communication_arguments(g) -> None:
     feedback.add_argument("--no-error-feedback", action="store_true",
                           help="drop what top-k and quantization do not send (default: keep "
                                "it, except where the --compressor's paper has none: qsgd)")
-    feedback.add_argument("--error-feedback", action="store_true",
+    feedback.add_argument("--error-feedback", action="store_const", const=True, default=None,
                           help="keep it where the --compressor's default drops it (qsgd)")
     g.add_argument("--dense", action="store_true",
                    help="baseline: full gradients, dense allreduce (ignores --density/--bits)")
