@@ -148,7 +148,45 @@ def test_step_seconds_and_compute_scale_are_charged(tmp_path):
     assert epoch["train_seconds"] > epoch["compute_seconds"]
 
 
+def test_dense_model_is_the_simulated_dense_baseline(tmp_path, capsys):
+    """``--dense-model`` beside a sparse simulated run records the dense baseline: its bytes
+    and accuracies those of the simulated dense run, its epoch times within 0.5% of them
+    (5% in the first epoch, where the dense run also makes its plan), marked modeled only; P = 1
+    (no reduction) the run's own figures; the sparse record keeps only its own."""
+    net = ["--network", "5x1gbit,latency=20us"]
+    model, dense = tmp_path / "model.jsonl", tmp_path / "dense.jsonl"
+    for extra, out in ((["--algorithm", "ssar_split_allgather", "--dense-model"], model),
+                       (["--algorithm", "dense"], dense)):
+        assert _linear_main([*common(tmp_path), *extra, "--simulate", "1", "3", "5", *net,
+                             "--output", str(out)], "sparc-svm") == 0
+    assert "the dense baseline (modeled from this run)" in capsys.readouterr().out
+    rows = [json.loads(line) for line in model.read_text().splitlines()]
+    assert [(r["P"], r["algorithm"]) for r in rows] == [
+        (P, a) for P in (1, 3, 5) for a in ("ssar_split_allgather", "dense")]
+    simulated = _records(dense)
+    for sparse, modeled in zip(rows[::2], rows[1::2]):
+        P, ref = modeled["P"], simulated[modeled["P"]]
+        assert modeled["metrics"]["modeled_only"] is True and "modeled_only" not in ref["metrics"]
+        assert modeled["metrics"]["accuracy_from"] == "ssar_split_allgather"
+        assert modeled["bytes"] == ref["bytes"], P
+        for s, m, r in zip(sparse["metrics"]["epochs"], modeled["metrics"]["epochs"],
+                           ref["metrics"]["epochs"]):
+            assert not any(key.startswith("dense_") for key in s), s
+            assert m["test_accuracy"] == r["test_accuracy"] == s["test_accuracy"], P
+            assert m["bytes_sent"] == r["bytes_sent"] and m["steps"] == r["steps"]
+            if P == 1:  # one rank: the same single-rank path, no reduction either way
+                assert m["train_seconds"] == s["train_seconds"]
+            else:
+                # the first epoch's dense run also makes its plan (one agreement, not modeled)
+                low = 0.95 if m["epoch"] == 1 else 0.995
+                assert low < m["train_seconds"] / r["train_seconds"] <= 1.0 + 1e-9, (P, m, r)
+                assert m["train_seconds"] != s["train_seconds"]
+
+
 @pytest.mark.parametrize("argv, message", [
+    (["--dense-model"], "--dense-model needs --simulate"),
+    (["--simulate", "2", "--dense-model", "--algorithm", "dense"], "not with --algorithm dense"),
+    (["--simulate", "2", "--dense-model", "--bits", "4"], "not with --bits"),
     (["--network", "10gbit"], "--network needs --simulate"),
     (["--compute-scale", "2"], "--compute-scale needs --simulate"),
     (["--step-seconds", "1"], "--step-seconds needs --simulate"),

@@ -106,3 +106,33 @@ def test_a_p_modeled_only_is_not_refused_for_the_memory_its_simulation_would_tak
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == len(ALGORITHMS) and all(r["metrics"]["modeled_only"] for r in recs)
     assert "estimate" not in capsys.readouterr().err
+
+
+def _plan_call_seconds(comm, N, algorithm):
+    import numpy as np
+
+    import sparcml
+
+    r = comm.Get_rank()
+    idx = np.arange(r, N, 97, dtype=np.int32)
+    vec = sparcml.SparseVector(N, idx, np.ones(idx.size, np.float32))
+    plan = sparcml.plan(N, np.float32, comm, algorithm=algorithm)
+    plan.allreduce(vec)  # made and warm
+    comm.Barrier()
+    t0 = comm.clock()
+    plan.allreduce(vec)
+    return comm.clock() - t0
+
+
+@pytest.mark.parametrize("P", [3, 5])
+def test_prediction_of_a_plan_call_of_the_dense_baseline(P):
+    """``predict("dense", plan=True)``: a plan's call of the dense baseline as simulated (its
+    identity check and the error flag's reduction beside MPI_Allreduce), what
+    ``sparc-linear --dense-model`` charges per step."""
+    net = sim.parse_network("8x1gbit,latency=20us")
+    for N in (6001, 1 << 18):
+        simulated = max(sim.run(P, _plan_call_seconds, network=net, args=(N, "dense")).results)
+        plain = sim.predict("dense", P=P, N=N, k=1, K=N, network=net)
+        planned = sim.predict("dense", P=P, N=N, k=1, K=N, network=net, plan=True)
+        assert planned.seconds > plain.seconds and planned.bytes == plain.bytes
+        assert planned.seconds == pytest.approx(simulated, rel=1e-3), (N, planned, simulated)

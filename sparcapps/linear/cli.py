@@ -48,6 +48,7 @@ from .collective import agree_or_raise, collective_errors
 from .data import SYNTH_PRESETS, ensure_synth, load_split
 from .errors import CheckpointError, CheckpointMismatchError, LinearModelError
 from .schedule import SCHEDULES
+from .dense_model import dense_model, dense_model_record
 from .stepcost import fixed_step_seconds
 
 __all__ = ["main", "logreg_main", "svm_main", "build_parser", "build_estimator"]
@@ -118,6 +119,14 @@ def build_parser(prog: str = "sparc-linear", loss: str | None = None) -> argpars
                    help="no progress bar (it is drawn only on a terminal; elsewhere one line "
                         "per epoch)")
     add_simulate_arguments(p, step_unit="step (gradient and update)")
+    p.add_argument("--dense-model", action="store_true",
+                   help="with --simulate and a lossless sparse --algorithm: also record the "
+                        "dense baseline (--algorithm dense), modeled from this run instead of "
+                        "run (its P dense vectors need about 14 bytes a feature and rank): "
+                        "each step the slowest rank's gradient, MPI_Allreduce of the dense "
+                        "gradient as the simulator charges it, the dense update; its "
+                        "accuracies are this run's (the same sums, up to rounding); the record "
+                        "says 'modeled_only'")
     return p
 
 
@@ -299,14 +308,29 @@ def run(args, prog: str, comm=None, argv=None) -> int:
     if rank == 0:
         if args.save_model:
             _save_model(args, prog, est, size, simulated)
+        if args.dense_model:
+            _print_dense_model(prog, est.history_)
         if args.output and est.history_:
             record = _record(args, prog, est, P=size, environment=environment, data_path=path,
                              N=int(Xtr.shape[1]), train_rows=train_rows,
                              global_batch=global_batch, wall=wall)
             if simulated:
                 mark_simulated(record, comm, args)
+            # the modeled dense baseline's figures move from this run's epochs to their record
+            dense = dense_model_record(record) if args.dense_model else None
             append_record(args.output, record)
+            if dense is not None:
+                append_record(args.output, dense)
     return 0
+
+
+def _print_dense_model(prog: str, history) -> None:
+    """The modeled dense baseline's epochs beside this run's (``--dense-model``)."""
+    for h in history:
+        dense = h.get("dense_train_seconds", h["train_seconds"])
+        print(f"{prog}: epoch {h['epoch']}: {h['train_seconds']:.4g} s; the dense baseline "
+              f"(modeled from this run) {dense:.4g} s: this run is "
+              f"{dense / max(h['train_seconds'], 1e-12):.3g}x faster", flush=True)
 
 
 def _environment(args, prog: str, comm, simulated: bool, argv):
@@ -473,7 +497,8 @@ def _data_shape(args) -> tuple[int, int, int]:
 
 def _simulated_main(args, prog: str, argv=None) -> int:
     def body(comm):
-        with fixed_step_seconds(args.step_seconds):
+        with fixed_step_seconds(args.step_seconds), \
+                dense_model(args.compute_scale if args.dense_model else None):
             return run(args, prog, comm, argv)
 
     return run_simulated(prog, args, body, lambda P: _estimate(args, P))
@@ -486,6 +511,13 @@ def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> i
         args.loss = loss
     options_from_args(args, parser)  # a bad SPARCML_* variable: exit 2; records what runs
     check_simulate_arguments(parser, args)
+    if args.dense_model and not args.simulate:
+        parser.error("--dense-model needs --simulate P [P ...]")
+    if args.dense_model and (args.algorithm == sparcml.DENSE_BASELINE or args.bits):
+        parser.error("--dense-model models the dense baseline beside a lossless sparse run: "
+                     f"not with --algorithm {args.algorithm}" if not args.bits else
+                     "--dense-model models the dense baseline beside a lossless sparse run: "
+                     "not with --bits (the quantized sums are not the dense baseline's)")
     if args.simulate:
         if args.resume or args.stop_after is not None or args.checkpoint_every_steps:
             parser.error("--simulate does not checkpoint, stop or resume (a simulated run is "

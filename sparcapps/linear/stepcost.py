@@ -187,6 +187,12 @@ class StepCost:
             return r["update_fixed"] + r["update_dense"] * total.dim
         return r["update_fixed"] + r["update_entry"] * total.nnz
 
+    def dense_update(self, dim: int) -> float:
+        """:meth:`update` of a dense sum of ``dim`` values."""
+        if self.step_seconds is not None:
+            return 0.0
+        return self.rates["update_fixed"] + self.rates["update_dense"] * dim
+
     def direct(self, steps: int, entries: int) -> float:
         if self.step_seconds is not None:
             return float(self.step_seconds) * steps

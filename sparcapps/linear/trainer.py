@@ -46,6 +46,7 @@ from . import _kernels as K
 from .sampling import BatchPlan
 from .schedule import Schedule
 from .state import RESCALE_BELOW, TrainState
+from .dense_model import DENSE_MODEL_KEYS, DenseStepModel
 from .stepcost import StepCost
 
 __all__ = ["DataParallelSGD", "INTERCEPT_DECAY", "PARTIAL_KEYS"]
@@ -137,6 +138,8 @@ class DataParallelSGD:
         self._checked = False
         self._plan = None  # the gradient's persistent plan (lossless, named algorithm)
         self.stats = TrafficStats()
+        # the dense baseline modeled beside this run (--dense-model; simulated ranks only)
+        self._dense = None if self.direct else DenseStepModel.of(comm, self.dim, self._cost)
 
     def attach(self, state: TrainState) -> None:
         """Move ``state.v`` into this engine's interleaved array ``W[:, 0]``; ``state.v``
@@ -295,9 +298,10 @@ class DataParallelSGD:
         self.attach(state)
         rows, bounds = self.plan.epoch(state.epoch)
         part = state.partial
-        for key in PARTIAL_KEYS:
+        for key in PARTIAL_KEYS + (DENSE_MODEL_KEYS if self._dense is not None else ()):
             part.setdefault(key, 0)
         stats = self.stats
+        dense = self._dense
         while state.step < self.plan.steps_per_epoch:
             k = state.step
             if self.direct:  # all the epoch's steps in one call unless someone watches each
@@ -310,10 +314,14 @@ class DataParallelSGD:
             t0 = self._clock()
             vec, loss_sum, correct = self.local_gradient(state, rows[bounds[k]:bounds[k + 1]])
             t1 = self._clock()
+            if dense is not None:
+                dense.arrive(t1 - t0)
             total = self.allreduce(vec)
             t2 = self._clock()
             self.apply(state, total, int(self.batch_sizes[k]))
             t3 = self._clock()
+            if dense is not None:
+                dense.add_step(part, t1 - t0)
             part["train_seconds"] += t3 - t0
             part["compute_seconds"] += (t1 - t0) + (t3 - t2)
             part["comm_seconds"] += t2 - t1
@@ -353,15 +361,18 @@ class DataParallelSGD:
         """Collective: the epoch's per-rank totals (``state.partial``) combined. Times: the
         slowest rank; bytes: the largest rank and the sum; running loss and accuracy: over all
         rows (sums in rank order, identical on every rank)."""
-        mine = tuple(partial.get(key, 0) for key in PARTIAL_KEYS)
+        keys = PARTIAL_KEYS + (DENSE_MODEL_KEYS if self._dense is not None else ())
+        mine = tuple(partial.get(key, 0) for key in keys)
         every = self.comm.allgather(mine) if self.size > 1 else [mine]
-        col = {key: [e[i] for e in every] for i, key in enumerate(PARTIAL_KEYS)}
+        col = {key: [e[i] for e in every] for i, key in enumerate(keys)}
         steps = max(partial.get("steps", 0), 1)
         rows = sum(col["rows"])
         loss_sum = 0.0
         for x in col["loss_sum"]:
             loss_sum += x
-        return {"train_seconds": max(col["train_seconds"]),
+        # the modeled dense baseline's (.dense_model): the slowest rank's, as for this run's
+        dense = {key: max(col[key]) for key in keys[len(PARTIAL_KEYS):]}
+        return {**dense, "train_seconds": max(col["train_seconds"]),
                 "compute_seconds": max(col["compute_seconds"]),
                 "comm_seconds": max(col["comm_seconds"]),
                 "bytes_sent": max(col["bytes_sent"]),

@@ -109,7 +109,8 @@ def predict(algorithm: str, **kwargs) -> Prediction:
     ``k`` (nonzeros per rank), ``K`` (of the result), ``network`` (a spec or
     :class:`NetworkSpec`), ``compute_scale``, ``s_idx``, ``s_val``, ``coded``,
     ``link_costs`` (see ``sparcml.sim._predict``), ``native_min_ranks`` (None or left out:
-    the process default, ``SPARCML_NATIVE_MIN_RANKS``). ``predicted_algorithms()`` lists the
+    the process default, ``SPARCML_NATIVE_MIN_RANKS``), ``plan`` (True: the call of a
+    persistent plan, :func:`sparcml.plan`, with its identity check). ``predicted_algorithms()`` lists the
     algorithms it knows."""
     from .._options import default_options
     from ._predict import predict as _predict

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._collectives.registry import get_algorithm
 from .._model.costmodel import overlap_from_result, union_size
 from .._options import NATIVE_MIN_RANKS, CallOptions
 from .._wire.codec import RAW, Codec, _pad8
@@ -129,13 +130,17 @@ def _levels(streams: float) -> float:
 
 def predict(algorithm: str, *, P: int, N: int, k: float, K: float, network, rates: dict,
             compute_scale: float = 1.0, s_idx: int = 4, s_val: int = 4, coded: bool = True,
-            link_costs=None, native_min_ranks: int = NATIVE_MIN_RANKS) -> Prediction:
+            link_costs=None, native_min_ranks: int = NATIVE_MIN_RANKS,
+            plan: bool = False) -> Prediction:
     """The simulator's charges for one call of ``algorithm`` (one of :func:`predicted_algorithms`) on P
     ranks of ``network`` (a :class:`~sparcml.sim.NetworkSpec`), inputs of ``k`` entries of N,
     a result of ``K``; ``rates`` the run's kernel rates; ``coded`` / ``link_costs`` the index
     coding of the call (:func:`sparcml._model.link_costs.index_coding_costs`);
     ``native_min_ranks`` the call's (:func:`sparcml.sim.predict` gives the process
-    default; here the :class:`~sparcml.Options` default)."""
+    default; here the :class:`~sparcml.Options` default). ``plan``: a persistent plan's call
+    (:func:`sparcml.plan`) instead of the plain one: its identity check in place of the
+    agreement, and for an algorithm whose messages do not carry the error flag (the dense
+    baseline's ``MPI_Allreduce``) the one-integer reduction beside it."""
     if algorithm not in _predicted():
         raise ValueError(f"no prediction for {algorithm!r} (only {', '.join(_predicted())})")
     clock = _Clock(rates, compute_scale)
@@ -149,6 +154,9 @@ def predict(algorithm: str, *, P: int, N: int, k: float, K: float, network, rate
         return Prediction(clock.t, 0, clock.compute)
     _predicted()[algorithm](clock, wire, P=P, N=N, k=k, K=K, q=q, network=network,
                               alpha=alpha, beta=beta, native=P >= native)
+    if plan and not get_algorithm(algorithm).routes_through_ops:
+        clock.call()  # the error flag's Iallreduce of one int32 (plan.py, _run)
+        clock.wait(cc.allreduce_time(P, 4, alpha, beta))
     return Prediction(clock.t, int(clock.sent), clock.compute)
 
 
