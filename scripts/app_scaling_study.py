@@ -25,10 +25,11 @@ Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"
 - networks (one rank per node): ``10gbit,latency=10us`` (10 Gbit Ethernet with an MPI
   latency of 10 us) and ``100gbit,latency=1.5us`` (a 100 Gbit InfiniBand-like fabric).
   Full bisection, no contention (see sparcml.sim).
-- simulated P: 2, 4, 8, 16, 64, 256 (url); 4, 16, 64 (webspam: a dense-backed sum of 16.6M
-  features per rank is 66 MB, so 256 ranks would hold 17 GB of sums, and the small P take
+- simulated P: 2, 4, 8, 16, 64, 256 (url); 4, 16, 64, 128, 256 (webspam; the small P take
   hundreds of steps per epoch); compute modeled from this machine's calibrated rates
-  (``--compute-scale 1``).
+  (``--compute-scale 1``). The webspam dense baseline at P = 128 and 256 is modeled beside the
+  sparse runs (``--dense-model``: its P dense vectors of 16.6M values need 32 and 63 GiB, where
+  the sparse runs need 4-6 GiB); webspam LR also runs ``ssar_split_allgather`` from P = 16.
 - the deep apps (``--data cnn lstm``): digits, 3 epochs, 8 examples per rank and step, top-k
   1% + 4-bit QSGD with error feedback against ``--dense``; simulated on the same
   two networks (P = 2, 4, 16, 64), measured at P = 1, 2, 4.
@@ -56,6 +57,11 @@ DEEP_COMMON = ["--epochs", "3", "--batch-size", "8", "--seed", "0", "--no-progre
 DEEP_SIM_P = [2, 4, 16, 64]
 DEEP_MEASURED_P = [1, 2, 4]
 SIM_P = {"url": [2, 4, 8, 16, 64, 256], "webspam": [4, 16, 64]}
+# P whose dense baseline is modeled beside the sparse runs (--dense-model), not simulated
+DENSE_MODELED_P = {"url": [], "webspam": [128, 256]}
+# the split algorithm beside the default for LR, from P = 16 (recursive doubling's messages
+# carry the growing union every round)
+SPLIT_P = {"url": [16, 64, 256], "webspam": [16, 64]}
 MEASURED_P = {"url": [1, 2, 4, 8], "webspam": [1, 2, 4, 8]}
 NETWORKS = ["10gbit,latency=10us", "100gbit,latency=1.5us"]
 APPS = {"lr": ["sparc-linear", "--loss", "log"], "svm": ["sparc-svm"]}
@@ -84,12 +90,17 @@ def commands(part: str, data: list[str], out: Path) -> list[list[str]]:
                     for net in NETWORKS:
                         cmds.append([*base, "--simulate", *map(str, SIM_P[name]),
                                      "--network", net])
-                    if name == "url" and not alg and app is APPS["lr"]:
-                        # the split algorithm beside the default from P = 16 (recursive
-                        # doubling's messages carry the growing union every round)
-                        cmds += [[*app, *DATA[name], *EPOCHS[name], *COMMON, "--algorithm",
-                                  "ssar_split_allgather", *records, "--simulate", "16", "64",
-                                  "256", "--network", net] for net in NETWORKS]
+                        if not alg and DENSE_MODELED_P[name]:
+                            cmds.append([*base, "--simulate", *map(str, DENSE_MODELED_P[name]),
+                                         "--network", net, "--dense-model"])
+                    if not alg and app is APPS["lr"]:
+                        split = [*app, *DATA[name], *EPOCHS[name], *COMMON, "--algorithm",
+                                 "ssar_split_allgather", *records]
+                        cmds += [[*split, "--simulate", *map(str, SPLIT_P[name]),
+                                  "--network", net] for net in NETWORKS]
+                        if DENSE_MODELED_P[name]:
+                            cmds += [[*split, "--simulate", *map(str, DENSE_MODELED_P[name]),
+                                      "--network", net] for net in NETWORKS]
                 else:
                     for P in MEASURED_P[name]:
                         cmds.append(["sparc-mpiexec", "-n", str(P), *base])

@@ -7,7 +7,9 @@ baseline's epoch time
 (median of the epochs after the first, :func:`sparcapps.report.training.scaling_points`), the
 speedup (dense / sparse), both runs' final test accuracy, and the training seconds each took to
 the stated target (99% of the lowest best test accuracy the dense baseline reached at any P,
-per app and data set; "-" where a run did not reach it in its epochs).
+per app and data set; "-" where a run did not reach it in its epochs). Where the dense
+baseline was modeled beside the sparse run (``sparc-linear --dense-model``: too large to
+simulate), its row says "(dense modeled)" and its accuracy is the sparse run's.
 """
 
 import sys
@@ -40,12 +42,16 @@ def main(argv):
             rows.setdefault((p["source"], p["P"]), {})[p["series"]] = p
         for (source, P), series in sorted(rows.items(), key=lambda kv: (kv[0][0], kv[0][1])):
             dn = series.pop("dense baseline", None)
+            modeled = series.pop("dense baseline (modeled)", None)
+            mark = ""
+            if dn is None and modeled is not None:  # sparc-linear --dense-model
+                dn, mark = modeled, " (dense modeled)"
             for name, s in sorted(series.items()):
                 es, ed = s["epoch_seconds"], dn and dn["epoch_seconds"]
                 acc = [p and p["run"]["epochs"][-1].get("test_accuracy") for p in (s, dn)]
                 print(f"| {app} | {dataset} | {source} | {P} | {name} | {_fmt(es, 's')} | "
                       f"{_fmt(ed, 's')} | "
-                      f"{_fmt(ed / es, 's') + 'x' if es and ed else '-'} | "
+                      f"{_fmt(ed / es, 's') + 'x' + mark if es and ed else '-'} | "
                       f"{_fmt(acc[0])} / {_fmt(acc[1])} | "
                       f"{_fmt(s['to_target'], 's')} / {_fmt(dn and dn['to_target'], 's')} |")
         print(f"\n{app} on {dataset}: target test accuracy {d['target']:.4f} "

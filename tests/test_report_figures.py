@@ -6,6 +6,8 @@ matplotlib figures (Agg) through ``plotting.describe``."""
 import json
 import sys
 
+import pytest
+
 from sparcapps.records import append_record, make_record, read_records
 from sparcapps.report import plotting as pl
 from sparcapps.report.rows import REFERENCES
@@ -133,6 +135,37 @@ def test_training_dense_baseline_on_the_same_axes_and_unique_labels(tmp_path):
         any(lb.endswith("seed 0") for lb in labels), labels
     _check_labels_and_captions(scaling + training)
     assert "dense baseline: full gradients" in training[0].caption
+
+
+def test_a_modeled_dense_baseline_is_its_own_dotted_line(tmp_path):
+    """``sparc-linear --dense-model`` records (the dense baseline modeled beside a sparse
+    run, ``metrics.modeled_only``): on the same axes as the simulated baseline, its own line
+    marked modeled and explained in the caption, and not the basis of the target accuracy (its
+    accuracies are the sparse run's)."""
+    from sparcapps.report.training import scaling_figures, scaling_points, training_runs
+
+    path = tmp_path / "t.jsonl"
+    net = "16x10gbit,ppn=1"
+    for P in (2, 4, 8, 16):
+        append_record(path, _run("sparc-svm", P, net, algorithm="ssar_split_allgather"))
+        if P <= 4:
+            append_record(path, _run("sparc-svm", P, net, algorithm="dense", dense=True))
+        else:
+            rec = _run("sparc-svm", P, net, algorithm="dense", dense=True, acc=0.1)
+            rec["metrics"]["modeled_only"] = True
+            append_record(path, rec)
+    records, problems = read_records([path])
+    assert problems == []
+    runs = training_runs(records)
+    (data,) = scaling_points(runs).values()
+    assert data["basis"] == "dense baseline" and data["target"] == pytest.approx(0.99 * 0.83)
+    figs = scaling_figures(runs)
+    epoch_time = next(f for f in figs if "epoch time" in f.caption)
+    labels = [line["label"] for line in epoch_time.meta["lines"]]
+    assert any(lb.startswith("dense baseline (modeled), simulated") for lb in labels), labels
+    assert any(lb.startswith("dense baseline, simulated") for lb in labels), labels
+    assert "The dense baseline (modeled): dotted, x markers" in epoch_time.caption
+    _check_labels_and_captions(figs)
 
 
 def test_unique_labels():

@@ -199,8 +199,8 @@ def series_label(rec: dict) -> str:
     gradient density): 'dense baseline', or the algorithm with the compressor's sent
     fraction and QSGD bits where the run set them."""
     label = config_label(rec)
-    if label == "dense baseline":
-        return label
+    if label == "dense baseline":  # modeled beside a sparse run (sparc-linear --dense-model)
+        return label + pl.MODELED if (rec.get("metrics") or {}).get("modeled_only") else label
     cfg = rec.get("config") or {}
     parts = [str(rec.get("algorithm") or "unknown algorithm")]
     if cfg.get("density") is not None:
@@ -318,7 +318,7 @@ def scaling_figures(runs) -> list[Fig]:
                 if not xs:
                     continue
                 kw = pl.style_for(styles, series, grp[0]["simulated"], grp[0]["network"])
-                if grp[0]["simulated"]:  # one line style per network
+                if grp[0]["simulated"] and not pl.modeled_series(series):  # one per network
                     kw["linestyle"] = _NET_STYLES[networks.index(grp[0]["network"])
                                                   % len(_NET_STYLES)]
                 drawn.append((series, grp[0]))
@@ -343,6 +343,11 @@ def scaling_figures(runs) -> list[Fig]:
                        f"dotted, dash-dot: "
                        + "; ".join(sorted({p["network"] for p in pts if p["simulated"]}))
                        + "); the dense baseline (black) on the same axes.")
+            if any(pl.modeled_series(p["series"]) for p in pts):
+                caption += (" The dense baseline (modeled): dotted, x markers: predicted "
+                            "beside the sparse run of the same P (sparc-linear --dense-model: "
+                            "its P dense vectors do not fit a simulation), not simulated; "
+                            "its accuracies are that sparse run's.")
             if key == "to_target":
                 caption += (f" Target: test accuracy >= {sig(data['target'])} (99% of the "
                             f"lowest best accuracy of the {data['basis']} over every P).")
