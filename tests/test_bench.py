@@ -287,3 +287,38 @@ def test_coding_and_partition_columns_side_by_side(tmp_path):
                  for p in ("balanced", "equal")}
     assert imbalance["balanced"] <= 1.3 < 1.6 < imbalance["equal"], imbalance
     assert "ssar_split_allgather+raw+eq" in proc.stdout
+
+
+def test_a_case_is_predicted_with_its_own_index_coding():
+    """sparc-bench's predicted seconds of a case follow the case's ``index_coding`` (they took
+    the process default before), as the call itself does."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    import sparcml
+    from sparcapps.bench.runner import BenchCase, _describe, case_options
+
+    class FourRanks:  # what _describe reads of a communicator
+        def allgather(self, x):
+            return [x] * 4
+
+        def Get_size(self):
+            return 4
+
+    model = sparcml.CostModel()
+    stats = SimpleNamespace(bytes_sent=8, inter_node_bytes=0, bytes_received=8, messages=1,
+                            dense_messages=0, algorithm="ssar_recursive_double",
+                            hierarchical=False)
+    N, k = 1 << 20, 5000
+    result = sparcml.SparseVector(N, np.arange(4 * k, dtype=np.int32),
+                                  np.ones(4 * k, np.float32))
+    predicted = {}
+    for coding in ("raw", "coded"):
+        case = BenchCase(N, k / N, "random", "ssar_recursive_double", index_coding=coding)
+        out = _describe(case, FourRanks(), [1e-3], stats, result, k, model, 0)
+        predicted[coding] = out["model"]["predicted_s"]
+        assert predicted[coding] == model.predict(
+            "ssar_recursive_double", P=4, N=N, k=k, K=4 * k, s_idx=4, s_val=4,
+            options=case_options(case))
+    assert predicted["raw"] != predicted["coded"], predicted

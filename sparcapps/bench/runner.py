@@ -184,10 +184,12 @@ def _describe(case, comm, times, stats, result, k_max, model, phase1) -> dict:
         size = comm.Get_size()
         s_idx, s_val = sparcml.index_dtype_for(case.N).itemsize, np.dtype(case.dtype).itemsize
         refs = model.references(P=size, k=k_max, K=result_nnz, s_idx=s_idx, s_val=s_val)
+        options = case_options(case)  # the case's index coding, not the process default
         predicted = model.predict_topk(P=size, N=case.N, k_local=k_max, k=case.topk,
-                                       s_idx=s_idx, s_val=s_val) if case.topk is not None \
+                                       s_idx=s_idx, s_val=s_val, options=options) \
+            if case.topk is not None \
             else model.predict(stats.algorithm, P=size, N=case.N, k=k_max, K=result_nnz,
-                               s_idx=s_idx, s_val=s_val)
+                               s_idx=s_idx, s_val=s_val, options=options)
         out["model"] = {
             "predicted_s": predicted,
             "floor_bytes": refs["floor_bytes"], "rs_ag_bytes": refs["rs_ag_bytes"],
