@@ -149,3 +149,32 @@ def test_a_full_history_keeps_the_models_choice_instead_of_growing(monkeypatch):
     res = sim.run(4, _workload, args=(6,), network="4x10gbit")
     ran = res.results[0][0]
     assert ran == ["dense"] * 6
+
+
+class _ByCoding(CostModel):
+    """Chooses dense for raw indices, allgather for coded ones."""
+
+    def choose(self, *, options=None, **_):
+        return "dense" if options.options.index_coding == "raw" else "allgather"
+
+
+def _two_codings(comm):
+    sim.use_model(comm, _ByCoding())
+    N, r = 1 << 16, comm.Get_rank()
+    vec = sparcml.SparseVector(N, np.arange(r, N, 64, dtype=np.int32),
+                               np.ones(N // 64, np.float32))
+    ran = []
+    for coding in ("raw", "coded", "raw", "coded"):
+        stats = sparcml.TrafficStats()
+        sparcml.allreduce(vec, comm, algorithm="auto", stats=stats,
+                          options=sparcml.Options(index_coding=coding, auto_tuning=False))
+        ran.append(stats.algorithm)
+    return ran
+
+
+def test_auto_remembers_a_choice_per_options():
+    """The same shape under other options (another index coding: other message sizes) is
+    chosen again, not given the choice remembered for the first options."""
+    res = sim.run(3, _two_codings, network="3x10gbit")
+    assert all(r == ["dense", "allgather", "dense", "allgather"] for r in res.results), \
+        res.results

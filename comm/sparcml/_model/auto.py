@@ -320,7 +320,7 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
              "s_val": vec.dtype.itemsize}
     fill = tuning.fill_bucket(memory.result_size.get(vec.dim), nnz_max)
     if tune and ctx.size > 1 and fill >= 0:
-        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, fill)
+        key = tuning.shape_key("flat", vec, nnz_max, codec.lossy, fill, options)
         tuned = tuning.state_of(ctx)
         if key in tuned.shapes or len(tuned.shapes) < _HISTORY_LIMIT:  # bounded, as below
             return tuning.choose(tuned, key, lambda: [
@@ -328,7 +328,7 @@ def choose(ctx, vec: SparseVector, nnz_max: int, codec, run, *, tune: bool = Fal
                 for a in _candidates(codec)])
     # iterative training repeats the same call: remember the choice for the same inputs
     key = ("choice", vec.dim, nnz_max, round(q, 2), vec.index_dtype.itemsize,
-           vec.dtype.itemsize, codec.lossy)
+           vec.dtype.itemsize, codec.lossy, options)  # other options, other costs
     choice = memory.choices.get(key)
     if choice is None:
         choice = model.choose(q=q, candidates=_candidates(codec), options=options, **shape)
@@ -431,10 +431,10 @@ def choose_node_aware(ctx, layout, vec: SparseVector, nnz_max: int, codec, run, 
     memory = memory_of(ctx)
     q = memory.overlap.get(vec.dim, 1.0)
     key = ("node choice", id(layout), algorithm, option, vec.dim, nnz_max, round(q, 2),
-           vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy)
+           vec.index_dtype.itemsize, vec.dtype.itemsize, codec.lossy, opts)
     fill = tuning.fill_bucket(memory.result_size.get(vec.dim), nnz_max)
     tune_key = tuning.shape_key("node-aware", vec, nnz_max, codec.lossy, id(layout),
-                                algorithm, option, fill)
+                                algorithm, option, fill, opts)
     tuned = tuning.state_of(ctx)
     tune = tune and fill >= 0 and (tune_key in tuned.shapes
                                    or len(tuned.shapes) < _HISTORY_LIMIT)
