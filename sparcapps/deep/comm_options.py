@@ -14,7 +14,7 @@ from sparcml.compression import (COMPRESSORS, Compression, GlobalTopKCompressor,
 from sparcapps.cli_args import compressor_params_from_args, options_from_args
 
 __all__ = ["compression_from_args", "resolve_hyperparameters", "resolve_compressor_defaults",
-           "error_feedback_of"]
+           "error_feedback_of", "compressor_has_own_momentum"]
 
 
 def _active_compressor(args) -> str | None:
@@ -91,7 +91,7 @@ def error_feedback_of(args) -> bool | None:
     return True if getattr(args, "error_feedback", None) else None
 
 
-def _own_momentum(args) -> bool:
+def compressor_has_own_momentum(args) -> bool:
     """Whether the compressor applies a momentum itself (``--compressor-momentum``; its
     registry record's ``own_momentum``): its recommended SGD ``--momentum`` is then 0, and a
     ``--momentum`` the user gives adds an outer momentum on top, as asked."""

@@ -78,8 +78,8 @@ from sparcapps.records import append_record, capture_environment, make_record, s
 from sparcapps.simapp import add_simulate_arguments, mark_simulated, run_simulated
 
 from .checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from .comm_options import (_own_momentum, compression_from_args, resolve_compressor_defaults,
-                           resolve_hyperparameters)
+from .comm_options import (compression_from_args, compressor_has_own_momentum,
+                           resolve_compressor_defaults, resolve_hyperparameters)
 from .data import DeepDataError
 from .tasks import ClassifyTask, LanguageModelTask, reduce_numbers
 from .usage import ModelOptionsError
@@ -255,7 +255,7 @@ def _check_args(args) -> list[str]:
         except (CompressionError, IncompatibleOptionsError, UnknownAlgorithmError) as exc:
             problems.append(f"--compressor {args.compressor}: {exc}")
         else:
-            if args.warmup_steps and _own_momentum(args) \
+            if args.warmup_steps and compressor_has_own_momentum(args) \
                     and type(made.memory).full_input is Memory.full_input:
                 problems.append(f"--warmup-steps: the dense warm-up steps would run without "
                                 f"{args.compressor}'s own momentum (plain SGD); drop it")
