@@ -295,6 +295,14 @@ CANONICAL = {
                          "clipping is --clip-norm)", lambda a: "averaged gradient" in a.help),
     "--clip-norm": ("DGC's clipping of each rank's bucket", lambda a: "each rank's bucket"
                     in a.help),
+    # sparc-bench's was the dense baseline's budget: that is --sim-dense-memory (issue 36)
+    "--sim-memory": ("with --simulate, the memory over which a P is refused",
+                     lambda a: a.help.startswith("with --simulate: refuse a P")),
+    "--sim-dense-memory": ("with --simulate, the memory the dense baseline may take",
+                           lambda a: "dense baseline" in a.help),
+    # a short flag: its long form says which (sparc-data synth -o FILE, sparc-report -o DIR)
+    "-o": ("the short form of --output (a file) or --output-dir (a directory)",
+           lambda a: bool({"--output", "--output-dir"} & set(a.option_strings))),
 }
 
 # headers that are labels or counts: their unit is what they name
@@ -456,7 +464,8 @@ _BASE = {"sparc-record-gradients": ["cnn", "--output", "x.npz"], "sparc-report":
          "sparc-svm": ["--synth", "url"], "sparc-data fetch": ["url"],
          "sparc-jobs wait": ["1"], "sparc-jobs sweep": ["t.sbatch", "--nodes", "1"]}
 _VALUE = {"--n": "1000", "--topk": "0.05", "--timeout": "5", "--workdir": "/tmp/x",
-          "--checkpoint-every": "3", "--nprocs": "2", "--clip": "0.5", "--output": "/tmp/rep"}
+          "--checkpoint-every": "3", "--nprocs": "2", "--clip": "0.5", "--output": "/tmp/rep",
+          "--sim-memory": "2"}
 
 
 def _aliases():
@@ -481,7 +490,8 @@ def test_the_renames_have_aliases():
             ("sparc-record-gradients", "--topk", "--density"),
             ("sparc-data", "--timeout", "--timeout-seconds"),
             ("sparc-jobs", "--timeout", "--timeout-seconds"),
-            ("sparc-data-bench", "--workdir", "--synth-cache")} <= got, got
+            ("sparc-data-bench", "--workdir", "--synth-cache"),
+            ("sparc-bench", "--sim-memory", "--sim-dense-memory")} <= got, got
 
 
 @pytest.mark.parametrize("prog,path,old,new", ALIASES)
