@@ -300,6 +300,7 @@ CANONICAL = {
                      lambda a: a.help.startswith("with --simulate: refuse a P")),
     "--sim-dense-memory": ("with --simulate, the memory the dense baseline may take",
                            lambda a: "dense baseline" in a.help),
+    "--resume": ("the checkpoint a run continues from", lambda a: a.metavar == "CKPT"),
     # a short flag: its long form says which (sparc-data synth -o FILE, sparc-report -o DIR)
     "-o": ("the short form of --output (a file) or --output-dir (a directory)",
            lambda a: bool({"--output", "--output-dir"} & set(a.option_strings))),
