@@ -7,7 +7,7 @@
 
 Per cell (P, N, density, pattern), in order of cost (every N = 1M cell first, P = 256 at
 the largest N last): every built-in algorithm (the dense baseline where ``sparc-bench
---simulate`` would simulate it: P x N values within its default ``--sim-memory``) simulated as ``sparc-bench --simulate`` runs it
+--simulate`` would simulate it: P x N values within its default ``--sim-dense-memory``) simulated as ``sparc-bench --simulate`` runs it
 (:func:`sparcapps.bench.simulate._cell`: the same inputs, an untimed first call, then one timed
 call under modeled compute; no cost model, so the index coding follows the ranks' nodes), and
 the same algorithm as ``--model-only`` predicts it (:func:`sparcapps.bench.simulate._modeled_row`
@@ -33,7 +33,7 @@ ALGORITHMS = ("dense", "ssar_recursive_double", "ssar_split_allgather",
               "dsar_split_allgather", "allgather")
 
 
-SIM_MEMORY = 8 * 2**30  # sparc-bench's default --sim-memory
+SIM_MEMORY = 8 * 2**30  # sparc-bench's default --sim-dense-memory
 
 
 def _cell(P, N, density, pattern, net):
@@ -43,7 +43,7 @@ def _cell(P, N, density, pattern, net):
                                           _modeled_row, _simulated_row)
 
     # the dense baseline only where sparc-bench would simulate it (P N values within
-    # --sim-memory); beyond, its row is the model's in both
+    # --sim-dense-memory); beyond, its row is the model's in both
     algorithms = [a for a in ALGORITHMS if a != "dense" or _dense_fits(P, N, 4, SIM_MEMORY)]
     cases = [BenchCase(N, density, pattern, a) for a in algorithms]
     t0 = time.monotonic()
@@ -100,7 +100,7 @@ def summary(recs) -> str:
     worst = sorted(recs, key=lambda r: -abs(np.log(r["model_s"] / r["simulated_s"])))[:5]
     cells = len({(r["P"], r["N"], r["density"], r["pattern"]) for r in recs})
     text = (f"{len(recs)} rows ({cells} cells; the dense baseline simulated where P x N values "
-            f"fit sparc-bench's --sim-memory 8 GiB): model-only / simulated time {t.min():.3f}-{t.max():.3f} "
+            f"fit sparc-bench's --sim-dense-memory 8 GiB): model-only / simulated time {t.min():.3f}-{t.max():.3f} "
             f"({int(np.sum((t <= 1.3) & (t >= 1 / 1.3)))}/{len(t)} within 1.3x); bytes "
             f"{b.min():.3f}-{b.max():.3f} ({int(np.sum(b == 1.0))} exactly equal)\n\nworst "
             "time ratios:\n\n")

@@ -1,9 +1,14 @@
-"""Names of a package imported at their first use (PEP 562), so that a command's ``--help``
-or a light subcommand does not pay for the heavy modules behind them."""
+"""Names of a package, and whole modules, imported at their first use, so that a command's
+``--help`` or a light subcommand does not pay for the heavy modules behind them (the apps' own
+Numba kernels compile or load from the cache when their module runs)."""
 
 from __future__ import annotations
 
 import importlib
+import threading
+import types
+
+_LOCK = threading.Lock()
 
 
 def lazy_exports(package: str, where: dict[str, str], namespace: dict):
@@ -23,3 +28,24 @@ def lazy_exports(package: str, where: dict[str, str], namespace: dict):
         return sorted(set(namespace) | set(where))
 
     return __getattr__, __dir__
+
+
+class LazyModule(types.ModuleType):
+    """A stand-in for the module named ``__name__``, imported at the first attribute read
+    (under a lock: simulated ranks are threads); each attribute is then kept on the stand-in,
+    so later reads are plain attribute lookups."""
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # (copy, pickle, inspect probe these: not the module's)
+            raise AttributeError(attr)
+        with _LOCK:
+            module = importlib.import_module(self.__name__)
+        value = getattr(module, attr)
+        setattr(self, attr, value)
+        return value
+
+
+def lazy_module(name: str) -> LazyModule:
+    """A :class:`LazyModule` for the absolute module ``name`` (``"sparcapps.linear._kernels"``):
+    ``K = lazy_module(...)`` in place of ``from . import _kernels as K``."""
+    return LazyModule(name)

@@ -60,7 +60,8 @@ def _duration(s: float) -> str:
 def estimate(P: int, dims, densities, algorithms, *, itemsize: int = 4,
              index_size: int = 4) -> SimEstimate:
     """The largest estimate over the cells (``dims`` x ``densities``) and ``algorithms`` (the
-    dense baseline excluded: it is modeled only when P x N does not fit, see --sim-memory)."""
+    dense baseline excluded: it is modeled only when P x N does not fit, see sparc-bench
+    --sim-dense-memory)."""
     names = set(algorithms) - {DENSE_BASELINE}
     pairs = bool(names & ALL_PAIRS)
     worst = 0

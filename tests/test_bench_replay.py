@@ -144,7 +144,7 @@ def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
 
     out = tmp_path / "m.jsonl"
     assert cli.main(["--simulate", "64", "--network", "64x10gbit", "--N", "100000",
-                     "--density", "0.01", "--pattern", "random", "--sim-memory", "0.000001",
+                     "--density", "0.01", "--pattern", "random", "--sim-dense-memory", "0.000001",
                      "--algorithms", "ssar_recursive_double", "ssar_split_allgather",
                      "allgather", "auto", "--model-only", "ssar_recursive_double",
                      "ssar_split_allgather", "allgather", "auto",

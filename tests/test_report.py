@@ -382,7 +382,7 @@ def test_coinciding_lines_are_drawn_apart(tmp_path):
 
 def test_modeled_dense_baseline_shares_the_simulated_axes(tmp_path):
     """Issue 33: a simulated report drew the modeled-only dense baseline (P x N values past
-    --sim-memory) in a panel of its own with its own y axis, so sparse against dense could not
+    --sim-dense-memory) in a panel of its own with its own y axis, so sparse against dense could not
     be read off it. Now it is a line on the sparse algorithms' axes, marked as modeled: its own
     marker and line style, "(modeled)" in its label; a simulated dense point stays plain."""
     from sparcapps.report import plotting as pl

@@ -174,6 +174,31 @@ def test_unique_labels():
     assert pl.unique_labels(["a", "a"], ["x", "x"]) == ["a, x #1", "a, x #2"]
 
 
+def test_training_labels_name_the_compressor():
+    """The README's apps lines run top-k, global top-k (``--global-topk``) and dense into one
+    records file: the report's table and legend called the global top-k run
+    'ssar_recursive_double, density 1%', as a top-k run. A compressor other than top-k is
+    named; top-k's label is unchanged."""
+    from sparcapps.report.fmt import config_label
+    from sparcapps.report.training import series_label
+
+    def rec(**cfg):
+        return {"algorithm": "ssar_recursive_double", "density": 0.01,
+                "config": {"density": 0.01, "bits": 0, "dense": False, "compressor": None,
+                           "global_topk": False, **cfg}}
+
+    topk, flag, named, dgc = (rec(), rec(global_topk=True), rec(compressor="global-topk"),
+                              rec(compressor="dgc"))
+    assert config_label(topk) == "ssar_recursive_double, density 1%"
+    assert config_label(flag) == config_label(named) == \
+        "ssar_recursive_double, global top-k, density 1%"
+    assert config_label(dgc) == "ssar_recursive_double, dgc, density 1%"
+    assert config_label(rec(compressor="topk")) == config_label(topk)
+    assert series_label(topk) == "ssar_recursive_double, sent 0.0100"
+    assert series_label(flag) == "ssar_recursive_double, global top-k, sent 0.0100"
+    assert len({series_label(r) for r in (topk, flag, dgc)}) == 3
+
+
 _FAKE = r"""
 import sys
 from sparcapps.records import append_record, make_record, summarize

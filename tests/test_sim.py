@@ -343,7 +343,7 @@ def test_sparc_bench_simulate_writes_simulated_records(tmp_path, capsys):
     out = tmp_path / "sim.jsonl"
     assert main(["--simulate", "4", "9", "--network", "8x1gbit,ppn=2,latency=3us", "--N", "5000",
                  "--density", "0.01", "--reps", "2", "--warmup", "0",
-                 "--algorithms", "ssar_recursive_double,auto", "--sim-memory", "0.0001",
+                 "--algorithms", "ssar_recursive_double,auto", "--sim-dense-memory", "0.0001",
                  "--output", str(out)]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted({r["P"] for r in records}) == [4, 9]
@@ -353,7 +353,7 @@ def test_sparc_bench_simulate_writes_simulated_records(tmp_path, capsys):
         assert r["network"] == sim.parse_network("8x1gbit,ppn=2,latency=3us").text
         assert r["bytes"]["sent_per_rank_max"] > 0 and r["timings"]["allreduce"]["median"] > 0
         assert r["ranks_per_node"] == 2 and r["nodes"] == -(-r["P"] // 2)
-        # P x N values above --sim-memory: the dense baseline is modeled, and says so
+        # P x N values above --sim-dense-memory: the dense baseline is modeled, and says so
         assert r["metrics"]["modeled_only"] is (r["algorithm"] == sparcml.DENSE_BASELINE)
     assert "~" in capsys.readouterr().out
 

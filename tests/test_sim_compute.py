@@ -222,7 +222,7 @@ def test_modeled_dense_row_is_marked_and_ratios_against_it_too(tmp_path, capsys)
     'vs dense' of simulated rows against it is marked; records say both."""
     out = tmp_path / "r.jsonl"
     assert cli.main(["--simulate", "2", "4", "--network", "4x10gbit", *ARGS,
-                     "--sim-memory", "0.000001", "--output", str(out)]) == 0
+                     "--sim-dense-memory", "0.000001", "--output", str(out)]) == 0
     text = capsys.readouterr().out
     assert len([line for line in text.splitlines() if line.startswith("note: dense")]) == 1
     rows = _table(text)

@@ -80,7 +80,7 @@ def test_sparc_bench_modeled_dense_row_follows_compute_scale(tmp_path):
         out = tmp_path / f"r{scale}.jsonl"
         assert main(["--simulate", "4", "--network", "4x10gbit", "--N", "1048576",
                      "--density", "0.01", "--reps", "1", "--algorithms", "dense",
-                     "--sim-memory", "0.000001", "--compute-scale", str(scale), "--no-model",
+                     "--sim-dense-memory", "0.000001", "--compute-scale", str(scale), "--no-model",
                      "--no-progress", "--output", str(out)]) == 0
         (rec,) = [json.loads(line) for line in out.read_text().splitlines()]
         assert rec["metrics"]["modeled_only"] is True

@@ -72,7 +72,7 @@ def test_sparc_bench_model_only_rows_match_simulated_ones(tmp_path):
     from sparcapps.bench.cli import main
 
     common = ["--simulate", "16", "--network", NET, "--N", "131072", "--density", "0.01",
-              "--pattern", "overlap", "--sim-memory", "100", "--no-model", "--no-progress",
+              "--pattern", "overlap", "--sim-dense-memory", "100", "--no-model", "--no-progress",
               "--algorithms", *ALGORITHMS]
     a, b = tmp_path / "sim.jsonl", tmp_path / "model.jsonl"
     assert main([*common, "--output", str(a)]) == 0
@@ -93,7 +93,7 @@ def test_sparc_bench_model_only_rows_match_simulated_ones(tmp_path):
 
 def test_a_p_modeled_only_is_not_refused_for_the_memory_its_simulation_would_take(tmp_path,
                                                                                   capsys):
-    """Every algorithm of P = 20,000 modeled only (the dense baseline past --sim-memory too):
+    """Every algorithm of P = 20,000 modeled only (the dense baseline past --sim-dense-memory too):
     nothing is simulated at that P, so the size estimate (640 GB for the split algorithms'
     pairs of ranks) does not refuse it; the rows come in seconds."""
     from sparcapps.bench.cli import main

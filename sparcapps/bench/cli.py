@@ -397,7 +397,7 @@ def run_overlap(args) -> int:
 
 def _check_simulation_size(args, dims, densities, algorithms) -> None:
     """Say what each P will take before simulating; refuse (one line, exit 2) a P whose
-    estimated memory exceeds this machine's. (``--sim-memory`` keeps its own meaning: the
+    estimated memory exceeds this machine's. (``--sim-dense-memory`` is another limit: the
     dense baseline is simulated only while P x N values fit in it, else modeled.)"""
     names = list(algorithms) + ([TOPK_ALLREDUCE] if args.topk is not None else [])
     itemsize = np.dtype(args.dtype).itemsize
@@ -407,7 +407,7 @@ def _check_simulation_size(args, dims, densities, algorithms) -> None:
         have = None
     for P in sorted(set(args.simulate)):
         # what --model-only predicts at this P is not simulated (the dense baseline is
-        # estimated apart: see --sim-memory)
+        # estimated apart: see --sim-dense-memory)
         simulated = [a for a in names
                      if not (P >= args.model_only_from and a in args.model_only)]
         if not set(simulated) - {DENSE_BASELINE}:

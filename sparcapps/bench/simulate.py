@@ -7,8 +7,8 @@ first -- on P virtual ranks of the network SPEC. Times are the simulator's virtu
 and fill-in are exact. Records carry ``"simulated": true`` and ``"network": SPEC``.
 
 The ``dense`` baseline holds every rank's full vector (P N values, nothing can be shared):
-when that exceeds ``--sim-memory`` it is *modeled only* (the simulated call's charges without
-data: Rabenseifner's bytes and time, the agreement check, the local additions and sparcml's
+when that exceeds ``--sim-dense-memory`` it is *modeled only* (the simulated call's charges
+without data: Rabenseifner's bytes and time, the agreement check, the local additions and sparcml's
 Python, times ``--compute-scale``; records say ``"modeled_only": true``), and the speedups refer to the modeled time: the
 output says so once, and a ratio of a simulated row to a modeled dense one is marked ``~``
 (records: ``"speedup_mixed": true``, ``"dense_modeled_only": true``).
@@ -54,7 +54,8 @@ import sparcml.sim as sim
 
 import sparcml
 from sparcml import AUTO, DENSE_BASELINE, CostModel, get_algorithm, index_dtype_for
-from sparcapps.cli_args import add_list_argument, algorithm_name, positive_float, positive_int
+from sparcapps.cli_args import (add_deprecated_alias, add_list_argument, algorithm_name,
+                                positive_float, positive_int)
 from sparcapps.records import append_record, capture_environment, make_record, summarize
 from sparcapps.sim_estimate import estimate
 
@@ -86,9 +87,13 @@ def add_arguments(p) -> None:
                            "cells too slow to simulate (the split algorithms send P^2 messages)")
     p.add_argument("--model-only-from", type=positive_int, default=1, metavar="P",
                    help="with --model-only: the smallest P modeled only (default 1: every P)")
-    p.add_argument("--sim-memory", type=positive_float, default=8.0, metavar="GIB",
-                   help="with --simulate: run the dense baseline only while P x N values fit "
-                        "in this many GiB (three copies counted); beyond, it is modeled")
+    dense_memory = p.add_argument(
+        "--sim-dense-memory", dest="sim_memory", type=positive_float, default=8.0, metavar="GIB",
+        help="with --simulate: run the dense baseline only while P x N values fit in this many "
+             "GiB (three copies counted); beyond, it is modeled (a P whose estimate exceeds "
+             "this machine's memory is refused whatever this says)")
+    # its name until issue 36: the training apps' --sim-memory is the limit that refuses a P
+    add_deprecated_alias(p, "--sim-memory", dense_memory)
     p.add_argument("--compute-scale", type=positive_float, default=1.0, metavar="FACTOR",
                    help="with --simulate: multiply the compute charged here by FACTOR (the "
                         "target's cores are FACTOR times slower; or ranks share cores): every "
@@ -457,7 +462,7 @@ class _SimulatedSweep:
         return rows
 
     def _modeled_dense_row(self, P, dim, some) -> dict:
-        """The dense baseline's row where P x N values exceed ``--sim-memory``: modeled, its
+        """The dense baseline's row where P x N values exceed ``--sim-dense-memory``: modeled, its
         result sizes those of a simulated row ``some`` of the cell (None: unknown)."""
         args = self.args
         t, nbytes = _modeled_dense(P, dim, args.dtype, self.net, compute=args.sim_compute,
@@ -479,7 +484,7 @@ class _SimulatedSweep:
                 not rows[c]["modeled_only"] for c in cell.cases if c in rows):
             self.said_mixed = True
             print(f"note: dense at P = {P}, N = {cell.dim} is modeled only ('~': P x N values "
-                  f"exceed --sim-memory {self.args.sim_memory:g} GiB), the sparse rows "
+                  f"exceed --sim-dense-memory {self.args.sim_memory:g} GiB), the sparse rows "
                   f"simulated; their 'vs dense' compares a simulation with the model and "
                   f"is marked '~'", flush=True)
         for case in cell.cases:

@@ -112,9 +112,11 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     _add_communication_arguments(p.add_argument_group("communication"))
     g = p.add_argument_group("output")
     add_records_output_argument(g)
-    g.add_argument("--checkpoint", default=None, help=f"checkpoint file (default: {prog}.ckpt)")
+    g.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help=f"checkpoint file (default: {prog}.ckpt)")
     add_checkpoint_every_argument(g, "epochs", help="write a checkpoint every EPOCHS epochs")
-    g.add_argument("--resume", default=None, help="continue from this checkpoint file")
+    g.add_argument("--resume", default=None, metavar="CKPT",
+                   help="continue from this checkpoint file")
     g.add_argument("--no-progress", action="store_true",
                    help="no progress bar (it is drawn only on a terminal; elsewhere one line "
                         "per epoch)")

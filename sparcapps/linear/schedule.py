@@ -20,7 +20,9 @@ import math
 
 import numpy as np
 
-from . import _kernels as K
+from sparcapps._lazy import lazy_module
+
+K = lazy_module("sparcapps.linear._kernels")  # Numba: loaded at the first batch, not at --help
 
 __all__ = ["SCHEDULES", "Schedule"]
 

@@ -337,7 +337,7 @@ MODELED_ONLY = "; modeled only"  # :func:`sparcapps.report.fmt.network_label`'s 
 
 def on_simulated_axes(rows) -> list[dict]:
     """``rows`` with the modeled-only rows of a simulation (``sparc-bench --simulate``'s
-    ``"modeled_only": true``: the dense baseline past ``--sim-memory``, ``--model-only``
+    ``"modeled_only": true``: the dense baseline past ``--sim-dense-memory``, ``--model-only``
     algorithms) moved onto their simulation's axes: the same source (network), as their own
     series ``NAME (modeled)`` (dotted, :data:`plotting.MODELED_MARKER`), so that the sparse /
     dense comparison reads off one y axis."""

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 __all__ = ["fmt", "sig", "ms", "kib", "percent", "count", "slug", "field", "dataset_label",
-           "config_label", "network_label"]
+           "config_label", "compressor_label", "network_label"]
 
 
 def fmt(x: Any) -> str:
@@ -101,9 +101,20 @@ def dataset_label(rec: dict) -> str:
     return str(cfg.get("dataset") or "")
 
 
+def compressor_label(cfg: dict) -> str | None:
+    """The compressor of a deep app's run config when it is not the default top-k per bucket:
+    'global top-k' (``--global-topk`` or ``--compressor global-topk``), else the
+    ``--compressor`` name; None for top-k (and for the linear apps, which have none)."""
+    name = cfg.get("compressor")
+    if cfg.get("global_topk") or name == "global-topk":
+        return "global top-k"
+    return str(name) if name and name != "topk" else None
+
+
 def config_label(rec: dict) -> str:
     """How a training run communicated, in words: 'dense baseline' or 'ALGORITHM, density 1%,
-    4-bit QSGD, no error feedback'. Never a bare '-' or a raw float."""
+    4-bit QSGD, no error feedback' (with the compressor when it is not top-k: 'ALGORITHM, global
+    top-k, density 1%'). Never a bare '-' or a raw float."""
     from sparcml import DENSE_BASELINE  # sparcml (numba, MPI): sparc-report runs without it
 
     cfg = rec.get("config") or {}
@@ -111,6 +122,8 @@ def config_label(rec: dict) -> str:
     if cfg.get("dense") or alg == DENSE_BASELINE and not cfg.get("bits"):
         return "dense baseline"
     parts = [str(alg or "unknown algorithm")]
+    if compressor_label(cfg):
+        parts.append(compressor_label(cfg))
     if rec.get("density") is not None:
         parts.append(f"density {percent(rec['density'])}")
     if cfg.get("bits"):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .commands import command_of
 from .figures import Fig, group_rows, render
 from . import plotting as pl
-from .fmt import config_label, dataset_label, sig, slug
+from .fmt import compressor_label, config_label, dataset_label, sig, slug
 
 __all__ = ["training_runs", "training_figures", "time_to_accuracy", "scaling_figures",
            "scaling_points", "app_label"]
@@ -196,13 +196,15 @@ def training_table(runs) -> tuple[list[str], list[list]]:
 
 def series_label(rec: dict) -> str:
     """A training run's configuration without what varies with P (the linear apps' measured
-    gradient density): 'dense baseline', or the algorithm with the compressor's sent
-    fraction and QSGD bits where the run set them."""
+    gradient density): 'dense baseline', or the algorithm with the compressor (when not top-k),
+    its sent fraction and QSGD bits where the run set them."""
     label = config_label(rec)
     if label == "dense baseline":  # modeled beside a sparse run (sparc-linear --dense-model)
         return label + pl.MODELED if (rec.get("metrics") or {}).get("modeled_only") else label
     cfg = rec.get("config") or {}
     parts = [str(rec.get("algorithm") or "unknown algorithm")]
+    if compressor_label(cfg):
+        parts.append(compressor_label(cfg))
     if cfg.get("density") is not None:
         parts.append(f"sent {sig(cfg['density'])}")
     if cfg.get("bits"):
