@@ -29,7 +29,7 @@ Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"
   hundreds of steps per epoch); compute modeled from this machine's calibrated rates
   (``--compute-scale 1``). The webspam dense baseline at P = 128 and 256 is modeled beside the
   sparse runs (``--dense-model``: its P dense vectors of 16.6M values need 32 and 63 GiB, where
-  the sparse runs need 4-6 GiB); webspam LR also runs ``ssar_split_allgather`` from P = 16.
+  the sparse runs need 4-7 GiB); webspam LR also runs ``ssar_split_allgather`` at P = 16, 64.
 - the deep apps (``--data cnn lstm``): digits, 3 epochs, 8 examples per rank and step, top-k
   1% + 4-bit QSGD with error feedback against ``--dense``; simulated on the same
   two networks (P = 2, 4, 16, 64), measured at P = 1, 2, 4.
@@ -98,9 +98,6 @@ def commands(part: str, data: list[str], out: Path) -> list[list[str]]:
                                  "ssar_split_allgather", *records]
                         cmds += [[*split, "--simulate", *map(str, SPLIT_P[name]),
                                   "--network", net] for net in NETWORKS]
-                        if DENSE_MODELED_P[name]:
-                            cmds += [[*split, "--simulate", *map(str, DENSE_MODELED_P[name]),
-                                      "--network", net] for net in NETWORKS]
                 else:
                     for P in MEASURED_P[name]:
                         cmds.append(["sparc-mpiexec", "-n", str(P), *base])

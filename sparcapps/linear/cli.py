@@ -329,8 +329,8 @@ def _print_dense_model(prog: str, history) -> None:
     for h in history:
         dense = h.get("dense_train_seconds", h["train_seconds"])
         print(f"{prog}: epoch {h['epoch']}: {h['train_seconds']:.4g} s; the dense baseline "
-              f"(modeled from this run) {dense:.4g} s: this run is "
-              f"{dense / max(h['train_seconds'], 1e-12):.3g}x faster", flush=True)
+              f"(modeled from this run) {dense:.4g} s; speedup over it "
+              f"{dense / max(h['train_seconds'], 1e-12):.3g}x", flush=True)
 
 
 def _environment(args, prog: str, comm, simulated: bool, argv):
