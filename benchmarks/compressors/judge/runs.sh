@@ -13,8 +13,9 @@
 #   sweep  seed 0 only: each compressor at 1/3 (run id x0.33) and 3 times its recommended lr
 #          (x1 is the base run of seed 0; SCALES="0.33 3" the default: SCALES=9 adds 9 times
 #          where the best so far is at the grid's edge); dense is not swept (it runs at the
-#          apps' defaults) unless SWEEP_DENSE=1: then its seed-0 runs at the same scales, for
-#          context (the phase best leaves dense at its default)
+#          apps' defaults) unless SWEEP_DENSE=1: then its seed-0 runs at the same scales, and
+#          in phase best its best rate at the other seeds, for context (the table's dense
+#          baseline stays at the default rate)
 #   best   the lr of the sweep's best final test accuracy (seed 0, every scale run; ties to x1,
 #          then to the smaller lr: compressor_table.best_of_sweep), where it is not x1, at the
 #          other seeds
