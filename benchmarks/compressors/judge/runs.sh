@@ -23,7 +23,8 @@
 # Every run under `nice -n 19`. Each run has a --run-id (j-APP-ROW-xSCALE-SEED); a run whose id
 # is in its records file is skipped, so the script resumes where it stopped. APPS="cnn" limits
 # the apps (two scripts, one per app, may run side by side: each app has its own file), ROWS
-# the rows (default: dense and the names of the catalog; also randomk-shared, qsgd-noef),
+# the rows (default: dense and the names of the catalog; also randomk-shared, randomk-noef,
+# qsgd-noef),
 # EPOCHS (20), NP (2) the run.
 set -euo pipefail
 out="${1:?usage: runs.sh OUTDIR}"
@@ -45,6 +46,7 @@ flags() {  # ROW -> the run's flags at its paper defaults
         threshold) echo "--compressor threshold --threshold 0.005" ;;  # no paper default
         randomk-shared) echo "--compressor randomk --shared-indices" ;;
         qsgd-noef) echo "--compressor qsgd --no-error-feedback" ;;  # the QSGD paper's: no memory
+        randomk-noef) echo "--compressor randomk --no-error-feedback" ;;  # unbiased: n / k
         *) echo "--compressor $1" ;;
     esac
 }
