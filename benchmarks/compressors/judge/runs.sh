@@ -11,8 +11,9 @@
 #   base   every row at its paper defaults (the recommended lr and SGD momentum the apps apply),
 #          seeds SEEDS (default 0 1 2); seed 0 first for every row, then the other seeds
 #   sweep  seed 0 only: each compressor at 1/3 (run id x0.33) and 3 times its recommended lr
-#          (x1 is the base run of seed 0; SCALES="0.33 3" the default: SCALES=9 adds 9 times
-#          where the best so far is at the grid's edge); dense is not swept (it runs at the
+#          (x1 is the base run of seed 0); SCALES, default "0.33 3", names the scales run (0.33
+#          is 1/3, any other as written: SCALES=9 adds 9x to a finished sweep whose best was at
+#          its top, SCALES="0.1 0.03" lower rates); dense is not swept (it runs at the
 #          apps' defaults) unless SWEEP_DENSE=1: then its seed-0 runs at the same scales, and
 #          in phase best its best rate at the other seeds, for context (the table's dense
 #          baseline stays at the default rate)
@@ -24,8 +25,7 @@
 # is in its records file is skipped, so the script resumes where it stopped. APPS="cnn" limits
 # the apps (two scripts, one per app, may run side by side: each app has its own file), ROWS
 # the rows (default: dense and the names of the catalog; also randomk-shared, randomk-noef,
-# qsgd-noef),
-# EPOCHS (20), NP (2) the run.
+# qsgd-noef), EPOCHS (20), NP (2) the run.
 set -euo pipefail
 out="${1:?usage: runs.sh OUTDIR}"
 phase="${PHASE:-all}"
