@@ -691,8 +691,16 @@ def test_the_accuracy_table_steps_to_dense_less_a_point_and_the_lr_sweep(tmp_pat
     assert "| sparc-cnn | dense | 0.1 | 0.9 | 0 1 | 2 | 4 | 95.00 ± 1.41 | +0.00 | 55 | 100 |" \
         in text, text
     assert "| 66 (1 of 2) |" in text and "| not in 88 |" in by_text(text, "lr 0.3")
-    # the sweep: one row per app and compressor (dense not swept), the best of seed 0
+    # the sweep: one row per app and compressor, the best of seed 0; dense's for context
     (s_sign, s_topk) = sweep_rows(dense + topk + sweep + sign)
+    dense_sweep = [record(["--dense", "--lr", lr], [0.9, acc])
+                   for lr, acc in (("0.0333", 0.93), ("0.3", 0.97))]
+    (s_dense, _, _) = sweep_rows(dense + dense_sweep + topk + sweep + sign)
+    assert s_dense["compressor"] == "dense" and s_dense["baseline"] and not s_topk["baseline"]
+    assert s_dense["chosen"] == pytest.approx(3) and sorted(s_dense["runs"]) == \
+        pytest.approx([0.333, 1, 3])
+    assert by_text(markdown_sweep([s_dense]), "dense").endswith(
+        "| none: the baseline runs at x1 (best of seed 0: 0.3 (x3)) |")
     assert s_topk["compressor"] == "topk (1%)" and s_topk["chosen_lr"] == 0.0333
     assert sorted(s_topk["runs"]) == pytest.approx([0.333, 1, 3])
     assert s_sign["compressor"] == "signsgd" and s_sign["chosen"] == pytest.approx(1), "tie: x1"

@@ -27,7 +27,9 @@ seeds) less one point (:func:`steps_to`, in whole epochs) and the bytes per step
 ``--min-seeds N`` leaves out rows of fewer seeds. A row whose learning rate is not the one the
 app gives its compressor by default (the recommended one) says so (``lr X``). ``--sweep``
 prints the learning-rate sweep: per app and compressor the seed-0 runs at each learning rate
-and the one :func:`best_of_sweep` chooses (``benchmarks/compressors/judge/runs.sh`` runs it).
+and the one :func:`best_of_sweep` chooses (``benchmarks/compressors/judge/runs.sh`` runs it);
+dense's seed-0 runs at other rates, where there are some, make a row for context that chooses
+none (the dense baseline stays at the app's default rate).
 """
 
 from __future__ import annotations
@@ -309,11 +311,12 @@ def sweep_rows(records) -> list[dict]:
     """The learning-rate sweep: per app and compressor (its label without the learning rate),
     the seed-0 runs at each learning rate (``runs``: scale of the recommended lr -> (lr, final
     test accuracy)) and the one :func:`best_of_sweep` chooses (``chosen``: its scale). Only
-    groups with more than one learning rate; dense is not swept."""
+    groups with more than one learning rate. Dense's runs at other rates (``runs.sh``
+    ``SWEEP_DENSE=1``) make a row too, for context (``baseline``: True): the table's dense
+    baseline stays at the app's default rate whatever its sweep's best."""
     groups = defaultdict(list)
     for rec in _usable(records):
-        if rec["config"].get("seed") == 0 and not rec["config"].get("dense") \
-                and not emulated(rec):
+        if rec["config"].get("seed") == 0 and not emulated(rec):
             groups[(rec["app"], _name(rec, lr=False))].append(rec)
     rows = []
     for (app, name), recs in sorted(groups.items()):
@@ -323,7 +326,8 @@ def sweep_rows(records) -> list[dict]:
         rows.append({"app": app, "compressor": name,
                      "runs": {_lr_scale(r): (r["config"]["lr"], r["metrics"]["test_accuracy"])
                               for r in sorted(recs, key=lambda r: r["config"]["lr"])},
-                     "chosen": _lr_scale(best), "chosen_lr": best["config"]["lr"]})
+                     "chosen": _lr_scale(best), "chosen_lr": best["config"]["lr"],
+                     "baseline": name == DENSE})
     return rows
 
 
@@ -333,14 +337,16 @@ def _scale_text(scale: float) -> str:
 
 def markdown_sweep(rows) -> str:
     """The sweep's table: per app and compressor, each learning rate tried (seed 0) with its
-    final test accuracy, and the one chosen."""
+    final test accuracy, and the one chosen (dense: none, its best named)."""
     out = ["| app | compressor | lr (scale of the recommended): test acc. % (seed 0) "
            "| chosen lr |", "|---|---|---|---|"]
     for r in rows:
         runs = "; ".join(f"{lr:g} ({_scale_text(scale)}): {100 * acc:.2f}"
                          for scale, (lr, acc) in r["runs"].items())
-        out.append(f"| {r['app']} | {r['compressor']} | {runs} "
-                   f"| {r['chosen_lr']:g} ({_scale_text(r['chosen'])}) |")
+        chosen = f"{r['chosen_lr']:g} ({_scale_text(r['chosen'])})"
+        if r.get("baseline"):
+            chosen = f"none: the baseline runs at x1 (best of seed 0: {chosen})"
+        out.append(f"| {r['app']} | {r['compressor']} | {runs} | {chosen} |")
     return "\n".join(out)
 
 

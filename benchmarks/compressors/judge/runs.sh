@@ -11,15 +11,21 @@
 #   base   every row at its paper defaults (the recommended lr and SGD momentum the apps apply),
 #          seeds SEEDS (default 0 1 2); seed 0 first for every row, then the other seeds
 #   sweep  seed 0 only: each compressor at 1/3 (run id x0.33) and 3 times its recommended lr
-#          (x1 is the base run of seed 0); dense is not swept (it runs at the apps' defaults)
-#   best   the lr of the sweep's best final test accuracy (seed 0; ties to x1, then to the
-#          smaller lr: compressor_table.best_of_sweep), where it is not x1, at the other seeds
+#          (x1 is the base run of seed 0); SCALES, default "0.33 3", names the scales run (0.33
+#          is 1/3, any other as written: SCALES=9 adds 9x to a finished sweep whose best was at
+#          its top, SCALES="0.1 0.03" lower rates); dense is not swept (it runs at the
+#          apps' defaults) unless SWEEP_DENSE=1: then its seed-0 runs at the same scales, and
+#          in phase best its best rate at the other seeds, for context (the table's dense
+#          baseline stays at the default rate)
+#   best   the lr of the sweep's best final test accuracy (seed 0, every scale run; ties to x1,
+#          then to the smaller lr: compressor_table.best_of_sweep), where it is not x1, at the
+#          other seeds
 #
 # Every run under `nice -n 19`. Each run has a --run-id (j-APP-ROW-xSCALE-SEED); a run whose id
 # is in its records file is skipped, so the script resumes where it stopped. APPS="cnn" limits
 # the apps (two scripts, one per app, may run side by side: each app has its own file), ROWS
-# the rows (default: dense and the names of the catalog; also randomk-shared, qsgd-noef),
-# EPOCHS (20), NP (2) the run.
+# the rows (default: dense and the names of the catalog; also randomk-shared, randomk-noef,
+# qsgd-noef), EPOCHS (20), NP (2) the run.
 set -euo pipefail
 out="${1:?usage: runs.sh OUTDIR}"
 phase="${PHASE:-all}"
@@ -27,6 +33,7 @@ epochs="${EPOCHS:-20}"
 np="${NP:-2}"
 read -r -a apps <<<"${APPS:-cnn lstm}"
 read -r -a seeds <<<"${SEEDS:-0 1 2}"
+read -r -a scales <<<"${SCALES:-0.33 3}"
 mkdir -p "$out/logs"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
@@ -39,6 +46,7 @@ flags() {  # ROW -> the run's flags at its paper defaults
         threshold) echo "--compressor threshold --threshold 0.005" ;;  # no paper default
         randomk-shared) echo "--compressor randomk --shared-indices" ;;
         qsgd-noef) echo "--compressor qsgd --no-error-feedback" ;;  # the QSGD paper's: no memory
+        randomk-noef) echo "--compressor randomk --no-error-feedback" ;;  # unbiased: n / k
         *) echo "--compressor $1" ;;
     esac
 }
@@ -51,7 +59,10 @@ print(importlib.import_module(f"sparcapps.deep.{app}").build_parser().parse_args
         "$1" $(flags "$2")
 }
 
-scaled() { python -c 'import sys; print(f"{float(sys.argv[1]) * float(sys.argv[2]):.4g}")' "$@"; }
+scaled() {  # LR SCALE -> LR times SCALE, 4 digits (the scale 0.33 is 1/3)
+    python -c 'import sys; s = sys.argv[2]; f = 1 / 3 if s == "0.33" else float(s)
+print(f"{float(sys.argv[1]) * f:.4g}")' "$@"
+}
 
 done_already() { [[ -f "$2" ]] && grep -q "\"run_id\": \"$1\"" "$2"; }
 
@@ -82,11 +93,12 @@ if [[ "$phase" == all || "$phase" == base ]]; then
 fi
 if [[ "$phase" == all || "$phase" == sweep ]]; then
     for row in "${rows[@]}"; do
-        [[ "$row" == dense ]] && continue
+        [[ "$row" == dense && "${SWEEP_DENSE:-0}" != 1 ]] && continue
         for app in "${apps[@]}"; do
             lr=$(recommended_lr "$app" "$row")
-            run "$app" "$row" 0.33 0 --lr "$(scaled "$lr" 0.333333333333)"
-            run "$app" "$row" 3 0 --lr "$(scaled "$lr" 3)"
+            for scale in "${scales[@]}"; do
+                run "$app" "$row" "$scale" 0 --lr "$(scaled "$lr" "$scale")"
+            done
         done
     done
 fi
