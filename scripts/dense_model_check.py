@@ -2,12 +2,12 @@
 simulated one, where both ran: per epoch, modeled / simulated training seconds, and whether
 the bytes and the test accuracy are equal.
 
-    python scripts/dense_model_check.py MODELED.jsonl SIMULATED.jsonl [...]
+    python scripts/dense_model_check.py MODELED.jsonl [...] --against SIMULATED.jsonl [...]
 
-Every record of the files is read; a modeled record (``metrics.modeled_only``, algorithm
-``dense``) is paired with the simulated dense record of the same app, loss, P, network (its
-node count aside: :func:`sparcapps.report.training.network_of_run`), data and epochs. Exits 1
-when a modeled record finds no twin.
+Each modeled record of the first files (``metrics.modeled_only``, the dense baseline) is
+paired with the simulated dense record of the same app, loss, P, network (its node count aside:
+:func:`sparcapps.report.training.network_of_run`), data and epochs in the ``--against`` files.
+Exits 1 when a modeled record finds no twin.
 """
 
 import sys
@@ -25,15 +25,20 @@ def _key(r):
             *(cfg.get(k) for k in _SAME))
 
 
-def main(argv):
-    if not argv:
-        raise SystemExit(__doc__)
-    records, problems = read_records(argv, strict=False)
+def _dense(paths):
+    records, problems = read_records(paths, strict=False)
     for problem in problems:
         print(f"skipped: {problem}", file=sys.stderr)
-    dense = [r for r in records if r.get("algorithm") == DENSE_BASELINE and r.get("simulated")]
-    simulated = {_key(r): r for r in dense if not r["metrics"].get("modeled_only")}
-    modeled = [r for r in dense if r["metrics"].get("modeled_only")]
+    return [r for r in records if r.get("algorithm") == DENSE_BASELINE and r.get("simulated")]
+
+
+def main(argv):
+    if "--against" not in argv or argv.index("--against") in (0, len(argv) - 1):
+        raise SystemExit(__doc__)
+    cut = argv.index("--against")
+    simulated = {_key(r): r for r in _dense(argv[cut + 1:])
+                 if not r["metrics"].get("modeled_only")}
+    modeled = [r for r in _dense(argv[:cut]) if r["metrics"].get("modeled_only")]
     print("| app | P | network | epoch | modeled s | simulated s | ratio | bytes equal "
           "| test acc modeled / simulated |")
     print("|" + "---|" * 9)

@@ -270,3 +270,23 @@ def test_validation_table_reads_the_deep_apps_records():
     assert len(rows) == 8 and all(" KiB = |" in ln for ln in rows), out.stdout
     assert "rows within 1.3x" in out.stdout.splitlines()[-1]
     assert out.stdout == (deep / "table.md").read_text()
+
+
+def test_committed_dense_model_checks_hold():
+    """BENCHMARKS' table of the modeled dense baseline against the simulated one comes from
+    the committed records: every modeled record finds its simulated twin, with equal bytes,
+    equal accuracies and a ratio within 0.5% (1.0000 after the first epoch)."""
+    bench = REPO / "benchmarks" / "app-scaling"
+    out = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "dense_model_check.py"),
+         *sorted(map(str, (REPO / "benchmarks" / "dense-model-check").glob("*.jsonl"))),
+         "--against",
+         str(bench / "records.jsonl"), str(bench / "webspam.jsonl")],
+        capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = [line.split("|")[1:-1] for line in out.stdout.splitlines()[2:]]
+    assert len(rows) == 10
+    for row in rows:
+        epoch, ratio, same_bytes, acc = int(row[3]), float(row[6]), row[7].strip(), row[8]
+        assert same_bytes == "yes" and len({a.strip() for a in acc.split("/")}) == 1, row
+        assert (0.995 if epoch == 1 else 0.9999) <= ratio <= 1.0, row

@@ -164,7 +164,7 @@ def test_a_modeled_dense_baseline_is_its_own_dotted_line(tmp_path):
     labels = [line["label"] for line in epoch_time.meta["lines"]]
     assert any(lb.startswith("dense baseline (modeled), simulated") for lb in labels), labels
     assert any(lb.startswith("dense baseline, simulated") for lb in labels), labels
-    assert "The dense baseline (modeled): dotted, x markers" in epoch_time.caption
+    assert "The dense baseline (modeled): x markers" in epoch_time.caption
     _check_labels_and_captions(figs)
 
 

@@ -320,7 +320,7 @@ def scaling_figures(runs) -> list[Fig]:
                 if not xs:
                     continue
                 kw = pl.style_for(styles, series, grp[0]["simulated"], grp[0]["network"])
-                if grp[0]["simulated"] and not pl.modeled_series(series):  # one per network
+                if grp[0]["simulated"]:  # one line style per network (modeled: x markers)
                     kw["linestyle"] = _NET_STYLES[networks.index(grp[0]["network"])
                                                   % len(_NET_STYLES)]
                 drawn.append((series, grp[0]))
@@ -346,7 +346,8 @@ def scaling_figures(runs) -> list[Fig]:
                        + "; ".join(sorted({p["network"] for p in pts if p["simulated"]}))
                        + "); the dense baseline (black) on the same axes.")
             if any(pl.modeled_series(p["series"]) for p in pts):
-                caption += (" The dense baseline (modeled): dotted, x markers: predicted "
+                caption += (" The dense baseline (modeled): x markers, its network's line "
+                            "style: predicted "
                             "beside the sparse run of the same P (sparc-linear --dense-model: "
                             "its P dense vectors do not fit a simulation), not simulated; "
                             "its accuracies are that sparse run's.")
