@@ -194,8 +194,13 @@ TOPK_TWO_RANKS = """
 import numpy as np
 from mpi4py import MPI
 import sparcml
+from sparcml._runtime.context import context_for
+from sparcml._topk.entry import PLANS_KEPT
+from sparcml._topk.plan import TopKPlan
+from sparcml._topk.topk_allreduce import _max_key, _run
 
 comm = MPI.COMM_WORLD
+ctx = context_for(comm)
 r = comm.rank
 checked = 0
 for seed in range(120):
@@ -216,10 +221,16 @@ for seed in range(120):
     if seed % 11 == 0:
         v = sparcml.SparseVector.from_dense(v.to_dense())
     plan = sparcml.topk_plan(dim, dtype, k, comm)
+    # the general path (reduce-scatter, selection, allgather), which the plain call takes at
+    # P >= 3 and a cached plan replaces at P = 2, with the agreement's maxima
+    top = comm.allreduce(_max_key(v), MPI.MAX)
+    items = comm.allreduce(v.dim if v.is_dense else v.nnz, MPI.MAX)
     for repeat in range(2):  # the plain call remembers its threshold from the first
         a, a_dropped = plan.topk_allreduce(v)
         b, b_dropped = sparcml.topk_allreduce(v, k, comm)
-        for x, y in ((a, b), (a_dropped, b_dropped)):
+        c, c_dropped = _run(ctx, v, k, sparcml.TrafficStats(), sparcml.default_options(),
+                            top, items)
+        for x, y in ((a, b), (a_dropped, b_dropped), (a, c), (a_dropped, c_dropped)):
             assert x.is_dense == y.is_dense and x.dtype == y.dtype, (seed, x, y)
             assert x.values.tobytes() == y.values.tobytes(), (seed, repeat, x, y)
             if not x.is_dense:
@@ -227,6 +238,15 @@ for seed in range(120):
                 assert x.indices.tobytes() == y.indices.tobytes(), (seed, repeat, x, y)
         checked += 1
     assert bool(plan._fast) == (comm.size == 2), "the two-rank path is P = 2's only"
+    # the plain call ran through the cached plan of its key at P = 2 (when there was
+    # something to select), the general path at P = 3; at most PLANS_KEPT plans are kept
+    cached = {key: p for key, p in (ctx.plans or {}).items() if isinstance(p, TopKPlan)}
+    key = ("topk", dim, np.dtype(dtype).str, k, sparcml.default_options())
+    selects = k > 0 and comm.allreduce(_max_key(v), MPI.MAX) > 0
+    assert (key in cached) == (comm.size == 2 and selects), (seed, list(cached))
+    assert len(cached) <= PLANS_KEPT
+    if key in cached:
+        assert cached[key].calls == 2 and cached[key].number is None
 total = comm.allreduce(checked)
 if r == 0:
     print("TOPK-PLAN-CHECKED", total)

@@ -53,7 +53,7 @@ from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _r
 from .._lazy import lazy_module
 select_kernels = lazy_module("sparcml._topk.select_kernels")
 
-__all__ = ["TopKPlan", "topk_plan"]
+__all__ = ["TopKPlan", "topk_plan", "serves"]
 
 TAG_PLAN_SPLIT = message_tags(NAME, "plan_split").plan_split  # the plan's reduce-scatter (named
 # sources, in rank order)
@@ -81,7 +81,14 @@ class TopKPlan:
             zero = SparseVector.zeros(dim, _value_dtype(np.empty(0, dtype)))
             call.fields["dim"] = zero.dim
             call.fields["value dtype"] = zero.dtype.itemsize
-        self.comm, self.k, self.options, self.calls = comm, k, call.options, 0
+        self._setup(ctx, comm, zero, k, call.options)
+        self.number = call.agreed["plan id"]
+        note_plan_id(self.number)
+        self._identity = PlanIdentity(f"plan #{self.number}: topk_allreduce of dim {self.dim} "
+                                      f"{self.dtype.name}, k = {k}")
+
+    def _setup(self, ctx, comm, zero: SparseVector, k: int, options: Options) -> None:
+        self.comm, self.k, self.options, self.calls = comm, k, options, 0
         self.dim, self.dtype = zero.dim, zero.dtype
         self._zero = zero
         self._codec = Codec(zero.index_dtype, zero.dtype,
@@ -89,10 +96,25 @@ class TopKPlan:
         self._contexts: dict[int, CommContext] = {}
         self._fast: dict[int, FastRecursiveDoubling] = {}
         self._trailer = np.zeros(2, np.int64)
-        self.number = call.agreed["plan id"]
-        note_plan_id(self.number)
-        self._identity = PlanIdentity(f"plan #{self.number}: topk_allreduce of dim {self.dim} "
-                                      f"{self.dtype.name}, k = {k}")
+
+    @classmethod
+    def agreed(cls, ctx, dim: int, dtype, k: int, options: Options) -> "TopKPlan":
+        """The plan of a plain :func:`sparcml.topk_allreduce` whose agreement already ran
+        (dim, dtype, k and ``options`` equal on every rank): made locally, no collective and
+        no identity (the plain call's agreement, one reduction per call, is its crossing
+        check). Only :meth:`serve` runs it; see :func:`serves`."""
+        plan = cls.__new__(cls)
+        plan._setup(ctx, ctx.comm, SparseVector.zeros(dim, np.dtype(dtype)), k, options)
+        plan.number, plan._identity = None, None
+        return plan
+
+    def serve(self, ctx, vec: SparseVector, stats: TrafficStats, codec) -> TopKReduced:
+        """A plain call after its agreement (every rank's input valid and finite, ``k > 0``,
+        some input nonzero; :func:`serves` true): the plan's steady path with the call's
+        ``codec``, bitwise the general path's result. Collective."""
+        self.calls += 1
+        memory_of(ctx).steps = 2  # the agreement and the one exchange
+        return self._two_ranks(ctx, self._fast_on(ctx), vec, stats, None, codec)
 
     def __repr__(self) -> str:
         return (f"TopKPlan(dim={self.dim}, dtype={self.dtype.name}, k={self.k}, "
@@ -143,7 +165,7 @@ class TopKPlan:
             return _run(own, v, self.k, stats, opts, top, v.nnz)
         fast = self._fast_on(own)
         if fast is not None:
-            return self._two_ranks(own, fast, v, stats, error, opts)
+            return self._two_ranks(own, fast, v, stats, error, self._codec)
         stats.calls += 1
         stats.algorithm = NAME
         memory_of(own).steps = 0
@@ -191,14 +213,14 @@ class TopKPlan:
 
     def _fast_on(self, ctx) -> FastRecursiveDoubling | None:
         """At P = 2 on real ranks, for dims of the fast path: the plan's own buffers."""
-        if ctx.size != 2 or ctx.ops is not PLAIN or not fits(self.dim, self.dtype):
+        if not serves(ctx, self.dim, self.dtype):
             return None
         fast = self._fast.get(id(ctx))
         if fast is None or fast.comm is not ctx.comm:
             fast = self._fast[id(ctx)] = FastRecursiveDoubling(ctx, self.dim, self.dtype)
         return fast
 
-    def _two_ranks(self, ctx, fast, v, stats, error, opts) -> TopKReduced:
+    def _two_ranks(self, ctx, fast, v, stats, error, codec) -> TopKReduced:
         """P = 2: one exchange of the whole inputs (the plain recursive doubling's, on the
         plan's buffers; its header flag carries a bad input), then the same selection on both
         ranks. Bitwise the reduce-scatter's result: at two ranks both sum each entry as
@@ -207,7 +229,7 @@ class TopKPlan:
         stats.calls += 1
         stats.algorithm = NAME
         try:
-            idx, val, _ = fast.run(v, stats, error is not None, self._codec)
+            idx, val, _ = fast.run(v, stats, error is not None, codec)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop
             _abort_job(ctx.comm, f"plan.{NAME}", exc)
             raise
@@ -222,7 +244,7 @@ class TopKPlan:
             keep = val != 0
             if not keep.all():
                 idx, val = idx[keep], val[keep]
-        idx = idx.astype(self._codec.index_dtype, copy=False)
+        idx = idx.astype(codec.index_dtype, copy=False)
         if self.k == 0:
             idx, val = idx[:0], val[:0]
         result = _result(self.dim, idx, val, self.dtype, NOTHING,
@@ -269,6 +291,13 @@ class TopKPlan:
         finally:
             ctx.waiter.waitall(requests)
         return received, top, failed
+
+
+def serves(ctx, dim: int, dtype) -> bool:
+    """Whether a plan has a steady path of its own on ``ctx`` for ``dim`` values of ``dtype``
+    (P = 2 on real ranks, a dim of the recursive-doubling fast path): where it has, the plain
+    call runs through a cached plan (:mod:`sparcml._topk.entry`)."""
+    return ctx.size == 2 and ctx.ops is PLAIN and fits(dim, dtype)
 
 
 def _submitted(ctx, plan: TopKPlan, vec, stats, check):

@@ -67,7 +67,7 @@ from .._model.costmodel import TOPK_STEP
 from .._collectives.entry import allreduce_in
 from .._collectives.plan import AllreducePlan, PlanShapeError
 from .._topk.plan import TopKPlan
-from .._topk.topk_allreduce import calibration_run, topk_allreduce_in
+from .._topk.entry import calibration_run, topk_allreduce_in
 from .._errors import (CompressionError, IncompatibleOptionsError, InvalidOptionError,
                        UnsupportedDtypeError)
 from .._options import Options, in_call
