@@ -14,6 +14,7 @@ import sparcml.sim as sim
 from mpirun import REPO, case_report, run_mpi
 from sparcml import SparseVector
 from sparcml._runtime import agreement
+from sparcml._runtime.context import context_for
 
 CASES = REPO / "tests" / "mpi_cases"
 
@@ -67,7 +68,7 @@ def test_fast_path_keeps_its_buffers():
             vec = SparseVector(300, np.sort(rng.choice(300, 40, replace=False)),
                                rng.standard_normal(40))
             plan.allreduce(vec, out=out)
-            fast = next(iter(plan._states.values())).fast
+            fast = plan._state(context_for(comm)).fast
             seen.append({name: id(buf) for name, buf in fast.bufs.items()})
         return seen[2] == seen[-1] and seen[-1]
 
@@ -130,6 +131,60 @@ def test_compression_reduces_through_plans():
         return all(same) and len(comp._plans) == 1
 
     assert all(sim.run(2, ranks, timeout=120).results)
+
+
+def test_plans_follow_the_shape_when_asked():
+    """follow_shape (agreed): every rank's new dim and dtype remake the plan there, the call
+    then runs (allreduce: the same sum as the plain call; top-k: k from the function of the
+    dim); without it PlanShapeError, as before; one rank's other shape stays that rank's error
+    (PlanInputError on every rank, nothing remade); a bad or differing follow_shape raises on
+    every rank. Simulated ranks at P = 1, 2, 3, 5: one run each, many cases."""
+
+    def ranks(comm):
+        P, r = comm.Get_size(), comm.Get_rank()
+        out = []
+
+        def vec(dim, dtype=np.float32, shift=0):
+            idx = np.unique(np.array([r, (3 * r + 1 + shift) % dim, dim - 1]))
+            return SparseVector(dim, idx, np.arange(1, idx.size + 1).astype(dtype))
+
+        plan = sparcml.plan(50, np.float32, comm, follow_shape=True)
+        tplan = sparcml.topk_plan(50, np.float32, 2, comm, follow_shape=lambda n: n // 20)
+        for dim, dtype in ((50, np.float32), (80, np.float64), (80, np.float64), (30, np.float32)):
+            got = plan.allreduce(vec(dim, dtype))
+            want = sparcml.allreduce(vec(dim, dtype), comm)
+            out.append(got.values.tobytes() == want.values.tobytes()
+                       and (plan.dim, plan.dtype) == (dim, np.dtype(dtype)))
+            top, _ = tplan.topk_allreduce(vec(dim, dtype, 1))
+            k = 2 if dim == 50 else dim // 20
+            ref, _ = sparcml.topk_allreduce(vec(dim, dtype, 1), k, comm)
+            out.append(tplan.k == k and top.indices.tobytes() == ref.indices.tobytes()
+                       and top.values.tobytes() == ref.values.tobytes())
+        fixed = sparcml.plan(50, np.float32, comm)
+        try:
+            fixed.allreduce(vec(60))
+            out.append(False)
+        except sparcml.PlanShapeError:
+            out.append(fixed.dim == 50)
+        number = plan.number
+        try:  # one rank's other shape: that rank's error everywhere, the plan kept
+            plan.allreduce(vec(31 if r == P - 1 else 30))
+            out.append(P == 1 and plan.dim == 31)  # (at P = 1 that rank is every rank)
+        except sparcml.PlanInputError as exc:
+            out.append(type(exc) is sparcml.PlanInputError and P > 1 and plan.dim == 30
+                       and plan.number == number)
+        for bad in ("yes", r == 0 and P > 1):  # not a bool; differing across ranks
+            try:
+                sparcml.plan(50, np.float32, comm, follow_shape=bad)
+                out.append(bad is False or bad is True and P == 1)
+            except (sparcml.InvalidArgumentError, sparcml.RankMismatchError):
+                out.append(True)
+        return out
+
+    for P in (1, 2, 3, 5):
+        results = sim.run(P, ranks, timeout=300).results
+        assert all(all(r) for r in results), (P, results)
+        assert len(results[0]) == 12, results[0]
 
 
 @pytest.mark.mpi
@@ -195,7 +250,7 @@ import numpy as np
 from mpi4py import MPI
 import sparcml
 from sparcml._runtime.context import context_for
-from sparcml._topk.entry import PLANS_KEPT
+from sparcml._collectives.plan_core import PLANS_KEPT
 from sparcml._topk.plan import TopKPlan
 from sparcml._topk.topk_allreduce import _max_key, _run
 

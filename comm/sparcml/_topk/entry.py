@@ -7,10 +7,10 @@ largest ``|input|`` over ranks: :mod:`sparcml._topk.topk_allreduce`), and then:
 - where a plan has a steady path of its own (:func:`sparcml._topk.plan.serves`: P = 2 on real
   ranks, a dim of the recursive-doubling fast path), the call runs through the communicator's
   cached :class:`~sparcml._topk.plan.TopKPlan` of its dim, dtype, k and options (made at the
-  first such call from the agreed values, locally: no collective; the latest
-  :data:`PLANS_KEPT` are kept per context). Every rank agreed on the same key, so every rank
-  holds the same plan; the agreement of each call is the crossing check the plan's identity
-  would be. Results are bitwise the general path's (the plan's docstring says why);
+  first such call from the agreed values, locally: no collective; the context's plan cache,
+  :func:`sparcml._collectives.plan_core.cached_plan`). Every rank agreed on the same key, so
+  every rank holds the same plan; the agreement of each call is the crossing check the
+  plan's identity would be. Results are bitwise the general path's (the plan's docstring says why);
 - otherwise the general path (:func:`sparcml._topk.topk_allreduce._run`): reduce-scatter,
   selection, allgather.
 
@@ -23,6 +23,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._collectives.entry import _calibration_run
+from .._collectives.plan_core import cached_plan
 from .._collectives.validation import check_stats, coerce_vector
 from .._model import auto
 from .._model.link_costs import call_options
@@ -34,9 +35,7 @@ from .plan import TopKPlan, serves
 from .topk_allreduce import _DESCRIBE, NAME, TopKReduced, _check_k, _max_key, _run
 
 __all__ = ["topk_allreduce", "itopk_allreduce", "topk_allreduce_in", "calibrate_topk",
-           "calibration_run", "PLANS_KEPT"]
-
-PLANS_KEPT = 8  # per context: the plans of the latest plain calls' keys
+           "calibration_run"]
 
 
 def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
@@ -132,23 +131,12 @@ def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
         call.maxima["max items"] = vec.dim if vec.is_dense else vec.nnz
         call.maxima["max key"] = _max_key(vec)
     opts, top = call.options, call.agreed["max key"]
-    if k and top and serves(ctx, vec.dim, vec.dtype):  # (nothing to select: the general path's
-        plan = _cached_plan(ctx, vec.dim, vec.dtype, k, opts)  # answer, with no message)
+    # nothing to select (k = 0, every input zero): the general path answers without a message
+    if k and top and serves(ctx, vec.dim, vec.dtype):
+        dim, dtype = vec.dim, vec.dtype
+        plan = cached_plan(ctx, ("topk", dim, dtype.str, k, opts),
+                           lambda: TopKPlan.agreed(ctx, dim, dtype, k, opts))
         codec = Codec(vec.index_dtype, vec.dtype, options=call_options(ctx, opts))
         return plan.serve(ctx, vec, stats, codec)
     return _run(ctx, vec, k, stats, opts, top, call.agreed["max items"])
 
-
-def _cached_plan(ctx, dim: int, dtype, k: int, opts: Options) -> TopKPlan:
-    """The context's plan of this agreed key (made on a miss; the oldest of more than
-    :data:`PLANS_KEPT` dropped). The same on every rank: every rank agreed on the key."""
-    cache = ctx.plans
-    if cache is None:
-        cache = ctx.plans = {}
-    key = ("topk", dim, np.dtype(dtype).str, k, opts)
-    plan = cache.get(key)
-    if plan is None or plan.comm is not ctx.comm:
-        if len(cache) >= PLANS_KEPT:
-            cache.pop(next(iter(cache)))
-        plan = cache[key] = TopKPlan.agreed(ctx, dim, dtype, k, opts)
-    return plan

@@ -1,4 +1,4 @@
-"""``topk_allreduce``'s general path: the exact global top-k of a sum of sparse vectors, in bounded volume.
+"""``topk_allreduce``'s general path: the exact global top-k of a sum, in bounded volume.
 
 (The entry points, which agree and then run a cached plan or this path, are
 :mod:`sparcml._topk.entry`.)
@@ -58,7 +58,7 @@ from mpi4py import MPI
 from .._collectives import arith
 from .._runtime.agreement import VALUE_DTYPE_NAMES
 from .._runtime.tags import message_tags
-from .._collectives.entry import fail_stop
+from .._collectives.fail_stop import fail_stop
 from .._errors import CompressionError, InvalidArgumentError
 from .._collectives.exchange import allgather_packed, reduce_block
 from .._model.costmodel import TOPK_STEP
