@@ -201,6 +201,37 @@ def test_one_bad_rank_raises_everywhere_through_a_plan(P, native):
         assert f"dim {algorithm} blocking" in ran and f"dim {algorithm} nonblocking" in ran
 
 
+def test_recursive_doubling_has_one_schedule_that_pairs_every_message():
+    """The algorithm and its fast path run one schedule (recursive_doubling.schedule): at
+    P = 1..40 every send has its receive on the peer in the same phase, every round is
+    mutual (the peer's round of the same index names this rank, the other operand first),
+    log2(pof2) rounds, and the fast path holds exactly that schedule."""
+    from types import SimpleNamespace
+
+    from sparcml._collectives.algorithms import recursive_doubling as rd
+    from sparcml._collectives.plan_fast import FastRecursiveDoubling
+
+    for P in range(1, 41):
+        plans = [rd.schedule(r, P) for r in range(P)]
+        pof2 = 1 << (P.bit_length() - 1)
+        for r, steps in enumerate(plans):
+            rounds = [s for s in steps if s.kind == rd.ROUND]
+            assert len(rounds) == (0 if steps and steps[0].kind == rd.FOLD_SEND
+                                   else pof2.bit_length() - 1), (P, r, steps)
+            for i, s in enumerate(rounds):
+                mate = [t for t in plans[s.peer] if t.kind == rd.ROUND][i]
+                assert mate.peer == r and mate.lower != s.lower and mate.mask == s.mask
+                assert s.last == (i == len(rounds) - 1) and s.role == f"rd{(i + 1) % 2}"
+            pair = {rd.FOLD_SEND: rd.FOLD_RECV, rd.FOLD_RECV: rd.FOLD_SEND,
+                    rd.UNFOLD_SEND: rd.UNFOLD_RECV, rd.UNFOLD_RECV: rd.UNFOLD_SEND}
+            for s in steps:
+                if s.kind in pair:
+                    assert pair[s.kind] in [t.kind for t in plans[s.peer] if t.peer == r], \
+                        (P, r, s)
+        ctx = SimpleNamespace(rank=P - 1, size=P, comm=None, waiter=None)
+        assert FastRecursiveDoubling(ctx, 16, np.float32).steps is rd.schedule(P - 1, P)
+
+
 FAST_PATH_BITS = r"""
 import numpy as np
 from mpi4py import MPI

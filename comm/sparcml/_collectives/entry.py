@@ -303,8 +303,10 @@ def _served(ctx, vec) -> PlanCore | None:
     if ctx.ops is not PLAIN or not fits(vec.dim, vec.dtype):
         return None
     dim, dtype = vec.dim, vec.dtype
-    return cached_plan(ctx, ("allreduce", dim, dtype.str),
-                       lambda: PlanCore(dim, dtype, _DEFAULT_RECORD))
+    key = ("allreduce", dim, dtype.str)
+    plan = ctx.plans.get(key) if ctx.plans is not None else None  # (a hit: no closure made)
+    return plan if plan is not None else \
+        cached_plan(ctx, key, lambda: PlanCore(dim, dtype, _DEFAULT_RECORD))
 
 
 def _calibration_run(ctx, vec, name):
