@@ -324,15 +324,30 @@ for seed in range(120):
                 assert x.indices.tobytes() == y.indices.tobytes(), (seed, repeat, x, y)
         checked += 1
     assert bool(plan._fast) == (comm.size == 2), "the two-rank path is P = 2's only"
+    if seed % 10 == 1:  # one rank on the general path (a tuple), the other lean: one sum
+        t = (dim, v.indices, v.values) if r == 0 else v
+        got, _ = sparcml.topk_allreduce(t, k, comm)
+        assert got.values.tobytes() == a.values.tobytes(), seed
+    if seed % 10 == 2:  # one rank's other k, or a NaN: the same error on every rank
+        for bad, error in (((v, k + 2), sparcml.RankMismatchError),
+                           ((sparcml.SparseVector(dim, np.array([0]),
+                                                  np.array([np.nan], dtype)), k + 1),
+                            sparcml.CompressionError)):
+            args = bad if r == comm.size - 1 else (v, k + 1)
+            try:
+                sparcml.topk_allreduce(*args, comm)
+                raise AssertionError(f"no error on rank {r}: {seed}")
+            except error:
+                pass
     # the plain call ran through the cached plan of its key at P = 2 (when there was
     # something to select), the general path at P = 3; at most PLANS_KEPT plans are kept
     cached = {key: p for key, p in (ctx.plans or {}).items() if isinstance(p, TopKPlan)}
     key = ("topk", dim, np.dtype(dtype).str, k, sparcml.default_options())
     selects = k > 0 and comm.allreduce(_max_key(v), MPI.MAX) > 0
-    assert (key in cached) == (comm.size == 2 and selects), (seed, list(cached))
+    assert (key in cached) == (comm.size == 2 and selects), (seed, key[:4], selects)
     assert len(cached) <= PLANS_KEPT
     if key in cached:
-        assert cached[key].calls == 2 and cached[key].number is None
+        assert cached[key].calls == 2 + (seed % 10 == 1) and cached[key].number is None
 total = comm.allreduce(checked)
 if r == 0:
     print("TOPK-PLAN-CHECKED", total)

@@ -34,7 +34,7 @@ from .._model.link_costs import call_options
 from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
 from .algorithms import DEFAULT_ALGORITHM
 from .ops import PLAIN
-from .plan_core import PlanCore, cached_plan
+from .plan_core import PlanCore, keep_plan
 from .plan_fast import fits
 from .fail_stop import fail_stop
 from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
@@ -143,7 +143,7 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
         return None
     if type(opts) is not Options:
         return None
-    plan = _served(ctx, vec)
+    plan = _served(ctx, vec, keep=False)
     if plan is None:
         return None
     waiter = ctx.waiter
@@ -163,6 +163,9 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
         agreed_maxima(ctx.comm, both, vals, names, maxima, None,
                       lambda: {**_describe(), **option_labels()})
     waiter.use(opts.wait)
+    key = ("allreduce", vec.dim, vec.dtype.str)
+    if ctx.plans is None or ctx.plans.get(key) is not plan:  # a new plan, agreed: kept
+        keep_plan(ctx, key, plan)
     stats = TrafficStats() if stats is None else stats
     stats.calls += 1
     stats.algorithm = DEFAULT_ALGORITHM
@@ -294,19 +297,24 @@ _NNZ_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("n
 _DEFAULT_RECORD = get_algorithm(DEFAULT_ALGORITHM)
 
 
-def _served(ctx, vec) -> PlanCore | None:
+def _served(ctx, vec, keep: bool = True) -> PlanCore | None:
     """The context's cached plan (:class:`~sparcml._collectives.plan_core.PlanCore`) of
     ``vec``'s dim and dtype, whose steady path serves a plain call of the default algorithm
     (made at the first call of the shape, :func:`~sparcml._collectives.plan_core.cached_plan`),
     or None where a plan has no steady path of its own (a vector above the fast path's size,
-    a simulated communicator's shared operations): the general path runs the algorithm."""
+    a simulated communicator's shared operations): the general path runs the algorithm.
+    ``keep=False`` (before the call's agreement): a new plan is not kept yet (see
+    :func:`~sparcml._collectives.plan_core.keep_plan`)."""
     if ctx.ops is not PLAIN or not fits(vec.dim, vec.dtype):
         return None
     dim, dtype = vec.dim, vec.dtype
     key = ("allreduce", dim, dtype.str)
-    plan = ctx.plans.get(key) if ctx.plans is not None else None  # (a hit: no closure made)
-    return plan if plan is not None else \
-        cached_plan(ctx, key, lambda: PlanCore(dim, dtype, _DEFAULT_RECORD))
+    plan = ctx.plans.get(key) if ctx.plans is not None else None
+    if plan is None:
+        plan = PlanCore(dim, dtype, _DEFAULT_RECORD)
+        if keep:
+            keep_plan(ctx, key, plan)
+    return plan
 
 
 def _calibration_run(ctx, vec, name):

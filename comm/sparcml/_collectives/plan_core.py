@@ -37,23 +37,30 @@ from .plan_fast import FastRecursiveDoubling, fits
 from .validation import LocalFailure, coerce_vector
 
 __all__ = ["PlanCore", "PlanInputError", "PlanShapeError", "check_plan_input", "agreed_error",
-           "cached_plan", "PLANS_KEPT"]
+           "cached_plan", "keep_plan", "PLANS_KEPT"]
 
 PLANS_KEPT = 16  # per context: the plain calls' plans of the latest keys (every kind)
 
 
 def cached_plan(ctx, key: tuple, make):
-    """The context's plan of ``key`` (``make()`` on a miss; the oldest of more than
-    :data:`PLANS_KEPT` dropped): the plain calls' plan cache. ``key`` holds everything the plan
-    depends on, agreed by the call's agreement, so every rank holds the same plan."""
+    """The context's plan of ``key`` (``make()`` on a miss, :func:`keep_plan`): the plain
+    calls' plan cache, looked up after the call's agreement. ``key`` holds everything the plan
+    depends on, agreed, so every rank holds the same plans."""
+    plan = ctx.plans.get(key) if ctx.plans is not None else None
+    return plan if plan is not None else keep_plan(ctx, key, make())
+
+
+def keep_plan(ctx, key: tuple, plan):
+    """Put ``plan`` in the context's cache under ``key`` (the oldest of more than
+    :data:`PLANS_KEPT` dropped); returns it. A call that looks its plan up before its
+    agreement (the lean paths) keeps a new one only once the agreement passed, so that
+    every rank's cache holds the same keys."""
     cache = ctx.plans
     if cache is None:
         cache = ctx.plans = {}
-    plan = cache.get(key)
-    if plan is None:
-        if len(cache) >= PLANS_KEPT:
-            cache.pop(next(iter(cache)))
-        plan = cache[key] = make()
+    if key not in cache and len(cache) >= PLANS_KEPT:
+        cache.pop(next(iter(cache)))
+    cache[key] = plan
     return plan
 
 

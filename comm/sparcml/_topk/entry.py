@@ -23,13 +23,14 @@ import numpy as np
 from mpi4py import MPI
 
 from .._collectives.entry import _calibration_run
-from .._collectives.plan_core import cached_plan
+from .._collectives.plan_core import cached_plan, keep_plan
 from .._collectives.validation import check_stats, coerce_vector
 from .._model import auto
 from .._model.link_costs import call_options
-from .._options import Options
-from .._runtime.agreement import agreed_call
+from .._options import Options, option_fields, option_labels, resolve_options
+from .._runtime.agreement import MAX_FIELDS, agreed_call, agreed_maxima, agreement_array
 from .._runtime.context import TrafficStats, context_for
+from .._vector import SparseVector
 from .._wire.codec import Codec
 from .plan import TopKPlan, serves
 from .topk_allreduce import _DESCRIBE, NAME, TopKReduced, _check_k, _max_key, _run
@@ -73,7 +74,75 @@ def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
       of dropped`` up to float addition order: what error feedback must keep.
     """
     ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
+    if type(vec) is SparseVector and type(k) is int and k > 0 \
+            and (stats is None or type(stats) is TrafficStats) \
+            and serves(ctx, vec.dim, vec.dtype):
+        result = _lean_call(ctx, vec, k, stats, options)
+        if result is not None:
+            return result
     return topk_allreduce_in(ctx, vec, k, stats=stats, check=check, options=options)
+
+
+_AGREEMENTS_KEPT = 4  # per cached plan: the agreement arrays of the latest wait policies
+_TOP_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("max key")
+
+
+def _lean_call(ctx, vec: SparseVector, k: int, stats, options):
+    """The cached plan's call in fewer Python steps (a SparseVector, k > 0, a shape the plan
+    serves), or None before anything is sent where it does not apply (options or a
+    magnitude this rank cannot read: the general path agrees on the error). It reduces
+    exactly the array :func:`topk_allreduce_in` builds (the same fields, options and maxima in
+    the same order: kept per plan and wait policy), so ranks on either path agree with each
+    other, and any difference or failure raises the same errors."""
+    try:
+        opts = resolve_options(options)
+        top = _max_key(vec)  # NaN or Inf: the general path raises it on every rank
+    except Exception:  # noqa: BLE001 - this rank's error: the general path agrees on it
+        return None
+    if type(opts) is not Options:
+        return None
+    dim, dtype = vec.dim, vec.dtype
+    key = ("topk", dim, dtype.str, k, opts)
+    plan = ctx.plans.get(key) if ctx.plans is not None else None
+    fresh = plan is None  # kept once agreed (keep_plan): every rank's cache the same
+    if fresh:
+        plan = TopKPlan.agreed(ctx, dim, dtype, k, opts)
+    waiter = ctx.waiter
+    wait_code = int(waiter.policy(opts.wait))
+    agreements = plan.agreements
+    entry = agreements.get(wait_code)
+    if entry is None:
+        if len(agreements) >= _AGREEMENTS_KEPT:
+            agreements.pop(next(iter(agreements)))
+        fields = {"dim": dim, "value dtype": dtype.itemsize, "k": k}
+        fields.update(option_fields(opts))
+        fields["options.wait"] = wait_code
+        maxima = {"max key": 0, "max items": 0}
+        both, vals, error = agreement_array(fields, maxima)
+        assert error is None
+        both.setflags(write=False)
+        entry = agreements[wait_code] = [both, both[:_TOP_SLOT].tobytes(), vals, tuple(fields),
+                                         maxima, None, None]
+    template, head, vals, names, maxima, resolved, codec = entry
+    both = template.copy()
+    both[_TOP_SLOT] = top
+    both[_TOP_SLOT + 1] = dim if vec.is_dense else vec.nnz
+    waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+    if both[:_TOP_SLOT].tobytes() != head:  # some rank differs or failed
+        agreed_maxima(ctx.comm, both, vals, names, maxima, None,
+                      lambda: {**_DESCRIBE, **option_labels()})
+    waiter.use(opts.wait)
+    stats = TrafficStats() if stats is None else stats
+    top = int(both[_TOP_SLOT])
+    if top == 0:  # every input is zero: the general path's answer, with no message
+        return _run(ctx, vec, k, stats, opts, top, int(both[_TOP_SLOT + 1]))
+    if fresh:
+        keep_plan(ctx, key, plan)
+    now = call_options(ctx, opts)  # (collective where it measures: at the same point as ever)
+    if now is not resolved:  # the first call, or the options resolved anew (a new model)
+        entry[5] = now
+        codec = entry[6] = Codec(vec.index_dtype, dtype, options=now)
+    return plan.serve(ctx, vec, stats, codec)
 
 
 def calibration_run(ctx, vec, name):

@@ -110,6 +110,7 @@ class TopKPlan:
         plan = cls.__new__(cls)
         plan._setup(ctx, ctx.comm, SparseVector.zeros(dim, np.dtype(dtype)), k, options)
         plan.number, plan._identity, plan.follow_shape = None, None, False
+        plan.agreements = {}  # its calls' agreement arrays and codecs (entry._lean_call)
         return plan
 
     def serve(self, ctx, vec: SparseVector, stats: TrafficStats, codec) -> TopKReduced:
