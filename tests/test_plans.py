@@ -14,6 +14,7 @@ import sparcml.sim as sim
 from mpirun import REPO, case_report, run_mpi
 from sparcml import SparseVector
 from sparcml._runtime import agreement
+from sparcml._runtime.context import context_for
 
 CASES = REPO / "tests" / "mpi_cases"
 
@@ -67,7 +68,7 @@ def test_fast_path_keeps_its_buffers():
             vec = SparseVector(300, np.sort(rng.choice(300, 40, replace=False)),
                                rng.standard_normal(40))
             plan.allreduce(vec, out=out)
-            fast = next(iter(plan._states.values())).fast
+            fast = plan._state(context_for(comm)).fast
             seen.append({name: id(buf) for name, buf in fast.bufs.items()})
         return seen[2] == seen[-1] and seen[-1]
 
@@ -132,6 +133,60 @@ def test_compression_reduces_through_plans():
     assert all(sim.run(2, ranks, timeout=120).results)
 
 
+def test_plans_follow_the_shape_when_asked():
+    """follow_shape (agreed): every rank's new dim and dtype remake the plan there, the call
+    then runs (allreduce: the same sum as the plain call; top-k: k from the function of the
+    dim); without it PlanShapeError, as before; one rank's other shape stays that rank's error
+    (PlanInputError on every rank, nothing remade); a bad or differing follow_shape raises on
+    every rank. Simulated ranks at P = 1, 2, 3, 5: one run each, many cases."""
+
+    def ranks(comm):
+        P, r = comm.Get_size(), comm.Get_rank()
+        out = []
+
+        def vec(dim, dtype=np.float32, shift=0):
+            idx = np.unique(np.array([r, (3 * r + 1 + shift) % dim, dim - 1]))
+            return SparseVector(dim, idx, np.arange(1, idx.size + 1).astype(dtype))
+
+        plan = sparcml.plan(50, np.float32, comm, follow_shape=True)
+        tplan = sparcml.topk_plan(50, np.float32, 2, comm, follow_shape=lambda n: n // 20)
+        for dim, dtype in ((50, np.float32), (80, np.float64), (80, np.float64), (30, np.float32)):
+            got = plan.allreduce(vec(dim, dtype))
+            want = sparcml.allreduce(vec(dim, dtype), comm)
+            out.append(got.values.tobytes() == want.values.tobytes()
+                       and (plan.dim, plan.dtype) == (dim, np.dtype(dtype)))
+            top, _ = tplan.topk_allreduce(vec(dim, dtype, 1))
+            k = 2 if dim == 50 else dim // 20
+            ref, _ = sparcml.topk_allreduce(vec(dim, dtype, 1), k, comm)
+            out.append(tplan.k == k and top.indices.tobytes() == ref.indices.tobytes()
+                       and top.values.tobytes() == ref.values.tobytes())
+        fixed = sparcml.plan(50, np.float32, comm)
+        try:
+            fixed.allreduce(vec(60))
+            out.append(False)
+        except sparcml.PlanShapeError:
+            out.append(fixed.dim == 50)
+        number = plan.number
+        try:  # one rank's other shape: that rank's error everywhere, the plan kept
+            plan.allreduce(vec(31 if r == P - 1 else 30))
+            out.append(P == 1 and plan.dim == 31)  # (at P = 1 that rank is every rank)
+        except sparcml.PlanInputError as exc:
+            out.append(type(exc) is sparcml.PlanInputError and P > 1 and plan.dim == 30
+                       and plan.number == number)
+        for bad in ("yes", r == 0 and P > 1):  # not a bool; differing across ranks
+            try:
+                sparcml.plan(50, np.float32, comm, follow_shape=bad)
+                out.append(bad is False or bad is True and P == 1)
+            except (sparcml.InvalidArgumentError, sparcml.RankMismatchError):
+                out.append(True)
+        return out
+
+    for P in (1, 2, 3, 5):
+        results = sim.run(P, ranks, timeout=300).results
+        assert all(all(r) for r in results), (P, results)
+        assert len(results[0]) == 12, results[0]
+
+
 @pytest.mark.mpi
 @pytest.mark.parametrize("P,native", [(1, None), (2, None), (3, None), (5, None), (5, "1")])
 def test_one_bad_rank_raises_everywhere_through_a_plan(P, native):
@@ -144,6 +199,37 @@ def test_one_bad_rank_raises_everywhere_through_a_plan(P, native):
     ran = case_report(proc.stdout, "PLAN-BAD-RANK")
     for algorithm in sparcml.ALGORITHMS:
         assert f"dim {algorithm} blocking" in ran and f"dim {algorithm} nonblocking" in ran
+
+
+def test_recursive_doubling_has_one_schedule_that_pairs_every_message():
+    """The algorithm and its fast path run one schedule (recursive_doubling.schedule): at
+    P = 1..40 every send has its receive on the peer in the same phase, every round is
+    mutual (the peer's round of the same index names this rank, the other operand first),
+    log2(pof2) rounds, and the fast path holds exactly that schedule."""
+    from types import SimpleNamespace
+
+    from sparcml._collectives.algorithms import recursive_doubling as rd
+    from sparcml._collectives.plan_fast import FastRecursiveDoubling
+
+    for P in range(1, 41):
+        plans = [rd.schedule(r, P) for r in range(P)]
+        pof2 = 1 << (P.bit_length() - 1)
+        for r, steps in enumerate(plans):
+            rounds = [s for s in steps if s.kind == rd.ROUND]
+            assert len(rounds) == (0 if steps and steps[0].kind == rd.FOLD_SEND
+                                   else pof2.bit_length() - 1), (P, r, steps)
+            for i, s in enumerate(rounds):
+                mate = [t for t in plans[s.peer] if t.kind == rd.ROUND][i]
+                assert mate.peer == r and mate.lower != s.lower and mate.mask == s.mask
+                assert s.last == (i == len(rounds) - 1) and s.role == f"rd{(i + 1) % 2}"
+            pair = {rd.FOLD_SEND: rd.FOLD_RECV, rd.FOLD_RECV: rd.FOLD_SEND,
+                    rd.UNFOLD_SEND: rd.UNFOLD_RECV, rd.UNFOLD_RECV: rd.UNFOLD_SEND}
+            for s in steps:
+                if s.kind in pair:
+                    assert pair[s.kind] in [t.kind for t in plans[s.peer] if t.peer == r], \
+                        (P, r, s)
+        ctx = SimpleNamespace(rank=P - 1, size=P, comm=None, waiter=None)
+        assert FastRecursiveDoubling(ctx, 16, np.float32).steps is rd.schedule(P - 1, P)
 
 
 FAST_PATH_BITS = r"""
@@ -194,8 +280,13 @@ TOPK_TWO_RANKS = """
 import numpy as np
 from mpi4py import MPI
 import sparcml
+from sparcml._runtime.context import context_for
+from sparcml._collectives.plan_core import PLANS_KEPT
+from sparcml._topk.plan import TopKPlan
+from sparcml._topk.topk_allreduce import _max_key, _run
 
 comm = MPI.COMM_WORLD
+ctx = context_for(comm)
 r = comm.rank
 checked = 0
 for seed in range(120):
@@ -216,10 +307,16 @@ for seed in range(120):
     if seed % 11 == 0:
         v = sparcml.SparseVector.from_dense(v.to_dense())
     plan = sparcml.topk_plan(dim, dtype, k, comm)
+    # the general path (reduce-scatter, selection, allgather), which the plain call takes at
+    # P >= 3 and a cached plan replaces at P = 2, with the agreement's maxima
+    top = comm.allreduce(_max_key(v), MPI.MAX)
+    items = comm.allreduce(v.dim if v.is_dense else v.nnz, MPI.MAX)
     for repeat in range(2):  # the plain call remembers its threshold from the first
         a, a_dropped = plan.topk_allreduce(v)
         b, b_dropped = sparcml.topk_allreduce(v, k, comm)
-        for x, y in ((a, b), (a_dropped, b_dropped)):
+        c, c_dropped = _run(ctx, v, k, sparcml.TrafficStats(), sparcml.default_options(),
+                            top, items)
+        for x, y in ((a, b), (a_dropped, b_dropped), (a, c), (a_dropped, c_dropped)):
             assert x.is_dense == y.is_dense and x.dtype == y.dtype, (seed, x, y)
             assert x.values.tobytes() == y.values.tobytes(), (seed, repeat, x, y)
             if not x.is_dense:
@@ -227,6 +324,30 @@ for seed in range(120):
                 assert x.indices.tobytes() == y.indices.tobytes(), (seed, repeat, x, y)
         checked += 1
     assert bool(plan._fast) == (comm.size == 2), "the two-rank path is P = 2's only"
+    if seed % 10 == 1:  # one rank on the general path (a tuple), the other lean: one sum
+        t = (dim, v.indices, v.values) if r == 0 else v
+        got, _ = sparcml.topk_allreduce(t, k, comm)
+        assert got.values.tobytes() == a.values.tobytes(), seed
+    if seed % 10 == 2:  # one rank's other k, or a NaN: the same error on every rank
+        for bad, error in (((v, k + 2), sparcml.RankMismatchError),
+                           ((sparcml.SparseVector(dim, np.array([0]),
+                                                  np.array([np.nan], dtype)), k + 1),
+                            sparcml.CompressionError)):
+            args = bad if r == comm.size - 1 else (v, k + 1)
+            try:
+                sparcml.topk_allreduce(*args, comm)
+                raise AssertionError(f"no error on rank {r}: {seed}")
+            except error:
+                pass
+    # the plain call ran through the cached plan of its key at P = 2 (when there was
+    # something to select), the general path at P = 3; at most PLANS_KEPT plans are kept
+    cached = {key: p for key, p in (ctx.plans or {}).items() if isinstance(p, TopKPlan)}
+    key = ("topk", dim, np.dtype(dtype).str, k, sparcml.default_options())
+    selects = k > 0 and comm.allreduce(_max_key(v), MPI.MAX) > 0
+    assert (key in cached) == (comm.size == 2 and selects), (seed, key[:4], selects)
+    assert len(cached) <= PLANS_KEPT
+    if key in cached:
+        assert cached[key].calls == 2 + (seed % 10 == 1) and cached[key].number is None
 total = comm.allreduce(checked)
 if r == 0:
     print("TOPK-PLAN-CHECKED", total)

@@ -34,7 +34,8 @@ from ._collectives.exchange import block_bounds
 from ._collectives.hierarchical import node_sizes
 from ._model.tuning import EXPLORING_CALLS as AUTO_EXPLORING_CALLS
 from ._topk.topk_allreduce import NAME as TOPK_ALLREDUCE
-from ._topk.topk_allreduce import TopKReduced, calibrate_topk, itopk_allreduce, topk_allreduce
+from ._topk.topk_allreduce import TopKReduced
+from ._topk.entry import calibrate_topk, itopk_allreduce, topk_allreduce
 from ._runtime.nonblocking import Request
 from ._quant.qsgd import QSGD
 from ._collectives.registry import (ALGORITHMS, AUTO, Algorithm, check_algorithm_options,

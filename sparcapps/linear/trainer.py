@@ -265,18 +265,12 @@ class DataParallelSGD:
         only). Lossless with a named algorithm: through a persistent plan of the gradient's
         shape (:func:`sparcml.plan`, made at the first call: no agreement round per step)."""
         if self.quantizer is None and self.algorithm != sparcml.AUTO:
-            for _ in range(2):
-                if self._plan is None:
-                    self._plan = sparcml.plan(vec.dim, vec.dtype, self.comm,
-                                              algorithm=self.algorithm, options=self.options)
-                try:
-                    out = self._plan.allreduce(vec, stats=self.stats,
-                                               check=not self._checked)
-                except sparcml.PlanShapeError:  # every rank's gradient changed shape
-                    self._plan = None
-                    continue
-                self._checked = True
-                return out
+            if self._plan is None:  # it remakes itself when every rank's gradient changes shape
+                self._plan = sparcml.plan(vec.dim, vec.dtype, self.comm, algorithm=self.algorithm,
+                                          options=self.options, follow_shape=True)
+            out = self._plan.allreduce(vec, stats=self.stats, check=not self._checked)
+            self._checked = True
+            return out
         out = sparcml.allreduce(vec, self.comm, algorithm=self.algorithm,
                                 quantizer=self.quantizer, quantize_sparse=self.quantize_sparse,
                                 stats=self.stats, check=not self._checked,

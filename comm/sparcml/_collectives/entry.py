@@ -20,9 +20,6 @@ MPI's default error handler does, rather than leaving them waiting.
 
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-
 import numpy as np
 from mpi4py import MPI
 
@@ -32,18 +29,19 @@ from .._options import in_call, option_fields, option_labels, resolve_options
 from .._runtime.agreement import (MAX_FIELDS, VALUE_DTYPE_NAMES, agreed_call, agreed_maxima,
                                   agreement_array)
 from .._runtime.context import TrafficStats, clock_of, context_for
-from .._errors import CollectiveFailure
 from .._options import Options
 from .._model.link_costs import call_options
 from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
 from .algorithms import DEFAULT_ALGORITHM
 from .ops import PLAIN
-from .plan_fast import FastRecursiveDoubling, fits
+from .plan_core import PlanCore, keep_plan
+from .plan_fast import fits
+from .fail_stop import fail_stop
 from .validation import check_out, check_quantizable, check_stats, coerce_vector, quantizer_code
 from .._vector import SparseVector
 from .._wire.codec import Codec
 
-__all__ = ["allreduce", "iallreduce", "allreduce_in", "calibrate", "fail_stop"]
+__all__ = ["allreduce", "iallreduce", "allreduce_in", "calibrate"]
 
 
 def _describe() -> dict:
@@ -119,13 +117,16 @@ def allreduce(vec, comm: MPI.Comm | None = None, *, algorithm: str = DEFAULT_ALG
                         hierarchical=hierarchical, options=options)
 
 
-_LEAN_KEPT = 16  # per context: the agreement arrays of the latest lean calls
+_AGREEMENTS_KEPT = 4  # per cached plan: the agreement arrays of the latest options
 
 
 def _lean_call(ctx, vec: SparseVector, stats, options):
     """The plain call's most common case in fewer Python steps, or None (before anything is
-    sent) where it does not apply: a SparseVector summed by the default algorithm on the
-    cached fast path, no quantizer, ``out`` or ``hierarchical``, no pending ``auto`` trial.
+    sent) where it does not apply: a SparseVector summed by the default algorithm, no
+    quantizer, ``out`` or ``hierarchical``, no pending ``auto`` trial, a shape the cached plan
+    serves (:func:`_served`). Then it is the cached plan's call: the plan keeps, per options,
+    the agreement array of the call and its codec, and after the agreement its steady path
+    runs (:meth:`~sparcml._collectives.plan_core.PlanCore.serve`, as the general path's).
 
     It reduces exactly the array the general path would (:func:`_lean_agreement`, built once
     per shape and options), so ranks on either path agree with each other, and any difference
@@ -142,21 +143,19 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
         return None
     if type(opts) is not Options:
         return None
-    fast = _fast_path(ctx, vec)
-    if fast is None:
+    plan = _served(ctx, vec, keep=False)
+    if plan is None:
         return None
     waiter = ctx.waiter
     wait_code = int(waiter.policy(opts.wait))
-    cache = ctx.lean
-    if cache is None:
-        cache = ctx.lean = {}
-    key = (vec.dim, vec.dtype.itemsize, id(opts), wait_code)
-    entry = cache.get(key)
+    agreements = plan.agreements
+    key = (id(opts), wait_code)
+    entry = agreements.get(key)
     if entry is None or entry[0] is not opts:  # (an id reused by another Options: rebuilt)
-        if len(cache) >= _LEAN_KEPT:
-            cache.pop(next(iter(cache)))
-        entry = cache[key] = (opts,) + _lean_agreement(vec, opts, wait_code)
-    _, template, head, vals, names, maxima = entry
+        if len(agreements) >= _AGREEMENTS_KEPT:
+            agreements.pop(next(iter(agreements)))
+        entry = agreements[key] = [opts, *_lean_agreement(vec, opts, wait_code), None, None]
+    _, template, head, vals, names, maxima, resolved, codec = entry
     both = template.copy()
     both[_NNZ_SLOT] = vec.nnz
     waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
@@ -164,13 +163,18 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
         agreed_maxima(ctx.comm, both, vals, names, maxima, None,
                       lambda: {**_describe(), **option_labels()})
     waiter.use(opts.wait)
+    key = ("allreduce", vec.dim, vec.dtype.str)
+    if ctx.plans is None or ctx.plans.get(key) is not plan:  # a new plan, agreed: kept
+        keep_plan(ctx, key, plan)
     stats = TrafficStats() if stats is None else stats
     stats.calls += 1
     stats.algorithm = DEFAULT_ALGORITHM
     stats.hierarchical = False
-    codec = Codec(vec.index_dtype, vec.dtype, options=call_options(ctx, opts))
-    with fail_stop(ctx.comm, f"allreduce({DEFAULT_ALGORITHM})"):
-        return fast.result(fast.run(vec, stats, False, codec), None)
+    now = call_options(ctx, opts)  # (collective where it measures: at the same point as ever)
+    if now is not resolved:  # the first call, or the options resolved anew (a new model)
+        entry[6] = now
+        codec = entry[7] = Codec(vec.index_dtype, vec.dtype, options=now)
+    return plan.serve(ctx, vec, stats, codec)
 
 
 def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
@@ -265,12 +269,12 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
         result = arith.normalize(vec, codec)
         return arith.copy_of(vec) if result is vec else result
     tuning.begin(ctx.tuning, clock_of(ctx.comm))
-    fast = None
+    plan = None
     if not node_phases and chosen == DEFAULT_ALGORITHM and quantizer is None and sent is None:
-        fast = _fast_path(ctx, vec)
+        plan = _served(ctx, vec)
     with fail_stop(ctx.comm, f"allreduce({chosen}{', hierarchical' if node_phases else ''})"):
-        if fast is not None:  # recursive doubling on cached buffers: bitwise the same sum
-            result = fast.result(fast.run(vec, stats, False, codec), out)
+        if plan is not None:  # the cached plan's steady path: bitwise the algorithm's sum
+            result = plan.serve(ctx, vec, stats, codec, out)
         elif node_phases:
             given = vec if record.writes_out else arith.normalize(vec, codec)
             result = node_aware.run(ctx, layout, record, given, stats=stats, codec=codec,
@@ -289,51 +293,28 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
     return result
 
 
-_FAST_PATHS_KEPT = 8  # per context: the shapes of the latest plain calls
 _NNZ_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("nnz")
+_DEFAULT_RECORD = get_algorithm(DEFAULT_ALGORITHM)
 
 
-def _fast_path(ctx, vec):
-    """The cached :class:`~sparcml._collectives.plan_fast.FastRecursiveDoubling` of ``vec``'s
-    shape on ``ctx`` (made at the first call of the shape; the oldest of more than
-    :data:`_FAST_PATHS_KEPT` shapes is dropped), or None where the fast path does not apply
-    (a vector above its size, a simulated communicator's shared operations)."""
+def _served(ctx, vec, keep: bool = True) -> PlanCore | None:
+    """The context's cached plan (:class:`~sparcml._collectives.plan_core.PlanCore`) of
+    ``vec``'s dim and dtype, whose steady path serves a plain call of the default algorithm
+    (made at the first call of the shape, :func:`~sparcml._collectives.plan_core.cached_plan`),
+    or None where a plan has no steady path of its own (a vector above the fast path's size,
+    a simulated communicator's shared operations): the general path runs the algorithm.
+    ``keep=False`` (before the call's agreement): a new plan is not kept yet (see
+    :func:`~sparcml._collectives.plan_core.keep_plan`)."""
     if ctx.ops is not PLAIN or not fits(vec.dim, vec.dtype):
         return None
-    cache = ctx.plans
-    if cache is None:
-        cache = ctx.plans = {}
-    key = ("fast", vec.dim, vec.dtype.str)
-    fast = cache.get(key)
-    if fast is None or fast.comm is not ctx.comm:
-        if len(cache) >= _FAST_PATHS_KEPT:
-            cache.pop(next(iter(cache)))
-        fast = cache[key] = FastRecursiveDoubling(ctx, vec.dim, vec.dtype)
-    return fast
-
-
-@contextmanager
-def fail_stop(comm, what: str):
-    """``with fail_stop(comm, "bcast"): exchange()``: a rank that fails inside an exchange the
-    other ranks are in prints why and aborts the job (:class:`CollectiveFailure`); at P = 1 or
-    after MPI is finalized the error propagates as it is."""
-    try:
-        yield
-    except BaseException as exc:  # noqa: BLE001 - the exchange cannot be completed
-        _abort_job(comm, what, exc)
-        raise
-
-
-def _abort_job(comm, what: str, exc: BaseException) -> None:
-    if comm.Get_size() == 1 or MPI.Is_finalized():
-        return
-    failure = CollectiveFailure(
-        f"rank {comm.Get_rank()} failed during {what} after the ranks agreed to run it: "
-        f"{type(exc).__name__}: {exc}; the other ranks cannot complete this collective, so "
-        f"the job is aborted")
-    sys.stderr.write(f"[sparcml] {failure}\n")
-    sys.stderr.flush()
-    comm.Abort(1)
+    dim, dtype = vec.dim, vec.dtype
+    key = ("allreduce", dim, dtype.str)
+    plan = ctx.plans.get(key) if ctx.plans is not None else None
+    if plan is None:
+        plan = PlanCore(dim, dtype, _DEFAULT_RECORD)
+        if keep:
+            keep_plan(ctx, key, plan)
+    return plan
 
 
 def _calibration_run(ctx, vec, name):

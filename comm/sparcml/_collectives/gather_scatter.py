@@ -18,7 +18,7 @@ from .._model.link_costs import call_options
 from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
 from .._runtime.context import TrafficStats, context_for
-from .entry import fail_stop
+from .fail_stop import fail_stop
 from .exchange import allgather_bytes, as_vector, block_bounds, encode_vector, reduce_block
 from .validation import check_quantizable, check_root, check_stats, coerce_vector, quantizer_code
 from .._vector import SparseVector

@@ -1,11 +1,12 @@
 """A plan's steady fast path: lossless recursive doubling on preallocated buffers.
 
-Package-internal (:mod:`sparcml._collectives.plan` runs it; so does :func:`sparcml.allreduce`
-through a cached plan). It runs the schedule of ``ssar_recursive_double``
-(:mod:`sparcml._collectives.algorithms.recursive_doubling`: the non-power-of-two fold, the
-butterfly, the unfold) and adds with the same kernels in the same order (the lower rank of
-the butterfly first, the switch rule of a lossless :class:`~sparcml._wire.codec.Codec`), so
-its results are bitwise those of the algorithm. What it saves is Python and memory work:
+Package-internal (:mod:`sparcml._collectives.plan_core` runs it, for plans and for the plain
+call's cached plans). It runs the one schedule of ``ssar_recursive_double``
+(:func:`sparcml._collectives.algorithms.recursive_doubling.schedule`: the non-power-of-two
+fold, the butterfly, the unfold; the algorithm's message tags) and adds with the same kernels
+in the same order (the lower rank of the butterfly first, the switch rule of a lossless
+:class:`~sparcml._wire.codec.Codec`), so its results are bitwise those of the algorithm. What
+it saves is Python and memory work:
 
 - messages are written into one preallocated send buffer and received into one preallocated
   receive buffer (no ``Mprobe``: a message never exceeds the dense vector, so the receive is
@@ -29,15 +30,14 @@ from mpi4py import MPI
 from .._vector import SparseVector, index_dtype_for
 from .._wire.codec import Part, decode
 from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
-from .algorithms.recursive_doubling import TAGS as _RD
+from .algorithms.recursive_doubling import (FOLD_RECV, FOLD_SEND, ROUND, UNFOLD_SEND,
+                                            TAGS as _RD, schedule)
 from .._lazy import lazy_module
 kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
 
 MAX_DENSE_BYTES = 8 << 20  # dense vectors up to 8 MiB take the fast path
-# recursive_doubling's own tags (the registry's): a plan's calls are that algorithm's
-_TAG_FOLD, _TAG_ROUND, _TAG_UNFOLD = _RD.fold, _RD.round, _RD.unfold
 _DENSE = 1
 _VALUES8 = 4
 _OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write
@@ -57,7 +57,7 @@ class FastRecursiveDoubling:
     """The buffers and the schedule of one plan on one context (one thread at a time)."""
 
     __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
-                 "pof2", "rem", "newrank", "send", "recv", "send_w", "recv_w", "send_i",
+                 "steps", "send", "recv", "send_w", "recv_w", "send_i",
                  "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
                  "waiter", "copy_sends", "codec", "raw_counts")
 
@@ -70,13 +70,7 @@ class FastRecursiveDoubling:
         self.vflag = _VALUES8 if self.s_val == 8 else 0
         self.rank, self.size = ctx.rank, ctx.size
         self.comm, self.waiter = ctx.comm, ctx.waiter
-        self.pof2 = 1 << (self.size.bit_length() - 1)
-        self.rem = self.size - self.pof2
-        r = self.rank
-        if r < 2 * self.rem:
-            self.newrank = -1 if r % 2 == 0 else r // 2
-        else:
-            self.newrank = r - self.rem
+        self.steps = schedule(self.rank, self.size)  # the algorithm's
         # a message is at most the dense vector (a sparse one is below the rule: fewer bytes)
         cap = SHORT_HEADER_SIZE + _pad8(dim * self.s_val) + 16
         self.send = np.zeros(cap, np.uint8)
@@ -243,33 +237,26 @@ class FastRecursiveDoubling:
         own arrays at P = 1); ``raised``: this rank's input was bad (``vec`` is a stand-in).
         ``codec``: the call's lossless :class:`~sparcml._wire.codec.Codec`, whose choice of
         index code the messages follow (None: raw indices always). Afterwards :attr:`seen`
-        says whether any rank's was."""
+        says whether any rank's was. The steps are the algorithm's
+        (:func:`~sparcml._collectives.algorithms.recursive_doubling.schedule`); the sums of
+        the rounds alternate between the buffers of two roles, as the algorithm's scratch."""
         self.raised, self.seen, self.codec = raised, False, codec
         cur = self._normalized(vec)
-        rank, rem, pof2 = self.rank, self.rem, self.pof2
-        if rank < 2 * rem:
-            if rank % 2 == 0:
-                self._exchange(cur, rank + 1, _TAG_FOLD, stats, True, False)
-            else:
-                got = self._exchange(None, rank - 1, _TAG_FOLD, stats, False, True)
+        for st in self.steps:
+            kind = st.kind
+            if kind == ROUND:
+                other = self._exchange(cur, st.peer, _RD.round, stats, True, True)
+                role = 1 if st.role == "rd1" else 0
+                cur = self._add(cur, other, role) if st.lower else self._add(other, cur, role)
+            elif kind == FOLD_SEND:
+                self._exchange(cur, st.peer, _RD.fold, stats, True, False)
+            elif kind == FOLD_RECV:
+                got = self._exchange(None, st.peer, _RD.fold, stats, False, True)
                 cur = self._add(got, cur, 0)
-        newrank = self.newrank
-        if newrank >= 0:
-            mask, step = 1, 0
-            while mask < pof2:
-                newpeer = newrank ^ mask
-                peer = newpeer * 2 + 1 if newpeer < rem else newpeer + rem
-                other = self._exchange(cur, peer, _TAG_ROUND, stats, True, True)
-                step += 1
-                role = step % 2
-                cur = self._add(cur, other, role) if newrank < newpeer \
-                    else self._add(other, cur, role)
-                mask <<= 1
-        if rank < 2 * rem:
-            if rank % 2 == 1:
-                self._exchange(cur, rank - 1, _TAG_UNFOLD, stats, True, False)
+            elif kind == UNFOLD_SEND:
+                self._exchange(cur, st.peer, _RD.unfold, stats, True, False)
             else:
-                cur = self._exchange(None, rank + 1, _TAG_UNFOLD, stats, False, True)
+                cur = self._exchange(None, st.peer, _RD.unfold, stats, False, True)
         self.seen = self.seen or self.raised
         return cur
 

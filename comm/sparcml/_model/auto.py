@@ -245,7 +245,7 @@ def calibrate_topk(ctx, model: CostModel, run, *, reps: int = 5, options=None) -
     allreduce algorithms that ``auto`` may pick are measured again, interleaved with it call by
     call, and their ``overhead`` / ``scale`` replaced: the top-k step's choice compares the two
     kinds, and on a shared node the load changes between separate measurements.
-    ``run(ctx, vec, name)`` runs one call (``sparcml._topk.topk_allreduce.calibration_run``). Every
+    ``run(ctx, vec, name)`` runs one call (``sparcml._topk.entry.calibration_run``). Every
     rank ends with the same values (the maximum over ranks). The runs leave no state on
     ``ctx`` but the model (:func:`_leaving_no_state`). ``options``: as in
     :func:`calibrate_context`."""

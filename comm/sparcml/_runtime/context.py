@@ -117,10 +117,8 @@ class CommContext:
     - ``link_costs``: ``(seconds per byte, seconds per coded index)`` assumed from where the
       ranks are, without a model, and the calls' options resolved with them
       (:class:`sparcml._model.link_costs.LinkCosts`);
-    - ``plans``: the buffers of the plain allreduce's fast path, per shape
-      (:func:`sparcml._collectives.entry._fast_path`);
-    - ``lean``: the agreement arrays of the plain call's lean path, per shape and options
-      (:func:`sparcml._collectives.entry._lean_call`).
+    - ``plans``: the plain calls' cached plans, per key (allreduce's per shape, top-k's per
+      shape, k and options: :func:`sparcml._collectives.plan_core.cached_plan`).
     """
 
     comm: MPI.Comm
@@ -139,8 +137,7 @@ class CommContext:
     partition_memory: object = None  # sparcml._collectives.partition.PartitionMemory
     topk: object = None  # sparcml._topk.rule.TopKMemory
     link_costs: object = None  # sparcml._model.link_costs.LinkCosts
-    plans: dict | None = None  # the plain calls' cached fast paths (sparcml._collectives.plan)
-    lean: dict | None = None  # the lean plain calls' agreement arrays (entry._lean_call)
+    plans: dict | None = None  # the plain calls' cached plans (_collectives.plan_core)
 
     def free_subcomms(self) -> None:
         """Free the cached sub-communicators (collective over ``comm``, like ``Comm.Free``)."""

@@ -30,16 +30,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .._collectives import arith
-from .._collectives.entry import _abort_job
+from .._collectives.fail_stop import abort_job
 from .._collectives.exchange import native_split, send_packed, split_parts
 from .._collectives.partition import SPARSE_KIND, note_received
 from .._collectives.partition import memory_of as partition_memory_of
 from .._collectives.ops import PLAIN
-from .._collectives.plan import agreed_error, check_plan_input
+from .._collectives.plan_core import PlanShapeError, agreed_error, check_plan_input
 from .._collectives.plan_identity import PlanIdentity, next_plan_id, note_plan_id
 from .._collectives.plan_fast import FastRecursiveDoubling, fits
 from .._collectives.validation import check_stats
-from .._errors import CompressionError
+from .._errors import CompressionError, InvalidArgumentError
 from .._model.link_costs import call_options
 from .._options import Options
 from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
@@ -53,7 +53,7 @@ from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _r
 from .._lazy import lazy_module
 select_kernels = lazy_module("sparcml._topk.select_kernels")
 
-__all__ = ["TopKPlan", "topk_plan"]
+__all__ = ["TopKPlan", "topk_plan", "serves"]
 
 TAG_PLAN_SPLIT = message_tags(NAME, "plan_split").plan_split  # the plan's reduce-scatter (named
 # sources, in rank order)
@@ -64,24 +64,35 @@ _DESCRIBE = {"value dtype": VALUE_DTYPE_NAMES}
 class TopKPlan:
     """A persistent :func:`sparcml.topk_allreduce` of vectors of one dim and dtype with one
     k (see the module docstring; made by :func:`sparcml.topk_plan`). Attributes: ``dim``,
-    ``dtype``, ``k``, ``options``, ``comm``, ``calls``."""
+    ``dtype``, ``k``, ``options``, ``comm``, ``calls``, ``follow_shape``."""
 
     def __init__(self, dim, dtype, k: int, comm: MPI.Comm | None = None, *,
-                 options: Options | None = None, _ctx: CommContext | None = None):
+                 options: Options | None = None, follow_shape=False,
+                 _ctx: CommContext | None = None):
         # _ctx: made on a context (a communication thread's), for topk_allreduce_in on it
         if _ctx is None:
             comm = MPI.COMM_WORLD if comm is None else comm
             ctx = context_for(comm)
         else:
             ctx, comm = _ctx, _ctx.comm
-        with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1},
+        with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1,
+                                        "follow_shape": -1},
                          _DESCRIBE, maxima={"plan id": next_plan_id()}) as call:
+            call.fields["follow_shape"] = _follow_code(follow_shape)
             k = _check_k(k)
             call.fields["k"] = k
             zero = SparseVector.zeros(dim, _value_dtype(np.empty(0, dtype)))
             call.fields["dim"] = zero.dim
             call.fields["value dtype"] = zero.dtype.itemsize
-        self.comm, self.k, self.options, self.calls = comm, k, call.options, 0
+        self._setup(ctx, comm, zero, k, call.options)
+        self.follow_shape = follow_shape
+        self.number = call.agreed["plan id"]
+        note_plan_id(self.number)
+        self._identity = PlanIdentity(f"plan #{self.number}: topk_allreduce of dim {self.dim} "
+                                      f"{self.dtype.name}, k = {k}")
+
+    def _setup(self, ctx, comm, zero: SparseVector, k: int, options: Options) -> None:
+        self.comm, self.k, self.options, self.calls = comm, k, options, 0
         self.dim, self.dtype = zero.dim, zero.dtype
         self._zero = zero
         self._codec = Codec(zero.index_dtype, zero.dtype,
@@ -89,10 +100,26 @@ class TopKPlan:
         self._contexts: dict[int, CommContext] = {}
         self._fast: dict[int, FastRecursiveDoubling] = {}
         self._trailer = np.zeros(2, np.int64)
-        self.number = call.agreed["plan id"]
-        note_plan_id(self.number)
-        self._identity = PlanIdentity(f"plan #{self.number}: topk_allreduce of dim {self.dim} "
-                                      f"{self.dtype.name}, k = {k}")
+
+    @classmethod
+    def agreed(cls, ctx, dim: int, dtype, k: int, options: Options) -> "TopKPlan":
+        """The plan of a plain :func:`sparcml.topk_allreduce` whose agreement already ran
+        (dim, dtype, k and ``options`` equal on every rank): made locally, no collective and
+        no identity (the plain call's agreement, one reduction per call, is its crossing
+        check). Only :meth:`serve` runs it; see :func:`serves`."""
+        plan = cls.__new__(cls)
+        plan._setup(ctx, ctx.comm, SparseVector.zeros(dim, np.dtype(dtype)), k, options)
+        plan.number, plan._identity, plan.follow_shape = None, None, False
+        plan.agreements = {}  # its calls' agreement arrays and codecs (entry._lean_call)
+        return plan
+
+    def serve(self, ctx, vec: SparseVector, stats: TrafficStats, codec) -> TopKReduced:
+        """A plain call after its agreement (every rank's input valid and finite, ``k > 0``,
+        some input nonzero; :func:`serves` true): the plan's steady path with the call's
+        ``codec``, bitwise the general path's result. Collective."""
+        self.calls += 1
+        memory_of(ctx).steps = 2  # the agreement and the one exchange
+        return self._two_ranks(ctx, self._fast_on(ctx), vec, stats, None, codec)
 
     def __repr__(self) -> str:
         return (f"TopKPlan(dim={self.dim}, dtype={self.dtype.name}, k={self.k}, "
@@ -124,6 +151,19 @@ class TopKPlan:
     def topk_allreduce_in(self, ctx, vec, *, stats=None, check=True) -> TopKReduced:
         """:meth:`topk_allreduce` on a context (the blocking path's or a communication
         thread's)."""
+        if not self.follow_shape:
+            return self._call(ctx, vec, stats, check)
+        try:
+            return self._call(ctx, vec, stats, check)
+        except PlanShapeError as exc:  # raised alike on every rank: all remake the plan here
+            dim, dtype = exc.shape
+        follow = self.follow_shape
+        k = follow(dim) if callable(follow) else self.k
+        self.__init__(dim, dtype, k, self.comm, options=self.options, follow_shape=follow,
+                      _ctx=ctx)
+        return self._call(ctx, vec, stats, check)
+
+    def _call(self, ctx, vec, stats, check) -> TopKReduced:
         own = self._context(ctx)
         error, top = None, 0
         try:
@@ -143,7 +183,7 @@ class TopKPlan:
             return _run(own, v, self.k, stats, opts, top, v.nnz)
         fast = self._fast_on(own)
         if fast is not None:
-            return self._two_ranks(own, fast, v, stats, error, opts)
+            return self._two_ranks(own, fast, v, stats, error, self._codec)
         stats.calls += 1
         stats.algorithm = NAME
         memory_of(own).steps = 0
@@ -179,7 +219,7 @@ class TopKPlan:
                 result, nan = _selection(own, v, (block, keys), lo, k, top, stats, codec,
                                          None)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop
-            _abort_job(own.comm, f"plan.{NAME}", exc)
+            abort_job(own.comm, f"plan.{NAME}", exc)
             raise
         if failed:
             agreed_error(own, error)
@@ -191,14 +231,14 @@ class TopKPlan:
 
     def _fast_on(self, ctx) -> FastRecursiveDoubling | None:
         """At P = 2 on real ranks, for dims of the fast path: the plan's own buffers."""
-        if ctx.size != 2 or ctx.ops is not PLAIN or not fits(self.dim, self.dtype):
+        if not serves(ctx, self.dim, self.dtype):
             return None
         fast = self._fast.get(id(ctx))
         if fast is None or fast.comm is not ctx.comm:
             fast = self._fast[id(ctx)] = FastRecursiveDoubling(ctx, self.dim, self.dtype)
         return fast
 
-    def _two_ranks(self, ctx, fast, v, stats, error, opts) -> TopKReduced:
+    def _two_ranks(self, ctx, fast, v, stats, error, codec) -> TopKReduced:
         """P = 2: one exchange of the whole inputs (the plain recursive doubling's, on the
         plan's buffers; its header flag carries a bad input), then the same selection on both
         ranks. Bitwise the reduce-scatter's result: at two ranks both sum each entry as
@@ -207,9 +247,9 @@ class TopKPlan:
         stats.calls += 1
         stats.algorithm = NAME
         try:
-            idx, val, _ = fast.run(v, stats, error is not None, self._codec)
+            idx, val, _ = fast.run(v, stats, error is not None, codec)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop
-            _abort_job(ctx.comm, f"plan.{NAME}", exc)
+            abort_job(ctx.comm, f"plan.{NAME}", exc)
             raise
         if fast.seen:
             agreed_error(ctx, error)
@@ -222,7 +262,7 @@ class TopKPlan:
             keep = val != 0
             if not keep.all():
                 idx, val = idx[keep], val[keep]
-        idx = idx.astype(self._codec.index_dtype, copy=False)
+        idx = idx.astype(codec.index_dtype, copy=False)
         if self.k == 0:
             idx, val = idx[:0], val[:0]
         result = _result(self.dim, idx, val, self.dtype, NOTHING,
@@ -271,14 +311,35 @@ class TopKPlan:
         return received, top, failed
 
 
+def _follow_code(follow) -> int:
+    """``follow_shape`` as an agreed field: 0 (False), 1 (True: the same k) or 2 (a function
+    of the new dim)."""
+    if callable(follow):
+        return 2
+    if isinstance(follow, (bool, np.bool_)):
+        return int(follow)
+    raise InvalidArgumentError(f"follow_shape must be True, False or a function of the dim "
+                               f"giving k, got {follow!r}")
+
+
+def serves(ctx, dim: int, dtype) -> bool:
+    """Whether a plan has a steady path of its own on ``ctx`` for ``dim`` values of ``dtype``
+    (P = 2 on real ranks, a dim of the recursive-doubling fast path): where it has, the plain
+    call runs through a cached plan (:mod:`sparcml._topk.entry`)."""
+    return ctx.size == 2 and ctx.ops is PLAIN and fits(dim, dtype)
+
+
 def _submitted(ctx, plan: TopKPlan, vec, stats, check):
     return plan.topk_allreduce_in(ctx, vec, stats=stats, check=check)
 
 
 def topk_plan(dim, dtype, k: int, comm: MPI.Comm | None = None, *,
-              options: Options | None = None) -> TopKPlan:
+              options: Options | None = None, follow_shape=False) -> TopKPlan:
     """A persistent :func:`sparcml.topk_allreduce` of ``dim`` values of ``dtype`` keeping
     ``k`` entries, on ``comm`` (default ``MPI.COMM_WORLD``; collective, the same arguments on
-    every rank: :class:`~sparcml.RankMismatchError` otherwise). Returns a :class:`TopKPlan`:
+    every rank: :class:`~sparcml.RankMismatchError` otherwise). ``follow_shape``: as in
+    :func:`sparcml.plan` (when every rank passes the same other dim and dtype, the plan
+    remakes itself for them and runs the call); ``True`` keeps k, a function of the new dim
+    gives the new k (equal on every rank). Returns a :class:`TopKPlan`:
     ``plan.topk_allreduce(vec)``, ``plan.itopk_allreduce(vec)``."""
-    return TopKPlan(dim, dtype, k, comm, options=options)
+    return TopKPlan(dim, dtype, k, comm, options=options, follow_shape=follow_shape)

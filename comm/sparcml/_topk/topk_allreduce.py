@@ -1,4 +1,7 @@
-"""``topk_allreduce``: the exact global top-k of a sum of sparse vectors, in bounded volume.
+"""``topk_allreduce``'s general path: the exact global top-k of a sum, in bounded volume.
+
+(The entry points, which agree and then run a cached plan or this path, are
+:mod:`sparcml._topk.entry`.)
 
 SparCML's sparse allreduce moves the union of the inputs' supports: at P ranks with k-sparse
 inputs the result holds up to P k entries. :func:`topk_allreduce` returns only the k entries of
@@ -34,9 +37,9 @@ stands beside the registry with its own entry points; its cost is
 :func:`sparcml._model.costmodel.topk_allreduce_cost` and
 :meth:`sparcml.CostModel.choose_topk_step` compares it with "local top-k + allreduce".
 
-Over 400 lines: one collective's call path (agreement, reduce-scatter, the selection rounds,
-the allgather, ``dropped``) with its blocking, non-blocking and calibration entry points; the
-rule, the kernels and the one-node exchange are modules of their own.
+One collective's call path after the agreement (reduce-scatter, the selection rounds, the
+allgather, ``dropped``); the entry points, the rule, the kernels and the one-node exchange are
+modules of their own.
 
 Example::
 
@@ -53,20 +56,16 @@ import numpy as np
 from mpi4py import MPI
 
 from .._collectives import arith
-from .._options import Options
-from .._runtime.agreement import VALUE_DTYPE_NAMES, agreed_call
-from .._runtime.context import TrafficStats, context_for
+from .._runtime.agreement import VALUE_DTYPE_NAMES
 from .._runtime.tags import message_tags
-from .._collectives.entry import _calibration_run, fail_stop
+from .._collectives.fail_stop import fail_stop
 from .._errors import CompressionError, InvalidArgumentError
 from .._collectives.exchange import allgather_packed, reduce_block
-from .._model import auto
 from .._model.costmodel import TOPK_STEP
 from .._model.link_costs import call_options
 from .node_exchange import (allgather_shared, gather_region_bytes, one_node_layout,
                             split_reduce_shared, split_region_bytes)
 from .._collectives.partition import SPARSE_KIND, note_received, split_bounds
-from .._collectives.validation import check_stats, coerce_vector
 from .._vector import SparseVector
 from .rule import (KEYS, MANTISSA_BITS, NOTHING, Rule, bound_key, count_nan, guess, memory_of,
                    remember, split_ties, step, threshold_rule)
@@ -75,8 +74,7 @@ from .._lazy import lazy_module
 select_kernels = lazy_module("sparcml._topk.select_kernels")
 kernels = lazy_module("sparcml._kernels")
 
-__all__ = ["NAME", "TopKReduced", "topk_allreduce", "itopk_allreduce", "topk_allreduce_in",
-           "calibrate_topk", "partition_bounds", "calibration_run"]
+__all__ = ["NAME", "TopKReduced", "partition_bounds"]
 
 NAME = TOPK_STEP  # "topk_allreduce": the label in TrafficStats.algorithm and the benchmarks
 
@@ -118,102 +116,6 @@ def _check_finite(vec: SparseVector) -> None:
         raise CompressionError(
             f"cannot select the top-k of a sum holding {vec.values[pos]} (index {where}); "
             f"the input (plus any error-feedback residual) overflowed or is NaN")
-
-
-def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
-                   stats: TrafficStats | None = None, check: bool = True,
-                   options: Options | None = None) -> TopKReduced:
-    """The k entries of largest ``|sum over ranks of vec|``, and what this rank keeps back.
-
-    Collective: every rank of ``comm`` (default ``MPI.COMM_WORLD``) calls with the same
-    ``dim``, value dtype and ``k`` (checked: :class:`~sparcml.RankMismatchError` on every
-    rank), in the same order as its other sparcml calls on ``comm``.
-
-    Parameters
-    ----------
-    vec : SparseVector, 1-d float32/float64 ndarray, or ``(dim, indices, values)`` (as
-        :func:`sparcml.allreduce`). NaN or Inf in any rank's values raises
-        :class:`~sparcml.CompressionError` on every rank before anything is sent.
-    k : entries to keep, an integer >= 0.
-    stats : a :class:`~sparcml.TrafficStats` to add this call's traffic to (the histogram
-        rounds count as dense allreduces of their bins).
-    check : as in :func:`sparcml.allreduce`.
-    options : a :class:`~sparcml.Options` or None (the environment's defaults), as in
-        :func:`sparcml.allreduce`: ``partitions`` cuts the reduce-scatter, ``index_coding``
-        codes the messages, ``node_shm`` and ``ranks_per_node`` decide the one-node window.
-
-    Returns
-    -------
-    ``(result, dropped)`` (a :class:`TopKReduced`):
-
-    - ``result``: a sparse :class:`~sparcml.SparseVector` (``dim``, the value dtype) of the
-      ``min(k, nonzeros of the sum)`` entries of largest ``|sum|``; ties at the k-th
-      magnitude go to the lower index; entries whose sum is zero are never selected. The
-      same on every rank. Its values are the exact sums (added in rank order).
-    - ``dropped``: this rank's ``vec`` restricted to the indices not in ``result`` (in
-      ``vec``'s representation), so that ``sum over ranks of vec == result + sum over ranks
-      of dropped`` up to float addition order: what error feedback must keep.
-    """
-    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    return topk_allreduce_in(ctx, vec, k, stats=stats, check=check, options=options)
-
-
-def calibration_run(ctx, vec, name):
-    """The cost model's calibration runner (:func:`sparcml._model.auto.calibrate_topk`): ``name``
-    :data:`NAME` runs :func:`topk_allreduce_in` keeping ``vec``'s nnz (the same on every rank
-    in the calibration inputs); any other name, that allreduce algorithm."""
-    if name == NAME:
-        return topk_allreduce_in(ctx, vec, vec.nnz).result
-    return _calibration_run(ctx, vec, name)
-
-
-def calibrate_topk(model, comm: MPI.Comm | None = None, *, reps: int = 5):
-    """Measure :func:`topk_allreduce` on ``comm`` (default ``COMM_WORLD``) into ``model``, a
-    :class:`~sparcml.CostModel` from :func:`sparcml.calibrate` on the same communicator
-    (collective; a few seconds). Its fixed cost and growth go into ``model.overhead`` and
-    ``model.scale`` under :data:`sparcml.TOPK_ALLREDUCE`, and the allreduce algorithms that
-    ``auto`` may pick are measured again beside it, so that
-    :meth:`~sparcml.CostModel.choose_topk_step` compares the two kinds (otherwise the first
-    top-k step of ``Compression(algorithm="auto")`` measures it). Returns ``model``, the same
-    on every rank."""
-    ctx = context_for(MPI.COMM_WORLD if comm is None else comm)
-    return auto.calibrate_topk(ctx, model, calibration_run, reps=reps)
-
-
-def _submitted(ctx, vec, k, kwargs):
-    return topk_allreduce_in(ctx, vec, k, **kwargs)
-
-
-def itopk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
-                    stats: TrafficStats | None = None, check: bool = True,
-                    options: Options | None = None):
-    """Non-blocking :func:`topk_allreduce`: a :class:`~sparcml.Request` whose ``wait()``
-    returns ``(result, dropped)``. Runs on ``comm``'s communication thread, in submission
-    order with the other non-blocking calls (every rank submits in the same order). ``vec``
-    must not change until the request completes."""
-    from .._runtime.nonblocking import submit
-
-    return submit(comm, f"itopk_allreduce(k={k})", _submitted, vec, k,
-                  {"stats": stats, "check": check, "options": options})
-
-
-def topk_allreduce_in(ctx, vec, k, *, stats: TrafficStats | None = None,
-                      check: bool = True, options: Options | None = None) -> TopKReduced:
-    """:func:`topk_allreduce` on a context (the blocking path's or a communication thread's)."""
-    # the largest |input| over ranks rides on the agreement: it bounds |sum| for the selection;
-    # the largest input sizes the shared-memory regions of a one-node communicator
-    with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1}, _DESCRIBE,
-                     maxima={"max key": 0, "max items": 0}) as call:
-        stats = check_stats(stats)
-        k = _check_k(k)
-        call.fields["k"] = k
-        vec = coerce_vector(vec, check=check)
-        call.fields["dim"] = vec.dim
-        call.fields["value dtype"] = vec.dtype.itemsize
-        call.maxima["max items"] = vec.dim if vec.is_dense else vec.nnz
-        call.maxima["max key"] = _max_key(vec)
-    return _run(ctx, vec, k, stats, call.options, call.agreed["max key"],
-                call.agreed["max items"])
 
 
 def _run(ctx, vec, k, stats, opts, top, items) -> TopKReduced:

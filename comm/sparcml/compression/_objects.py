@@ -65,9 +65,9 @@ from .._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from .._runtime.context import TrafficStats, context_for
 from .._model.costmodel import TOPK_STEP
 from .._collectives.entry import allreduce_in
-from .._collectives.plan import AllreducePlan, PlanShapeError
+from .._collectives.plan import AllreducePlan
 from .._topk.plan import TopKPlan
-from .._topk.topk_allreduce import calibration_run, topk_allreduce_in
+from .._topk.entry import calibration_run, topk_allreduce_in
 from .._errors import (CompressionError, IncompatibleOptionsError, InvalidOptionError,
                        UnsupportedDtypeError)
 from .._options import Options, in_call
@@ -717,25 +717,22 @@ class Compression:
         """The reduction of ``vec`` under ``key`` through the key's persistent plan
         (:func:`sparcml.plan`, or :func:`sparcml.topk_plan` with ``k``), made collectively at
         the key's first call: every rank reduces the same keys in the same order, so every
-        rank makes it at the same point. When every rank's vector changed shape (a DDP
-        bucket rebuilt), the plans say so alike on every rank and a new one is made."""
+        rank makes it at the same point. The plans follow the shape (``follow_shape``): when
+        every rank's vector changed shape (a DDP bucket rebuilt), each remakes itself, with
+        the compressor's k of the new dim."""
         entry = (id(ctx), key, k is not None)  # k follows the dim (global_k)
-        for _ in range(2):
-            comm, plan = self._plans.get(entry, (None, None))
-            if plan is None or comm is not ctx.comm:
-                if k is None:  # (vec may be a LocalFailure: its dim and dtype, best effort)
-                    plan = AllreducePlan(vec.dim, vec.dtype, algorithm=self.algorithm,
-                                         options=self.options, _ctx=ctx)
-                else:
-                    plan = TopKPlan(vec.dim, vec.dtype, k, options=self.options, _ctx=ctx)
-                self._plans[entry] = (ctx.comm, plan)
-            try:
-                if k is None:
-                    return plan.allreduce_in(ctx, vec, stats=stats, check=check)
-                return plan.topk_allreduce_in(ctx, vec, stats=stats, check=check)
-            except PlanShapeError:
-                self._plans.pop(entry, None)  # every rank drops it: make the new shape's
-        raise PlanShapeError(f"the plan of key {key!r} could not follow the new shape")
+        comm, plan = self._plans.get(entry, (None, None))
+        if plan is None or comm is not ctx.comm:
+            if k is None:  # (vec may be a LocalFailure: its dim and dtype, best effort)
+                plan = AllreducePlan(vec.dim, vec.dtype, algorithm=self.algorithm,
+                                     options=self.options, follow_shape=True, _ctx=ctx)
+            else:
+                plan = TopKPlan(vec.dim, vec.dtype, k, options=self.options,
+                                follow_shape=self.compressor.global_k, _ctx=ctx)
+            self._plans[entry] = (ctx.comm, plan)
+        if k is None:
+            return plan.allreduce_in(ctx, vec, stats=stats, check=check)
+        return plan.topk_allreduce_in(ctx, vec, stats=stats, check=check)
 
     def allreduce(self, x: np.ndarray, key=0, comm: MPI.Comm | None = None, *,
                   stats: TrafficStats | None = None, shapes=None) -> SparseVector:
