@@ -79,8 +79,11 @@ def test_every_cli_refuses_an_unwritable_output_before_working(module, argv, fla
 
 def test_deep_clis_check_output_without_torch_work(tmp_path, a_file):
     # the deep apps import torch: run them in a subprocess, parse only
-    for module in ("sparcapps.deep.bench", "sparcapps.deep.accuracy"):
-        proc = subprocess.run([sys.executable, "-m", module, "--output", f"{a_file}/x.jsonl"],
+    for module, flag in (("sparcapps.deep.bench", "--output"),
+                         ("sparcapps.deep.accuracy", "--output"),
+                         ("sparcapps.deep.cnn", "--checkpoint"),
+                         ("sparcapps.deep.lstm", "--checkpoint")):
+        proc = subprocess.run([sys.executable, "-m", module, flag, f"{a_file}/x.jsonl"],
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (module, proc.stderr)
         assert "FILE is a file, not a directory" in proc.stderr, proc.stderr

@@ -71,8 +71,8 @@ from sparcapps.cli_args import (Parser, add_bits_argument, add_checkpoint_every_
                                 add_compressor_arguments, add_data_home_argument,
                                 add_options_arguments, add_records_output_argument,
                                 algorithm_help, algorithm_name, density_help, fraction,
-                                make_parser, nonnegative_float, nonnegative_int, positive_float,
-                                positive_int)
+                                make_parser, nonnegative_float, nonnegative_int, output_file,
+                                positive_float, positive_int)
 from sparcapps.interrupt import StopOnSignal
 from sparcapps.records import append_record, capture_environment, make_record, summarize
 from sparcapps.simapp import add_simulate_arguments, mark_simulated, run_simulated
@@ -112,7 +112,7 @@ def build_parser(prog: str, description: str, *, datasets: tuple[str, ...], widt
     _add_communication_arguments(p.add_argument_group("communication"))
     g = p.add_argument_group("output")
     add_records_output_argument(g)
-    g.add_argument("--checkpoint", default=None, metavar="FILE",
+    g.add_argument("--checkpoint", default=None, metavar="FILE", type=output_file,
                    help=f"checkpoint file (default: {prog}.ckpt)")
     add_checkpoint_every_argument(g, "epochs", help="write a checkpoint every EPOCHS epochs")
     g.add_argument("--resume", default=None, metavar="CKPT",
