@@ -518,7 +518,8 @@ def test_a_toy_compressor_is_known_to_the_apps_the_cost_model_and_the_table():
     from sparcml.sim import network_cost_model
     from sparcapps.deep import cnn, lstm
     from sparcapps.deep.compressor_table import rows_of
-    from sparcapps.deep.train import _check_args, _own_momentum, compression_from_args
+    from sparcapps.deep.comm_options import compressor_has_own_momentum
+    from sparcapps.deep.train import _check_args, compression_from_args
 
     sys.path.insert(0, str(REPO / "tests"))
     import toy_compressor
@@ -529,7 +530,7 @@ def test_a_toy_compressor_is_known_to_the_apps_the_cost_model_and_the_table():
             parser = app.build_parser()
             assert name in parser.format_help() and "--toy-stride" in parser.format_help()
             args = parser.parse_args(["--compressor", name, "--toy-stride", "3"])
-            assert _check_args(args) == [] and not _own_momentum(args)
+            assert _check_args(args) == [] and not compressor_has_own_momentum(args)
             c = compression_from_args(args)
             assert isinstance(c.compressor, toy_compressor.ToyStrideCompressor)
             assert c.compressor.stride == 3 and isinstance(c.memory, ResidualMemory)
@@ -587,7 +588,8 @@ def test_compressors_under_mpiexec_end_with_identical_parameters(nprocs):
 def test_the_apps_compressor_flag_builds_each_named_compression():
     from sparcapps.deep import lstm
     from sparcapps.deep.compressor_table import _name
-    from sparcapps.deep.train import _check_args, _own_momentum, compression_from_args
+    from sparcapps.deep.comm_options import compressor_has_own_momentum
+    from sparcapps.deep.train import _check_args, compression_from_args
 
     parse = lstm.build_parser().parse_args
     for name in COMPRESSORS:
@@ -609,7 +611,8 @@ def test_the_apps_compressor_flag_builds_each_named_compression():
     # --momentum 0 is the SGD's: DGC keeps its own momentum
     dgc = parse(["--compressor", "dgc", "--momentum", "0"])
     assert dgc.momentum == 0.0 and compression_from_args(dgc).memory.momentum == 0.9
-    own = {name for name in COMPRESSORS if _own_momentum(parse(["--compressor", name]))}
+    own = {name for name in COMPRESSORS
+           if compressor_has_own_momentum(parse(["--compressor", name]))}
     assert own == {"dgc", "signum"}, own  # their registry records: the SGD runs without
     (problem,) = _check_args(parse(["--compressor", "threshold"]))
     assert problem.startswith("--compressor threshold:") and "--threshold" in problem
