@@ -513,11 +513,11 @@ def main(argv=None, *, prog: str = "sparc-linear", loss: str | None = None) -> i
     check_simulate_arguments(parser, args)
     if args.dense_model and not args.simulate:
         parser.error("--dense-model needs --simulate P [P ...]")
-    if args.dense_model and (args.algorithm == sparcml.DENSE_BASELINE or args.bits):
-        parser.error("--dense-model models the dense baseline beside a lossless sparse run: "
-                     f"not with --algorithm {args.algorithm}" if not args.bits else
-                     "--dense-model models the dense baseline beside a lossless sparse run: "
-                     "not with --bits (the quantized sums are not the dense baseline's)")
+    beside = "--dense-model models the dense baseline beside a lossless sparse run: not with"
+    if args.dense_model and args.bits:
+        parser.error(f"{beside} --bits (the quantized sums are not the dense baseline's)")
+    if args.dense_model and args.algorithm == sparcml.DENSE_BASELINE:
+        parser.error(f"{beside} --algorithm {args.algorithm}")
     if args.simulate:
         if args.resume or args.stop_after is not None or args.checkpoint_every_steps:
             parser.error("--simulate does not checkpoint, stop or resume (a simulated run is "

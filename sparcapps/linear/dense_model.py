@@ -110,7 +110,8 @@ def dense_model_record(record: dict) -> dict:
     ``sparc-linear`` record whose epochs carry :data:`DENSE_MODEL_KEYS`): algorithm
     ``"dense"``, its epochs' times and bytes the model's, its losses and accuracies the sparse
     run's (``metrics.accuracy_from``), ``metrics.modeled_only`` true, no weights digest (its
-    weights were not computed)."""
+    weights were not computed). The model's keys are removed from ``record``'s epochs, which
+    keep only the sparse run's own figures."""
     out = copy.deepcopy(record)
     sparse = record["algorithm"]
     out["algorithm"] = out["config"]["algorithm"] = DENSE_BASELINE
