@@ -48,7 +48,7 @@ from .collective import agree_or_raise, collective_errors
 from .data import SYNTH_PRESETS, ensure_synth, load_split
 from .errors import CheckpointError, CheckpointMismatchError, LinearModelError
 from .schedule import SCHEDULES
-from .dense_model import dense_model, dense_model_record
+from .dense_model import dense_model, dense_model_epochs
 from .stepcost import fixed_step_seconds
 
 __all__ = ["main", "logreg_main", "svm_main", "build_parser", "build_estimator"]
@@ -311,16 +311,18 @@ def run(args, prog: str, comm=None, argv=None) -> int:
         if args.dense_model:
             _print_dense_model(prog, est.history_)
         if args.output and est.history_:
-            record = _record(args, prog, est, P=size, environment=environment, data_path=path,
-                             N=int(Xtr.shape[1]), train_rows=train_rows,
-                             global_batch=global_batch, wall=wall)
-            if simulated:
-                mark_simulated(record, comm, args)
-            # the modeled dense baseline's figures move from this run's epochs to their record
-            dense = dense_model_record(record) if args.dense_model else None
-            append_record(args.output, record)
-            if dense is not None:
-                append_record(args.output, dense)
+            # the modeled dense baseline's figures move from this run's epochs to its own
+            dense = dense_model_epochs(est.history_, size) if args.dense_model else None
+            for history in (est.history_, dense):
+                if history is None:
+                    continue
+                record = _record(args, prog, est, P=size, environment=environment,
+                                 data_path=path, N=int(Xtr.shape[1]), train_rows=train_rows,
+                                 global_batch=global_batch, wall=wall, history=history,
+                                 modeled_dense=history is dense)
+                if simulated:
+                    mark_simulated(record, comm, args)
+                append_record(args.output, record)
     return 0
 
 
@@ -415,17 +417,24 @@ def _save_model(args, prog: str, est, size: int, simulated: bool) -> None:
 
 
 def _record(args, prog: str, est, *, P: int, environment, data_path, N: int, train_rows: int,
-            global_batch: int, wall: float) -> dict:
-    """The run's result record: its configuration, per-epoch history and totals."""
-    history = est.history_
+            global_batch: int, wall: float, history, modeled_dense: bool = False) -> dict:
+    """The run's result record: its configuration, per-epoch ``history`` and totals; with
+    ``modeled_dense``, the record of the dense baseline modeled beside it (``history`` its
+    epochs, :func:`~.dense_model.dense_model_epochs`): algorithm dense, ``modeled_only``, its
+    accuracies the sparse run's (``accuracy_from``), no weights digest (none were computed)."""
     last = history[-1]
     train_s = [h["train_seconds"] for h in history]
     config = {key: value for key, value in vars(args).items() if key not in ("simulate",)}
-    return make_record(
+    algorithm = args.algorithm
+    if modeled_dense:
+        algorithm = config["algorithm"] = sparcml.DENSE_BASELINE
+        config.update(dense_model=False, modeled_from=args.algorithm)
+    record = make_record(
         prog, config={**config, "P": P, "global_batch": global_batch,
                       "train_rows": train_rows, "data_path": str(data_path)},
-        environment=environment, algorithm=args.algorithm, P=P, N=N,
-        density=float(np.mean([h["gradient_density"] for h in history])),
+        environment=environment, algorithm=algorithm, P=P, N=N,
+        density=1.0 if modeled_dense else float(np.mean([h["gradient_density"]
+                                                         for h in history])),
         timings={"epoch": summarize(train_s),
                  "compute": summarize([h["compute_seconds"] for h in history]),
                  "comm": summarize([h["comm_seconds"] for h in history])},
@@ -439,6 +448,10 @@ def _record(args, prog: str, est, *, P: int, environment, data_path, N: int, tra
                  "weights_digest": weights_digest(est)},
         bytes={"sent_per_rank_max": int(sum(h["bytes_sent"] for h in history)),
                "sent_total": int(sum(h["bytes_sent_total"] for h in history))})
+    if modeled_dense:
+        record["metrics"].update(modeled_only=True, accuracy_from=args.algorithm,
+                                 weights_digest=None)
+    return record
 
 
 def weights_digest(est) -> str:

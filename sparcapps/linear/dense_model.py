@@ -31,15 +31,12 @@ studies, where both fit, show how close that is.
 from __future__ import annotations
 
 import contextvars
-import copy
 from contextlib import contextmanager
 
 import numpy as np
 from sparcml import DENSE_BASELINE, InvalidArgumentError, sim
 
-from sparcapps.records import summarize
-
-__all__ = ["DenseStepModel", "dense_model", "dense_model_record", "DENSE_MODEL_KEYS"]
+__all__ = ["DenseStepModel", "dense_model", "dense_model_epochs", "DENSE_MODEL_KEYS"]
 
 #: epoch totals the model adds to ``TrainState.partial`` (and to each history entry)
 DENSE_MODEL_KEYS = ("dense_train_seconds", "dense_compute_seconds", "dense_comm_seconds",
@@ -105,45 +102,24 @@ class DenseStepModel:
 
 
 
-def dense_model_record(record: dict) -> dict:
-    """The record of the dense baseline modeled beside the sparse run of ``record`` (a
-    ``sparc-linear`` record whose epochs carry :data:`DENSE_MODEL_KEYS`): algorithm
-    ``"dense"``, its epochs' times and bytes the model's, its losses and accuracies the sparse
-    run's (``metrics.accuracy_from``), ``metrics.modeled_only`` true, no weights digest (its
-    weights were not computed). The model's keys are removed from ``record``'s epochs, which
-    keep only the sparse run's own figures."""
-    out = copy.deepcopy(record)
-    sparse = record["algorithm"]
-    out["algorithm"] = out["config"]["algorithm"] = DENSE_BASELINE
-    out["config"]["dense_model"] = False
-    out["config"]["modeled_from"] = sparse
-    epochs = out["metrics"]["epochs"]
-    P = int(record["P"])
-    for h in epochs:
-        if "dense_train_seconds" not in h:  # one rank: no reduction, the same path
-            continue
-        h["train_seconds"] = h.pop("dense_train_seconds")
-        h["compute_seconds"] = h.pop("dense_compute_seconds")
-        h["comm_seconds"] = h.pop("dense_comm_seconds")
-        h["bytes_sent"] = int(h.pop("dense_bytes_sent"))
-        h["bytes_sent_total"] = h["bytes_sent"] * P
-        h["gradient_density"] = 1.0
-    for h in record["metrics"]["epochs"]:  # the sparse record keeps its own figures only
+def dense_model_epochs(history: list[dict], P: int) -> list[dict]:
+    """The modeled dense baseline's epochs beside the sparse run's ``history`` (epochs that
+    carry :data:`DENSE_MODEL_KEYS`): copies with the model's times and bytes, the sparse run's
+    losses and accuracies. The model's keys are removed from ``history``'s epochs, which keep
+    only the sparse run's own figures. An epoch without them (one rank: no reduction, the
+    same path) is copied as it is."""
+    epochs = []
+    for h in history:
+        dense = dict(h)
+        if "dense_train_seconds" in h:
+            dense.update(train_seconds=h["dense_train_seconds"],
+                         compute_seconds=h["dense_compute_seconds"],
+                         comm_seconds=h["dense_comm_seconds"],
+                         bytes_sent=int(h["dense_bytes_sent"]),
+                         bytes_sent_total=int(h["dense_bytes_sent"]) * P,
+                         gradient_density=1.0)
         for key in DENSE_MODEL_KEYS:
+            dense.pop(key, None)
             h.pop(key, None)
-    train_s = [h["train_seconds"] for h in epochs]
-    m = out["metrics"]
-    m["modeled_only"] = True
-    m["accuracy_from"] = sparse
-    m["weights_digest"] = None
-    m["comm_share"] = sum(h["comm_seconds"] for h in epochs) / max(sum(train_s), 1e-12)
-    rows = int(out["config"].get("train_rows", 0))
-    m["rows_per_second"] = rows * len(epochs) / max(sum(train_s), 1e-12)
-    out["density"] = 1.0
-    out["timings"] = {"epoch": summarize(train_s),
-                      "compute": summarize([h["compute_seconds"] for h in epochs]),
-                      "comm": summarize([h["comm_seconds"] for h in epochs])}
-    out["bytes"] = {"sent_per_rank_max": int(sum(h["bytes_sent"] for h in epochs)),
-                    "sent_total": int(sum(h["bytes_sent_total"] for h in epochs))}
-    return out
-
+        epochs.append(dense)
+    return epochs
