@@ -175,6 +175,19 @@ def test_rerun_commands_at_the_users_level():
     assert command_of(job).with_output(results="new").line() == sweep.replace("res ", "new ")
 
 
+def test_a_rerun_writes_no_file_of_the_run_it_reproduces():
+    """A rerun of a run that saved a model or a checkpoint writes them anew, beside the new
+    records (or with .rerun in their names), instead of overwriting the original's."""
+    rec = {"P": 2, "environment": {"command": [
+        "sparc-linear", "--save-model", "out/m.h5", "--checkpoint=out/c.h5", "--output",
+        "out/r.jsonl"], "launcher": "mpiexec"}}
+    assert rerun_command(rec) == ("mpiexec -n 2 sparc-linear --save-model out/m.rerun.h5 "
+                                  "--checkpoint=out/c.rerun.h5 --output out/r.rerun.jsonl")
+    assert rerun_command(rec, "new/rerun-records.jsonl") == (
+        "mpiexec -n 2 sparc-linear --save-model new/rerun-m.h5 --checkpoint=new/rerun-c.h5 "
+        "--output new/rerun-records.jsonl")
+
+
 def test_figures_readable(built):
     """Defect 10: log2 rank axis with integer ticks, error bars, units, legends in words."""
     figs = built[5]

@@ -10,7 +10,10 @@ Levels, most specific first (:func:`sparcapps.records.capture_environment` keeps
 
 A rerun never appends to the records it reproduces: ``--output FILE`` becomes another file
 (``FILE`` with ``.rerun`` before the suffix, or the file given), and the Slurm levels write a
-new job directory anyway (under ``--results`` / ``SPARC_RESULTS`` when given).
+new job directory anyway (under ``--results`` / ``SPARC_RESULTS`` when given). Nor does it
+overwrite the other files the run wrote: a model (``--save-model``) or a checkpoint
+(``--checkpoint``) named on the command line goes beside the new records (``rerun-NAME``), or
+gets ``.rerun`` before its suffix when no new records file is given.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Command:
                 env["SPARC_RESULTS"] = str(results)
         elif argv:
             _set_option(argv, "--output", None if output is None else str(output))
+            for flag in _FILES_WRITTEN:
+                _rename_option(argv, flag, None if output is None else Path(output).parent)
         return Command(self.level, tuple(argv), tuple(env.items()))
 
 
@@ -70,6 +75,28 @@ def _set_option(argv: list[str], flag: str, value: str | None, *, before: str | 
         return
     at = argv.index(before) if before in argv else len(argv)
     argv[at:at] = [flag, value]
+
+
+# files an app writes besides its records, whose paths its command line names
+_FILES_WRITTEN = ("--save-model", "--checkpoint")
+
+
+def _rename_option(argv: list[str], flag: str, directory: Path | None) -> None:
+    """Point ``flag PATH`` / ``flag=PATH`` in ``argv``, if present, at a new file:
+    ``directory/rerun-NAME``, or PATH with ``.rerun`` before its suffix (directory None)."""
+    def renamed(path: str) -> str:
+        p = Path(path)
+        if directory is None:
+            return str(p.with_name(p.stem + ".rerun" + p.suffix))
+        return str(directory / ("rerun-" + p.name))
+
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            argv[i + 1] = renamed(argv[i + 1])
+            return
+        if word.startswith(flag + "="):
+            argv[i] = f"{flag}={renamed(word.split('=', 1)[1])}"
+            return
 
 
 def _rerun_name(path: str) -> str:
