@@ -18,6 +18,7 @@ settles).
 
 from . import _mpi  # noqa: F401 - first: a missing libmpi fails here, saying what to install
 from ._runtime.abort import abort_on_error
+from ._numba_cache import guard_numba_cache
 from ._runtime.agreement import raise_everywhere
 from ._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
 from ._collectives.gather_scatter import allgather, bcast, reduce_scatter
@@ -80,6 +81,7 @@ __all__ = [
     "bcast",
     "Request",
     "abort_on_error",
+    "guard_numba_cache",
     "raise_everywhere",
     "node_sizes",
     "block_bounds",

@@ -18,6 +18,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._numba_cache import guard_numba_cache
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
+
 __all__ = [
     "merge_add",
     "merge_add_into",

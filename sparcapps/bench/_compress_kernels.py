@@ -6,9 +6,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+import sparcml
+
 # the snap tolerance those kernels were called with (sparcml's QSGD's private value then; frozen
 # here with the kernels, so that the "before" column never depends on sparcml's internals)
 _BEFORE_SNAP = {np.dtype(np.float32): 2.0**-22, np.dtype(np.float64): 2.0**-49}
+
+sparcml.guard_numba_cache()  # ranks compiling at once must not cross cache entries
+
 
 @njit(cache=True, nogil=True)
 def _before_uniform(seed, i):

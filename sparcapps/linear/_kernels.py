@@ -28,6 +28,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+import sparcml
+
 __all__ = ["LOG", "HINGE", "LOSS_CODES", "ROWS_AHEAD", "SCHEDULE_CODES", "batch_gradient",
            "gather_clear", "add_scaled", "row_margins", "add_rows", "batch_rates",
            "direct_steps", "margins", "losses", "add_dense"]
@@ -42,6 +44,7 @@ MAX_DLOSS = 1e12
 #: faster than none. (Prefetching the next row's weights too was 10% slower.)
 ROWS_AHEAD = 4
 
+sparcml.guard_numba_cache()  # ranks compiling at once must not cross cache entries
 _jit = njit(cache=True, nogil=True)
 
 _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)

@@ -31,7 +31,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._numba_cache import guard_numba_cache
 from .._streaming import store_fence, stream_store_u64
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
 
 __all__ = [
     "counter_uniforms",

@@ -11,6 +11,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._numba_cache import guard_numba_cache
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
+
 __all__ = ["topk_select", "topk_select_buckets"]
 
 _jit = njit(cache=True, nogil=True)

@@ -29,7 +29,10 @@ import math
 import numpy as np
 from numba import njit
 
+from .._numba_cache import guard_numba_cache
 from .select_kernels import kth_largest_below
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
 
 __all__ = ["topk_select_sampled", "SAMPLE", "MISSED", "MIN_LENGTH"]
 

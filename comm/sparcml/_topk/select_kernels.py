@@ -16,6 +16,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._numba_cache import guard_numba_cache
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
+
 __all__ = ["digit_bits", "round_shift", "first_interval", "magnitude_keys", "magnitude_keys_into",
            "max_key", "min_key", "count_above", "range_histogram", "kth_largest_below",
            "take_top", "count_at_threshold", "select_at_threshold", "drop_indices",

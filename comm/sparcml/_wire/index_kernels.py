@@ -25,6 +25,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._numba_cache import guard_numba_cache
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
+
 __all__ = ["ef_low_bits", "ef_nbytes", "bitmap_nbytes", "ef_encode", "ef_decode",
            "bitmap_encode", "bitmap_decode", "BAD_COUNT", "BAD_ORDER", "BAD_RANGE"]
 

@@ -23,7 +23,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .._numba_cache import guard_numba_cache
 from .index_kernels import bitmap_decode, bitmap_encode, ef_decode, ef_encode
+
+guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
 
 __all__ = ["NCOLS", "FMT", "CODE", "COUNT", "LENGTH", "OFFSET", "START", "IDX_AT", "VAL_AT",
            "NBYTES", "plan_messages", "block_nonzeros", "encode_sparse_split",
