@@ -29,7 +29,7 @@ Settings, stated once here and in BENCHMARKS.md ("Applications at cluster scale"
   hundreds of steps per epoch); compute modeled from this machine's calibrated rates
   (``--compute-scale 1``). The webspam dense baseline at P = 128 and 256 is modeled beside the
   sparse runs (``--dense-model``: its P dense vectors of 16.6M values need 32 and 63 GiB, where
-  the sparse runs need 4-7 GiB); webspam LR also runs ``ssar_split_allgather`` at P = 16, 64.
+  the sparse runs need 4-7 GiB); webspam LR also runs ``ssar_split_allgather`` at P = 16-256.
 - the deep apps (``--data cnn lstm``): digits, 3 epochs, 8 examples per rank and step, top-k
   1% + 4-bit QSGD with error feedback against ``--dense``; simulated on the same
   two networks (P = 2, 4, 16, 64), measured at P = 1, 2, 4.
@@ -61,7 +61,7 @@ SIM_P = {"url": [2, 4, 8, 16, 64, 256], "webspam": [4, 16, 64]}
 DENSE_MODELED_P = {"url": [], "webspam": [128, 256]}
 # the split algorithm beside the default for LR, from P = 16 (recursive doubling's messages
 # carry the growing union every round)
-SPLIT_P = {"url": [16, 64, 256], "webspam": [16, 64]}
+SPLIT_P = {"url": [16, 64, 256], "webspam": [16, 64, 128, 256]}
 MEASURED_P = {"url": [1, 2, 4, 8], "webspam": [1, 2, 4, 8]}
 NETWORKS = ["10gbit,latency=10us", "100gbit,latency=1.5us"]
 APPS = {"lr": ["sparc-linear", "--loss", "log"], "svm": ["sparc-svm"]}
