@@ -292,13 +292,13 @@ def add_timeout_argument(parser, *, default: float | None, what: str, old: str |
 
 def add_records_output_argument(parser, *, per: str = "run", default: str | None = None,
                                 default_text: str = ""):
-    """``--output FILE.jsonl``: append one JSON record per ``per`` to this file (the records of
+    """``-o/--output FILE.jsonl``: append one JSON record per ``per`` to this file (the records of
     :mod:`sparcapps.records`, which ``sparc-report`` reads), checked writable when the command
     line is read (:func:`output_file`); ``default`` is used without the flag (None: nothing
     is written), ``default_text`` says what happens then when it is not the path itself."""
     shown = default_text or default
     note = f" (default: {shown})" if shown else ""
-    return parser.add_argument("--output", metavar="FILE.jsonl", type=output_file,
+    return parser.add_argument("-o", "--output", metavar="FILE.jsonl", type=output_file,
                                default=default,
                                help=f"append one JSON record per {per} to this file{note}")
 

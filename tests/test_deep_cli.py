@@ -58,11 +58,16 @@ def test_the_communication_flags_build_a_compression():
     ("sparc-cnn", ["--depth", "1"],
      "the digits CNN needs --width >= 1 and --depth >= 2, got 16, 1"),
     ("sparc-lstm", ["--width", "0"], "--width and --depth must be >= 1, got 0, 1"),
+    ("sparc-cnn", ["--resume", "junk.ckpt"],
+     "cannot read checkpoint junk.ckpt: not a file --checkpoint wrote (UnpicklingError)"),
 ])
 def test_model_shape_errors_are_one_line_on_rank_0(tmp_path, app, argv, needle):
     """Defect 9 of issue 15: a --width/--depth the model cannot take was a ValueError traceback
-    on every rank (and an abort); now one line on rank 0 and exit status 2, like bad options."""
+    on every rank (and an abort); now one line on rank 0 and exit status 2, like bad options.
+    The same for a --resume file that is not a checkpoint (a traceback and exit 1 before)."""
     from mpirun import run_mpi
+
+    (tmp_path / "junk.ckpt").write_text("not a checkpoint\n")
 
     exe = str(__import__("pathlib").Path(sys.executable).parent / app)
     proc = run_mpi(2, args=[exe, "--epochs", "1", "--no-progress", "--threads", "1",

@@ -183,6 +183,9 @@ def test_a_rerun_writes_no_file_of_the_run_it_reproduces():
         "out/r.jsonl"], "launcher": "mpiexec"}}
     assert rerun_command(rec) == ("mpiexec -n 2 sparc-linear --save-model out/m.rerun.h5 "
                                   "--checkpoint=out/c.rerun.h5 --output out/r.rerun.jsonl")
+    short = {"P": 1, "environment": {"command": ["sparc-svm", "-o", "r.jsonl"],
+                                     "launcher": None}}
+    assert rerun_command(short) == "sparc-svm --output r.rerun.jsonl"
     assert rerun_command(rec, "new/rerun-records.jsonl") == (
         "mpiexec -n 2 sparc-linear --save-model new/rerun-m.h5 --checkpoint=new/rerun-c.h5 "
         "--output new/rerun-records.jsonl")

@@ -74,8 +74,14 @@ def load_checkpoint(path, comm, *, app, args) -> dict:
 
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except (OSError, RuntimeError, EOFError) as exc:
+    except OSError as exc:
         raise CheckpointError(f"cannot read checkpoint {path}: {exc}") from exc
+    except Exception as exc:  # the unpickler's errors on a file torch.save did not write
+        raise CheckpointError(f"cannot read checkpoint {path}: not a file --checkpoint wrote "
+                              f"({type(exc).__name__})") from exc
+    if not isinstance(ckpt, dict) or "app" not in ckpt:
+        raise CheckpointError(f"cannot read checkpoint {path}: not a file --checkpoint wrote "
+                              f"(a torch file of something else)")
     if ckpt.get("app") != app:
         raise CheckpointError(f"{path} is a checkpoint of {ckpt.get('app')!r}, not {app}")
     if ckpt.get("format") != FORMAT:

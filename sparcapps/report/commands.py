@@ -54,7 +54,8 @@ class Command:
             if results is not None:
                 env["SPARC_RESULTS"] = str(results)
         elif argv:
-            _set_option(argv, "--output", None if output is None else str(output))
+            argv = [_OUTPUT if word == "-o" else word for word in argv]  # the same flag
+            _set_option(argv, _OUTPUT, None if output is None else str(output))
             for flag in _FILES_WRITTEN:
                 _rename_option(argv, flag, None if output is None else Path(output).parent)
         return Command(self.level, tuple(argv), tuple(env.items()))
@@ -76,6 +77,8 @@ def _set_option(argv: list[str], flag: str, value: str | None, *, before: str | 
     at = argv.index(before) if before in argv else len(argv)
     argv[at:at] = [flag, value]
 
+
+_OUTPUT = "--output"  # the apps' records file (short form -o)
 
 # files an app writes besides its records, whose paths its command line names
 _FILES_WRITTEN = ("--save-model", "--checkpoint")
