@@ -157,7 +157,7 @@ def test_every_sparse_algorithm_model_only_uses_the_models_sizes(tmp_path):
     assert recs["allgather"]["bytes"]["sent_per_rank_max"] > 63 * k * 4  # 63 inputs' values
     # auto: the fastest of its contenders, rows of this run or modeled for it (any algorithm
     # auto may pick, dsar_split_allgather too)
-    from sparcml._collectives.registry import algorithm_names
+    from sparcml._registry import algorithm_names
 
     assert recs["auto"]["metrics"]["ran"] in algorithm_names(in_auto_only=True)
     ran = recs.get(recs["auto"]["metrics"]["ran"])

@@ -18,7 +18,7 @@ import pytest
 import sparcml
 import sparcml.sim
 from mpirun import REPO
-from sparcml._collectives.registry import unregister
+from sparcml._registry import unregister
 from sparcml.compression import Compressor, CompressorSpec
 
 
@@ -70,6 +70,20 @@ def test_the_compressor_how_to_names_every_declared_field_and_hook():
         assert hasattr(Compressor, hook), hook
     source = (REPO / "comm/sparcml/compression/_objects.py").read_text()
     assert "``compress_in(ctx, g, key)" in source and "``reduce_in(ctx, g, key" in source
+
+
+@pytest.mark.parametrize("title", ["Adding an algorithm", "Adding a compressor"])
+def test_the_how_tos_point_to_the_public_context(title):
+    """Both how-tos name the context their plugins receive (whose docstring is the contract),
+    and the algorithm's names everything it holds."""
+    section = _section(title)
+    assert "`sparcml.CallContext`" in section
+    if title == "Adding an algorithm":
+        held = {n for n in dir(sparcml.CallContext) if not n.startswith("_")} - {"allreduce"}
+        missing = sorted(n for n in held if f"`ctx.{n}" not in section)
+        assert not missing, f"README's algorithm how-to does not name ctx.{missing}"
+    else:
+        assert "`ctx.allreduce(" in section
 
 
 def test_the_algorithm_how_to_runs_as_written():

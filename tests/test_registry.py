@@ -8,12 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mpirun import REPO, case_report, run_mpi
 
 import sparcml
-from sparcml._collectives import registry
+from sparcml import _registry as registry
 from sparcml._model.costmodel import CostModel
 
 CODE_DIRS = [REPO / "comm", REPO / "sparcapps"]
@@ -373,6 +374,143 @@ def test_the_cycle_finder_reads_imports_inside_functions_and_type_only_ones(tmp_
 # PENDING, branch h22pub only: the simulator's circle, which issue 22 item 3 (branch h22ctx)
 # breaks. Delete this entry once that branch is merged (the test fails while it is stale).
 PENDING_CYCLES: list = []  # cycles being removed on another branch (none now)
+
+
+def _wing(module: str) -> str:
+    """The wing of a comm module: ``sparcml.X`` (a package or a top-level module)."""
+    return ".".join(module.split(".")[:2])
+
+
+def _wing_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The module graph folded onto the wings of comm/sparcml (the package's own
+    ``__init__`` left out: it imports every wing to export the API)."""
+    wings: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        if module.startswith("sparcml."):
+            wing = _wing(module)
+            wings.setdefault(wing, set()).update(
+                _wing(t) for t in targets if t.startswith("sparcml.") and _wing(t) != wing)
+    return wings
+
+
+def test_no_circle_between_the_wings_of_the_comm_layer():
+    """Not only no module cycle: no two wings (packages and top-level modules of
+    comm/sparcml) import each other, even through a chain, imports inside functions and
+    type-only ones counted (issue 34, item 3). The algorithm registry sits below both the
+    collectives and the cost model, which read it."""
+    assert _cycles(_wing_graph({"sparcml.a.x": {"sparcml.b.y"}, "sparcml.b.y": {"sparcml.a.z"},
+                                "sparcml.a.z": set()})) == [["sparcml.a", "sparcml.b"]]
+    wings = _wing_graph(_import_graph())
+    assert {"sparcml._collectives", "sparcml._model", "sparcml._registry"} <= set(wings)
+    assert "sparcml._model" in wings["sparcml._collectives"]  # the collectives ask the model
+    assert "sparcml._registry" in wings["sparcml._model"]  # which reads the registry
+    assert _cycles(wings) == [], "wings importing each other: " + "; ".join(
+        " <-> ".join(c) for c in _cycles(wings))
+
+
+# the modules whose functions receive a sparcml.CallContext as ``ctx`` (algorithms, compressors
+# and what the compressors share, the toy plugins)
+PLUGIN_MODULES = [*sorted((PACKAGE / "_collectives" / "algorithms").glob("*.py")),
+                  *sorted((PACKAGE / "compression" / "compressors").glob("*.py")),
+                  PACKAGE / "compression" / "_common.py",
+                  REPO / "tests" / "toy_algorithm.py", REPO / "tests" / "toy_compressor.py"]
+
+
+def _foreign_ctx_reads(source: str, allowed: set[str]) -> list[str]:
+    """``line: ctx.NAME`` for every read of an attribute of ``ctx`` not in ``allowed``, and
+    every attribute written onto ``ctx``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "ctx" and (node.attr not in allowed
+                                                 or not isinstance(node.ctx, ast.Load)):
+            found.append(f"{node.lineno}: ctx.{node.attr}")
+    return found
+
+
+def test_plugins_read_only_the_public_context():
+    """Every algorithm and compressor (and the toy plugins) uses only what
+    :class:`sparcml.CallContext` holds (its public attributes and methods), never sparcml's
+    internal per-communicator state; the contract is that class's docstring."""
+    allowed = {n for n in dir(sparcml.CallContext) if not n.startswith("_")}
+    assert allowed == {"comm", "rank", "size", "ops", "options", "workspace", "tags", "waiter",
+                       "allreduce"}
+    assert _foreign_ctx_reads("def run(ctx):\n    ctx.plans = {}\n    return ctx.model, "
+                              "ctx.rank\n", allowed) == ["2: ctx.plans", "3: ctx.model"]
+    assert len(PLUGIN_MODULES) > 15
+    foreign = {str(p.relative_to(REPO)): bad for p in PLUGIN_MODULES
+               if (bad := _foreign_ctx_reads(p.read_text(), allowed))}
+    assert foreign == {}
+    doc = sparcml.CallContext.__doc__
+    assert all(f"``{name}``" in doc or f":meth:`{name}`" in doc for name in allowed), doc
+    assert "sparcml.CallContext" in registry.Algorithm.__doc__.replace("~", "")
+
+
+def test_the_public_context_is_read_only_and_narrow():
+    from mpi4py import MPI
+
+    from sparcml._runtime.call_context import call_context, context_of
+    from sparcml._runtime.context import context_for
+
+    inner = context_for(MPI.COMM_WORLD)
+    tags = registry.get_algorithm(sparcml.DEFAULT_ALGORITHM).tags.allocated
+    ctx = call_context(inner, "resolved", tags)
+    assert type(ctx) is sparcml.CallContext
+    assert (ctx.comm, ctx.rank, ctx.size, ctx.ops, ctx.options, ctx.workspace, ctx.waiter) == (
+        inner.comm, inner.rank, inner.size, inner.ops, "resolved", inner.workspace,
+        inner.waiter)
+    assert ctx.tags.round == tags.round and context_of(ctx) is inner
+    for name in ("rank", "plans", "tags"):
+        with pytest.raises(AttributeError, match="read-only"):
+            setattr(ctx, name, 1)
+    for internal in ("plans", "model", "auto", "partition_memory", "engine", "subcomms"):
+        assert not hasattr(ctx, internal), internal
+    made = sparcml.CallContext(MPI.COMM_WORLD, rank=0, size=1, ops=None, options=None,
+                               waiter=None)
+    assert len(made.tags) == 0 and made.workspace is None
+    with pytest.raises(AttributeError, match="not made by sparcml"):
+        made.allreduce(sparcml.SparseVector(3, [1], np.ones(1, np.float32)),
+                       algorithm=sparcml.DENSE_BASELINE)
+
+
+def test_a_compressors_hooks_receive_the_public_context():
+    """``compress_in``, ``reduce_in`` and a memory's ``compensate_in`` get a
+    :class:`sparcml.CallContext` (one rank: the hooks run all the same), whose
+    ``allreduce`` runs sparcml's allreduce on the communicator."""
+    from sparcml.compression import Compression, Compressor, Reduced, ResidualMemory
+
+    seen = []
+
+    class Memory(ResidualMemory):
+        def compensate_in(self, ctx, x, key):
+            seen.append(("compensate_in", type(ctx)))
+            return super().compensate_in(ctx, x, key)
+
+    class Picking(Compressor):
+        def compress(self, x):
+            raise AssertionError("compress_in is looked up first")
+
+        def compress_in(self, ctx, g, key):
+            seen.append(("compress_in", type(ctx)))
+            return sparcml.SparseVector.unchecked(g.shape[0], np.array([ctx.rank]), g[:1])
+
+        def predicted_seconds(self, model, **kwargs):
+            return 0.0
+
+    class Reducing(Picking):
+        def reduce_in(self, ctx, g, key, *, stats=None, check=True):
+            seen.append(("reduce_in", type(ctx)))
+            total = ctx.allreduce(sparcml.SparseVector.dense(g.copy()),
+                                  algorithm=sparcml.DENSE_BASELINE, stats=stats, check=check)
+            return Reduced(total, sparcml.SparseVector.dense(g), g.shape[0], 0.0)
+
+    x = np.arange(1, 5, dtype=np.float32)
+    got = Compression(Picking(), None, Memory(), sparcml.DENSE_BASELINE).allreduce(x)
+    assert got.to_dense().tolist() == [1, 0, 0, 0]
+    got = Compression(Reducing(), None, Memory(), sparcml.DENSE_BASELINE).allreduce(x)
+    assert got.to_dense().tolist() == x.tolist()
+    assert seen == [("compensate_in", sparcml.CallContext), ("compress_in", sparcml.CallContext),
+                    ("compensate_in", sparcml.CallContext), ("reduce_in", sparcml.CallContext)]
 
 
 def test_the_runtime_imports_no_feature_above_it():

@@ -23,7 +23,7 @@ from mpi4py import MPI
 
 import sparcml
 import sparcml.sim as sim
-from sparcml._collectives.registry import algorithm_names
+from sparcml._registry import algorithm_names
 from sparcml import SparseVector
 from sparcml._errors import InvalidArgumentError
 

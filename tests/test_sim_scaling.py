@@ -44,7 +44,7 @@ def test_simulated_cost_model_charges_software_per_message(monkeypatch):
 
 
 def test_simulated_model_adds_each_algorithms_measured_residual_and_scale():
-    from sparcml._collectives.registry import algorithm_names
+    from sparcml._registry import algorithm_names
     from sparcml.sim._model import algorithm_factors
 
     factors = algorithm_factors("4x10gbit", 4)  # measured on 4 simulated ranks

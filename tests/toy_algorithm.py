@@ -6,7 +6,8 @@ and sends the sum back. Nothing else in the code base knows it. It calls the com
 ``ctx.ops``, so it leaves ``routes_through_ops`` False: a plan made for it carries its error flag
 beside each call (tests/mpi_cases/toy_algorithm_plan.py). Written with public names only
 (``tests/test_public_api.py`` checks): what an algorithm author needs is :class:`sparcml.Algorithm`
-(whose docstring states the ``run`` and ``cost`` contracts), :func:`sparcml.register` and
+(whose docstring states the ``run`` and ``cost`` contracts), :class:`sparcml.CallContext` (what
+``run`` receives: its tags are ``ctx.tags``), :func:`sparcml.register` and
 :meth:`sparcml.SparseVector.unchecked`. Installed as a plugin (the entry-point group
 ``sparcml.algorithms`` naming this module) it is loaded by :func:`sparcml.load_plugins`, which the
 CLIs call.
@@ -14,13 +15,17 @@ CLIs call.
 
 import numpy as np
 
-from sparcml import ALGORITHMS, Algorithm, SparseVector, get_algorithm, register
+from sparcml import ALGORITHMS, Algorithm, SparseVector, register
 
 NAME = "toy_reduce_to_root"
 
 
+SEEN = []  # the type of every context run() received (tests check: sparcml.CallContext)
+
+
 def run(ctx, vec, *, stats, codec, out=None, sent=None):
-    tags = get_algorithm(NAME).tags  # allocated by register(): "up" and "down"
+    SEEN.append(type(ctx))
+    tags = ctx.tags  # allocated by register(): "up" and "down"
     dense = vec.to_dense()
     if ctx.rank == 0:
         total = dense.copy()

@@ -39,8 +39,9 @@ from ._topk.topk_allreduce import TopKReduced
 from ._topk.entry import calibrate_topk, itopk_allreduce, topk_allreduce
 from ._runtime.nonblocking import Request
 from ._quant.qsgd import QSGD
-from ._collectives.registry import (ALGORITHMS, AUTO, Algorithm, check_algorithm_options,
-                                    get_algorithm, load_plugins, register)
+from ._registry import (ALGORITHMS, AUTO, Algorithm, check_algorithm_options, get_algorithm,
+                        load_plugins, register)
+from ._runtime.call_context import CallContext
 from ._topk.local import TopK, select_topk
 from ._collectives.plan import AllreducePlan, PlanInputError, PlanShapeError, plan
 from ._topk.plan import TopKPlan, topk_plan
@@ -52,6 +53,7 @@ __all__ = [
     "DEFAULT_ALGORITHM",
     "DENSE_BASELINE",
     "Algorithm",
+    "CallContext",
     "register",
     "get_algorithm",
     "check_algorithm_options",

@@ -15,7 +15,7 @@ and without QSGD and error feedback, over a few steps:
 import numpy as np
 
 import sparcml
-from sparcml._collectives.registry import get_algorithm
+from sparcml._registry import get_algorithm
 from sparcml._runtime.context import context_for
 from sparcml.compression._objects import (Compression, NoneCompressor, NoneMemory,
                                           ResidualMemory, TopKCompressor)

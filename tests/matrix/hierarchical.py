@@ -28,7 +28,7 @@ from mpi4py import MPI
 import sparcml
 from sparcml import SparseVector
 from sparcml._collectives.entry import allreduce_in
-from sparcml._collectives.registry import get_algorithm
+from sparcml._registry import get_algorithm
 from sparcml._model.tuning import EXPLORING_CALLS
 from sparcml._runtime.context import context_for
 

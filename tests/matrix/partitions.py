@@ -15,7 +15,7 @@ import numpy as np
 
 import sparcml
 from sparcml._collectives import partition
-from sparcml._collectives.registry import algorithm_names
+from sparcml._registry import algorithm_names
 from sparcml._runtime.context import context_for
 
 from . import Case

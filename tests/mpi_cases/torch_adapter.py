@@ -15,7 +15,7 @@ import sparcml
 import sparcml.torch as st
 from sparcml.compression._objects import (Compression, NoneCompressor, NoneMemory, ResidualMemory,
                                  TopKCompressor)
-from sparcml._collectives.registry import get_algorithm
+from sparcml._registry import get_algorithm
 
 from _mpi_checks import ok, passed
 

@@ -68,5 +68,9 @@ for name, bad_vec, expected, bad, mode in cases:
     assert after.to_dense()[[1, 5]].tolist() == [P, P], (name, after)
     done(name)
 
+# through a plan (blocking and on the communication thread) too, the toy received the public
+# context and nothing else
+assert toy_algorithm.SEEN and set(toy_algorithm.SEEN) == {sparcml.CallContext}, \
+    set(toy_algorithm.SEEN)
 report("TOY-PLAN")
 sys.exit(0)

@@ -25,6 +25,9 @@ assert np.array_equal(got.to_dense(), expected)
 assert stats.algorithm == toy_algorithm.NAME
 assert np.array_equal(sparcml.iallreduce(vec, algorithm=toy_algorithm.NAME).wait().to_dense(),
                       expected)
+# blocking and on the communication thread, run() received the public, narrow context
+assert toy_algorithm.SEEN and set(toy_algorithm.SEEN) == {sparcml.CallContext}, \
+    set(toy_algorithm.SEEN)
 # the registry's option check applies to it like to the built-ins, on every rank
 try:
     sparcml.allreduce(vec, algorithm=toy_algorithm.NAME, quantizer=sparcml.QSGD(4))

@@ -28,10 +28,12 @@ from .._model import auto, tuning
 from .._options import in_call, option_fields, option_labels, resolve_options
 from .._runtime.agreement import (MAX_FIELDS, VALUE_DTYPE_NAMES, agreed_call, agreed_maxima,
                                   agreement_array)
+from .._runtime.call_context import call_context, use_allreduce
 from .._runtime.context import TrafficStats, clock_of, context_for
 from .._options import Options
 from .._model.link_costs import call_options
-from .registry import AUTO, algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
+from .._registry import (AUTO, algorithm_code, algorithm_names, check_algorithm_options,
+                         get_algorithm)
 from .algorithms import DEFAULT_ALGORITHM
 from .ops import PLAIN
 from .plan_core import PlanCore, keep_plan
@@ -281,9 +283,11 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
                                     nnz_max=nnz_max, out=out, sent=sent,
                                     shm=opts.node_shm)
         elif record.writes_out:
-            result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
+            result = record.run(call_context(ctx, codec.options, record.tags.allocated), vec,
+                                stats=stats, codec=codec, out=out, sent=sent)
         else:
-            result = record.run(ctx, arith.normalize(vec, codec), stats=stats, codec=codec,
+            result = record.run(call_context(ctx, codec.options, record.tags.allocated),
+                                arith.normalize(vec, codec), stats=stats, codec=codec,
                                 out=None, sent=sent)
     tuning.end(ctx.tuning)
     if algorithm == AUTO or option == AUTO:
@@ -293,6 +297,7 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
     return result
 
 
+use_allreduce(allreduce_in)  # what a compressor's CallContext.allreduce runs
 _NNZ_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("nnz")
 _DEFAULT_RECORD = get_algorithm(DEFAULT_ALGORITHM)
 

@@ -64,11 +64,12 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
+from .._runtime.call_context import call_context
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._errors import InvalidArgumentError
 from .exchange import as_vector, encode_vector, send_vector
 from .ops import MAX_COUNT
-from .registry import AUTO
+from .._registry import AUTO
 from .._runtime.shm_window import SharedWindow
 from .._runtime.tags import message_tags
 from .._vector import SparseVector
@@ -214,7 +215,8 @@ def run(ctx: CommContext, layout: NodeLayout, record, vec: SparseVector, *, stat
         if layout.nodes > 1:
             inner_out = out if record.writes_out else None
             given = total if record.writes_out else arith.normalize(total, codec)
-            result = record.run(layout.leaders, given, stats=stats, codec=codec, out=inner_out,
+            leaders = call_context(layout.leaders, codec.options, record.tags.allocated)
+            result = record.run(leaders, given, stats=stats, codec=codec, out=inner_out,
                                 sent=sent)
         elif record.writes_out and not total.is_dense:
             result = SparseVector.unchecked(vec.dim, None, total.to_dense())

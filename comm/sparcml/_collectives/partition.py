@@ -46,6 +46,7 @@ import numpy as np
 from mpi4py import MPI
 
 from .._options import PARTITIONS
+from .._runtime.call_context import context_of
 from .exchange import block_bounds
 from .._lazy import lazy_module
 kernels = lazy_module("sparcml._kernels")
@@ -89,7 +90,9 @@ class PartitionMemory:
 
 
 def memory_of(ctx) -> PartitionMemory:
-    """``ctx.partition_memory``, made at its first use."""
+    """``ctx.partition_memory``, made at its first use (``ctx``: a context, or the
+    :class:`~sparcml.CallContext` an algorithm received: its communicator's context's)."""
+    ctx = context_of(ctx)
     if ctx.partition_memory is None:
         ctx.partition_memory = PartitionMemory()
     return ctx.partition_memory
@@ -242,7 +245,7 @@ def note_received(ctx, dim: int, kind: str, nbytes: int, stats, codec) -> None:
     the call's ``codec.options.partitions`` ``"balanced"``; also as ``stats.phase1_received``
     of the call's :class:`~sparcml.TrafficStats`, whatever the policy, for benchmarks)."""
     stats.phase1_received = int(nbytes)
-    memory = ctx.partition_memory
+    memory = context_of(ctx).partition_memory
     state = None if memory is None else memory.states.get((dim, kind))
     if state is not None and codec.options.partitions == BALANCED:  # its bounds
         state.received = int(nbytes)

@@ -64,7 +64,8 @@ from .algorithms import DEFAULT_ALGORITHM
 from .entry import _calibration_run
 from .plan_core import PlanCore, PlanInputError, PlanShapeError, agreed_error, check_plan_input
 from .plan_identity import PlanIdentity, next_plan_id, note_plan_id
-from .registry import algorithm_code, algorithm_names, check_algorithm_options, get_algorithm
+from .._registry import (algorithm_code, algorithm_names, check_algorithm_options,
+                         get_algorithm)
 from .validation import check_out, check_quantizable, check_stats, quantizer_code
 
 __all__ = ["AllreducePlan", "PlanInputError", "PlanShapeError", "plan", "check_plan_input",

@@ -26,6 +26,7 @@ from mpi4py import MPI
 from . import arith
 from .._errors import InvalidVectorError
 from .._runtime.agreement import raise_agreed
+from .._runtime.call_context import call_context
 from .._runtime.context import CommContext, TrafficStats
 from .._vector import SparseVector
 from .algorithms.recursive_doubling import ALGORITHM as RECURSIVE_DOUBLING
@@ -220,10 +221,11 @@ class PlanCore:
             req = ctx.comm.Iallreduce(MPI.IN_PLACE, flag, MPI.MAX)
         with fail_stop(ctx.comm, "plan." + self._what):
             try:
+                view = call_context(ctx, codec.options, record.tags.allocated)
                 if record.writes_out:
-                    result = record.run(ctx, vec, stats=stats, codec=codec, out=out, sent=sent)
+                    result = record.run(view, vec, stats=stats, codec=codec, out=out, sent=sent)
                 else:
-                    result = record.run(ctx, arith.normalize(vec, codec), stats=stats,
+                    result = record.run(view, arith.normalize(vec, codec), stats=stats,
                                         codec=codec, out=None, sent=sent)
             finally:
                 if flag is not None:

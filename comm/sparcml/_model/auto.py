@@ -29,7 +29,7 @@ from mpi4py import MPI
 from . import tuning
 from .costmodel import MEDIUM_N, TINY_N, TOPK_STEP, CostModel, overlap_from_result, \
     topk_allreduce_cost
-from .._collectives.registry import AUTO, algorithm_names, get_algorithm
+from .._registry import AUTO, algorithm_names, get_algorithm
 from .._vector import SparseVector
 from .._wire.codec import RAW_INDICES, Codec, Part, decode
 from .._runtime.tags import message_tags

@@ -1,7 +1,7 @@
 """The cost model of the allreduce algorithms: pure arithmetic, no MPI.
 
 Each algorithm's time is predicted from its structure (messages, bytes, merged items) by the
-``cost`` function of its registry record (:mod:`sparcml._collectives.registry`), on machine parameters that
+``cost`` function of its registry record (:mod:`sparcml._registry`), on machine parameters that
 :mod:`sparcml._model.auto` measures on a communicator:
 
 - ``alpha``, ``beta``: point-to-point latency (s) and time per byte (s/B), from concurrent
@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field, fields
 
-from .._collectives.registry import algorithm_names, get_algorithm
+from .._registry import algorithm_names, get_algorithm
 from . import mpi_collectives as mpi
 from . import tuning
 from .._options import default_options

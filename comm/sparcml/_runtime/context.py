@@ -101,6 +101,9 @@ class CommContext:
     each with a ``free()`` method; :meth:`free_subcomms` frees them (collective).
     ``ops``: the operations the algorithms receive, gather, encode, decode and add through
     (:mod:`sparcml._collectives.ops`; a simulated communicator's share memory between ranks).
+    Plugins never see this object: an algorithm's ``run`` and a compressor's hooks receive a
+    narrow, read-only :class:`~sparcml.CallContext` made from it per call
+    (:mod:`sparcml._runtime.call_context`).
 
     What is learnt across calls (None until the feature's first call on this context; every
     rank holds the same where the feature says so):

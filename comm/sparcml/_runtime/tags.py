@@ -1,6 +1,6 @@
 """Message tags: every point-to-point tag sparcml sends with is allocated here, by name.
 
-An owner (an algorithm of the registry, :mod:`sparcml._collectives.registry`, which allocates
+An owner (an algorithm of the registry, :mod:`sparcml._registry`, which allocates
 the tags an :class:`~sparcml.Algorithm` declares in its ``tags``; or a module of the comm layer
 with messages of its own) asks for its tags by name::
 

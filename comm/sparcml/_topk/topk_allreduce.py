@@ -30,7 +30,7 @@ partition boundaries are the split algorithms' balanced ones (:func:`partition_b
 power-law supports equal blocks would send most entries to the owner of the frequent low
 indices.
 
-Why not a record of :mod:`sparcml._collectives.registry`: an allreduce algorithm returns the
+Why not a record of :mod:`sparcml._registry`: an allreduce algorithm returns the
 exact sum and ``auto`` may pick any of them for a call of :func:`sparcml.allreduce`; this
 collective returns a lossy selection and a second vector (``dropped``), and takes ``k``. It
 stands beside the registry with its own entry points; its cost is

@@ -25,7 +25,7 @@ matrix: per parameter with ``shapes``, else the bucket as one matrix).
 
 from __future__ import annotations
 
-from .._collectives.registry import AUTO, algorithm_names
+from .._registry import AUTO, algorithm_names
 
 __all__ = ["predicted_seconds", "allreduce_seconds"]
 

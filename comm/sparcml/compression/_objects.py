@@ -15,7 +15,7 @@ plain mpi4py code share them:
   once by the wire format of the allreduce (sparse messages too);
 - a **memory** keeps what was not delivered and adds it to the next input (error feedback):
   :class:`ResidualMemory` (one residual per key: a gradient bucket) or :class:`NoneMemory`;
-- the **communicator**: the name of a registered allreduce algorithm (:mod:`sparcml._collectives.registry`,
+- the **communicator**: the name of a registered allreduce algorithm (:mod:`sparcml._registry`,
   default :data:`sparcml.DEFAULT_ALGORITHM`) or ``"auto"``.
 
 One reduction of a flat array ``x`` under key ``key`` (:meth:`Compression.allreduce_in`), on
@@ -62,6 +62,7 @@ from mpi4py import MPI
 
 from .._model import auto
 from .._collectives.algorithms import DEFAULT_ALGORITHM, DENSE_BASELINE
+from .._runtime.call_context import call_context
 from .._runtime.context import TrafficStats, context_for
 from .._model.costmodel import TOPK_STEP
 from .._collectives.entry import allreduce_in
@@ -70,9 +71,9 @@ from .._topk.plan import TopKPlan
 from .._topk.entry import calibration_run, topk_allreduce_in
 from .._errors import (CompressionError, IncompatibleOptionsError, InvalidOptionError,
                        UnsupportedDtypeError)
-from .._options import Options, in_call
+from .._options import CallOptions, Options, in_call, resolve_options
 from .._quant.qsgd import QSGD
-from .._collectives.registry import AUTO, check_algorithm_options
+from .._registry import AUTO, check_algorithm_options
 from .._collectives.validation import LocalFailure
 from .._runtime.agreement import capture, raise_everywhere
 from .._topk.local import TopK
@@ -181,7 +182,11 @@ class Compressor(ABC):
         """Make the key's state the concatenation of ``pieces`` (from :meth:`split_state` of
         other keys); the key forgets its state when some piece has none."""
 
-    # Optional hooks (looked up with getattr, so the compressors above need neither):
+    # Optional hooks (looked up with getattr, so the compressors above need neither; their
+    # ``ctx`` is a :class:`sparcml.CallContext`, whose docstring states what they may use:
+    # ``ctx.rank``, ``ctx.size``, ``ctx.comm`` and ``ctx.waiter`` for their own collectives,
+    # ``ctx.allreduce`` for sparcml's; so is the ``ctx`` of a memory's ``compensate_in`` and
+    # ``full_input``, or None outside a reduction):
     # ``compress_in(ctx, g, key) -> SparseVector``: used instead of :meth:`compress` by
     # :meth:`Compression.allreduce_in` when the choice depends on the rank, the key or a step;
     # ``reduce_in(ctx, g, key, *, stats, check) -> Reduced``: the whole reduction of the
@@ -645,8 +650,10 @@ class Compression:
         rank r); None: ``x`` is one flat array."""
         if shapes is not None:
             shapes = check_shapes(shapes, x.shape[0])
+        # what the hooks of the compressor and the memory receive: the public, narrow context
+        view = call_context(ctx, CallOptions.of(resolve_options(self.options)))
         if full:
-            vec = SparseVector.dense(self.memory.full_input(ctx, x, key))
+            vec = SparseVector.dense(self.memory.full_input(view, x, key))
             result = allreduce_in(ctx, vec, algorithm=DENSE_BASELINE, stats=stats, check=check,
                                   options=self.options)
             return Reduced(result, vec, vec.nnz, 0.0)
@@ -657,14 +664,14 @@ class Compression:
         failed = capture()
         g = vec = None
         with failed:
-            g = self.memory.compensate_in(ctx, x, key)
+            g = self.memory.compensate_in(view, x, key)
             if not self.compressor.checks_finite:
                 _check_finite(g)  # (top-k's selection checks as it goes: no second pass)
         reduce = getattr(self.compressor, "reduce_in", None)
         if reduce is not None:  # the compressor's own collectives: one agreement first
             raise_everywhere(ctx.comm, failed.error, waiter=ctx.waiter)
             per_tensor = {"shapes": shapes} if self.compressor.takes_shapes else {}
-            red = reduce(ctx, g, key, stats=stats, check=check, **per_tensor)
+            red = reduce(view, g, key, stats=stats, check=check, **per_tensor)
             t1 = time.perf_counter()
             self.memory.update(g, key, red.sent)
             return red._replace(compress_seconds=red.compress_seconds
@@ -674,7 +681,7 @@ class Compression:
             per_tensor = {"shapes": shapes} if self.compressor.takes_shapes else {}
             with failed:
                 vec = self.compressor.compress(g, **per_tensor) if compress_in is None else \
-                    compress_in(ctx, g, key, **per_tensor)
+                    compress_in(view, g, key, **per_tensor)
         seconds = time.perf_counter() - t0
         n = vec.dim if vec is not None else _length(x)
         k_global = self.compressor.global_k(n)

@@ -154,7 +154,7 @@ def algorithm_factors(network: str, P: int) -> dict:
     import numpy as np
 
     from .._model.costmodel import MEDIUM_N
-    from .._collectives.registry import algorithm_names
+    from .._registry import algorithm_names
     from ._runner import run
 
     net = parse_network(network)

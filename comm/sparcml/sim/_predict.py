@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._collectives.registry import get_algorithm
+from .._registry import get_algorithm
 from .._model.costmodel import overlap_from_result, union_size
 from .._options import NATIVE_MIN_RANKS, CallOptions
 from .._wire.codec import RAW, Codec, _pad8

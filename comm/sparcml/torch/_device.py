@@ -49,7 +49,7 @@ import torch
 
 from .._collectives.algorithms import DENSE_BASELINE
 from .._collectives.entry import allreduce_in
-from .._collectives.registry import AUTO
+from .._registry import AUTO
 from .._errors import UnsupportedDtypeError
 from .._vector import SparseVector
 from ..compression._objects import (Compression, NoneMemory, ResidualMemory, TopKCompressor)

@@ -1,6 +1,6 @@
 """The built-in sparse-allreduce algorithms, one module each, found and registered on import.
 
-Each module of this package builds one :class:`sparcml._collectives.registry.Algorithm` (its
+Each module of this package builds one :class:`sparcml._registry.Algorithm` (its
 name, its ``run`` function, its cost function, its options, its message tags) and registers
 it; this package imports every module in it (:mod:`pkgutil`), so a new algorithm is a new
 module here and nothing else changes (or a module of another package that registers on

@@ -11,7 +11,7 @@ import math
 from .. import arith
 from ..._model.costmodel import stream_bytes
 from ..exchange import allgather_bytes, as_sent, as_vector, encode_vector
-from ..registry import Algorithm, register
+from ..._registry import Algorithm, register
 
 
 def run(ctx, vec, *, stats, codec, out=None, sent=None):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mpi4py import MPI
 
 from .. import arith
-from ..registry import Algorithm, register
+from ..._registry import Algorithm, register
 from ..._vector import SparseVector
 
 

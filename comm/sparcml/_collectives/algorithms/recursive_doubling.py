@@ -16,7 +16,7 @@ from typing import NamedTuple
 from .. import arith
 from ..._model.costmodel import stream_bytes, union_size
 from ..exchange import exchange_vector, recv_vector, send_vector
-from ..registry import Algorithm, register
+from ..._registry import Algorithm, register
 
 # the kinds of a step of the schedule (see schedule())
 FOLD_SEND, FOLD_RECV, ROUND, UNFOLD_SEND, UNFOLD_RECV = range(5)

@@ -12,7 +12,7 @@ import numpy as np
 from ..._model.costmodel import split_phase_one
 from ..exchange import allgather_block_values, allgather_dense_blocks, reduce_block
 from ..partition import DENSE_KIND, note_received, split_bounds
-from ..registry import Algorithm, register
+from ..._registry import Algorithm, register
 from ..._vector import SparseVector
 
 

@@ -19,7 +19,7 @@ from ..._model.costmodel import index_bytes, split_phase_one, union_size
 from ..._vector import SparseVector
 from ..exchange import allgather_block_values, reduce_block
 from ..partition import SPARSE_KIND, note_received, split_bounds
-from ..registry import Algorithm, register
+from ..._registry import Algorithm, register
 from ..._lazy import lazy_module
 kernels = lazy_module("sparcml._kernels")
 

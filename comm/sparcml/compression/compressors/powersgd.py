@@ -38,7 +38,6 @@ import numpy as np
 from typing import NamedTuple
 
 from ..._collectives.algorithms import DENSE_BASELINE
-from ..._collectives.entry import allreduce_in
 from ..._errors import CompressionError
 from ..._vector import SparseVector
 from .._common import key_seed
@@ -154,8 +153,8 @@ class PowerSGDCompressor(Compressor):
     @staticmethod
     def _dense_sum(ctx, flat: np.ndarray, stats, check) -> np.ndarray:
         """The sum over ranks of ``flat`` (a new array, the allreduce's buffer), in float64."""
-        out = allreduce_in(ctx, SparseVector.dense(flat), algorithm=DENSE_BASELINE,
-                           stats=stats, check=check)
+        out = ctx.allreduce(SparseVector.dense(flat), algorithm=DENSE_BASELINE,
+                            stats=stats, check=check)
         return np.asarray(out.to_dense(), np.float64)
 
     def reduce_in(self, ctx, g: np.ndarray, key, *, stats=None, check=True,
@@ -163,8 +162,8 @@ class PowerSGDCompressor(Compressor):
         n = g.shape[0]
         pieces = self.plan(n, shapes)
         if not any(p.r for p in pieces):
-            total = allreduce_in(ctx, SparseVector.dense(g.copy()), algorithm=DENSE_BASELINE,
-                                 stats=stats, check=check)
+            total = ctx.allreduce(SparseVector.dense(g.copy()), algorithm=DENSE_BASELINE,
+                                  stats=stats, check=check)
             self._q[key] = [(p.numel, None) for p in pieces]
             return Reduced(total, SparseVector.dense(g), n, 0.0)
         saved = self._q.get(key)

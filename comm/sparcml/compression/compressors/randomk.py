@@ -21,7 +21,6 @@ from __future__ import annotations
 import numpy as np
 
 from ..._collectives.algorithms import DENSE_BASELINE
-from ..._collectives.entry import allreduce_in
 from ..._errors import CompressionError
 from ..._vector import SparseVector
 from .._common import _Steps, _check_density, key_seed
@@ -86,8 +85,8 @@ class RandomKCompressor(_EqualByRepr, _Steps, Compressor):
         n = g.shape[0]
         idx = self.indices(n, key, self._next_step(key))
         values = self._values(g, idx)  # a copy: the allreduce's buffer
-        total = allreduce_in(ctx, SparseVector.dense(values.copy()), algorithm=DENSE_BASELINE,
-                             stats=stats, check=check)
+        total = ctx.allreduce(SparseVector.dense(values.copy()), algorithm=DENSE_BASELINE,
+                              stats=stats, check=check)
         sent = SparseVector.unchecked(n, idx, values)
         return Reduced(SparseVector.unchecked(n, idx, np.asarray(total.values, g.dtype)), sent,
                        idx.size, 0.0)

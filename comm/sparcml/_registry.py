@@ -1,9 +1,13 @@
 """The algorithm registry: one record per sparse-allreduce algorithm.
 
+Below the collectives (:mod:`sparcml._collectives`) and the cost model (:mod:`sparcml._model`),
+which both read it; it imports only the errors and the tag allocator.
+
 Everything that lists, validates, documents or models the algorithms reads this registry: the
 public :data:`sparcml.ALGORITHMS`, argparse ``choices=`` and help texts of the CLIs, error
 messages, the cost model and ``auto``. Adding an algorithm is one module that builds an
-:class:`Algorithm` (its docstring states the ``run`` and ``cost`` contracts) and calls
+:class:`Algorithm` (its docstring states the ``run`` and ``cost`` contracts; ``run`` receives a
+:class:`sparcml.CallContext`, whose docstring states what a plugin may use) and calls
 :func:`register`: a module put in ``sparcml/_collectives/algorithms/`` is found and imported
 with the package (no list to edit); ``tests/toy_algorithm.py`` is one written with public names
 only. The registry allocates the message tags an algorithm declares
@@ -22,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Callable
 
-from .._errors import IncompatibleOptionsError, SparcmlError, UnknownAlgorithmError
-from .._runtime.tags import Tags, message_tags, release_tags
+from ._errors import IncompatibleOptionsError, SparcmlError, UnknownAlgorithmError
+from ._runtime.tags import Tags, message_tags, release_tags
 
 __all__ = ["Algorithm", "AUTO", "ALGORITHMS", "register", "unregister", "get_algorithm",
            "algorithm_names", "algorithm_code", "algorithm_from_code",
@@ -45,8 +49,8 @@ class Algorithm:
     ``order``: where it stands in :data:`sparcml.ALGORITHMS` (help texts, tables; ascending,
     then in registration order; the built-in ones take 10 to 50). ``tags``: the names of the
     point-to-point message tags it sends with; :func:`register` allocates their numbers
-    (:mod:`sparcml._runtime.tags`), which ``run`` reads as ``algorithm.tags.NAME`` (every
-    process gets the same numbers). ``routes_through_ops``: True only when every message
+    (:mod:`sparcml._runtime.tags`), which ``run`` reads as ``ctx.tags.NAME`` (or
+    ``algorithm.tags.NAME``; every process gets the same numbers). ``routes_through_ops``: True only when every message
     ``run`` exchanges goes through ``ctx.ops`` (its encode, decode and collectives, as the
     built-in split and butterfly algorithms do), so that a plan's error flag
     (:mod:`sparcml._collectives.plan`) travels in the messages and reaches every rank; with
@@ -56,10 +60,10 @@ class Algorithm:
 
     ``run(ctx, vec, *, stats, codec, out, sent) -> SparseVector`` is called on every rank of the
     communicator after the ranks agreed on the arguments, for P >= 2 only (P = 1 never reaches it).
-    ``ctx``: the call's context; an algorithm reads ``ctx.comm`` (sparcml's own duplicate of the
-    user's communicator: its messages never meet the user's; send with the declared ``tags``),
-    ``ctx.rank``, ``ctx.size`` and ``ctx.ops`` (the operations that carry a plan's error flag: see
-    ``routes_through_ops``). ``vec``: this rank's input, in the representation of the switch rule
+    ``ctx``: the call's :class:`~sparcml.CallContext`, whose docstring states what it holds
+    (sparcml's own duplicate communicator, rank and size, the operations that carry a plan's
+    error flag, the call's resolved options, the workspace, the tags allocated for
+    ``tags``, the waiting policy) and is all an algorithm may use. ``vec``: this rank's input, in the representation of the switch rule
     unless ``writes_out`` (then as the caller gave it). ``stats``: the
     :class:`~sparcml.TrafficStats` to count this rank's traffic in
     (:meth:`~sparcml.TrafficStats.add_message` per message sent, ``bytes_received``). ``codec``:
