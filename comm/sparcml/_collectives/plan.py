@@ -143,6 +143,7 @@ class AllreducePlan:
         self._core = PlanCore(self.dim, self.dtype, self._record, self._codec,
                               quantizer=quantizer, seed=self._seed)
         self.fast = self._core.fast
+        self._home = None  # the blocking calls' context (context_for(comm), looked up once)
 
     def __repr__(self) -> str:
         return (f"AllreducePlan(dim={self.dim}, dtype={self.dtype.name}, "
@@ -163,8 +164,10 @@ class AllreducePlan:
         :func:`sparcml.allreduce` (then nothing is allocated on the fast path). Bad input on
         any rank raises the same error on every rank (see the module docstring).
         """
-        return self.allreduce_in(context_for(self.comm), vec, out=out, stats=stats,
-                                 check=check)
+        ctx = self._home
+        if ctx is None or not ctx.comm:  # (a freed communicator: context_for says so)
+            ctx = self._home = context_for(self.comm)
+        return self.allreduce_in(ctx, vec, out=out, stats=stats, check=check)
 
     def iallreduce(self, vec, out: np.ndarray | None = None, *,
                    stats: TrafficStats | None = None, check: bool = True):
@@ -185,20 +188,21 @@ class AllreducePlan:
             v = check_plan_input(vec, self.dim, self.dtype, check=check)
             if out is not None:
                 check_out(out, v)
-            if stats is None or type(stats) is not TrafficStats:
+            if stats is not None and type(stats) is not TrafficStats:
                 stats = check_stats(stats)
             if self.quantizer is not None and ctx.size > 1:
                 check_quantizable(v)
         except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
-            error, v, out, stats = exc, self._zero, None, TrafficStats()
+            error, v, out, stats = exc, self._zero, None, None
             if sent is not None:
                 sent = None
         if ctx.size > 1:
             self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1
-        stats.calls += 1
-        stats.algorithm = self.algorithm
-        stats.hierarchical = False
+        if stats is not None:  # (None: the call is counted nowhere)
+            stats.calls += 1
+            stats.algorithm = self.algorithm
+            stats.hierarchical = False
         if not self.follow_shape:
             return self._core.run(ctx, v, out, stats, sent, error, self.calls)
         try:

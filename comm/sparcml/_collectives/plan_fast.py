@@ -24,6 +24,8 @@ the savings matter) and below 2**31 (int32 indices, the short header).
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from mpi4py import MPI
 
@@ -41,6 +43,8 @@ MAX_DENSE_BYTES = 8 << 20  # dense vectors up to 8 MiB take the fast path
 _DENSE = 1
 _VALUES8 = 4
 _OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write
+_ROLES = (("d0", "i0", "v0"), ("d1", "i1", "v1"))  # the scratch buffers' names, per role
+_WORDS = struct.Struct("=II")  # the short header's first two words (as the uint32 views)
 
 
 def _pad8(n: int) -> int:
@@ -59,7 +63,7 @@ class FastRecursiveDoubling:
     __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
                  "steps", "send", "recv", "send_w", "recv_w", "send_i",
                  "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
-                 "waiter", "copy_sends", "codec", "raw_counts")
+                 "waiter", "copy_sends", "codec", "raw_counts", "recv_spec", "native")
 
     def __init__(self, ctx, dim: int, dtype):
         self.dim = dim
@@ -89,6 +93,8 @@ class FastRecursiveDoubling:
         self.copy_sends = getattr(ctx.comm, "sparcml_ops", None) is not None  # simulated
         self.codec = None  # the running call's lossless Codec (its index coding): see run()
         self.raw_counts: dict = {}
+        self.recv_spec = [self.recv, MPI.BYTE]  # every receive's (built once)
+        self.native = isinstance(ctx.comm, MPI.Comm)  # MPI's (a simulated one has no Sendrecv)
 
     # ---- buffers -------------------------------------------------------------------------------
     def _buf(self, name: str, n: int, dtype) -> np.ndarray:
@@ -103,24 +109,23 @@ class FastRecursiveDoubling:
 
     # ---- messages ------------------------------------------------------------------------------
     def _encode(self, idx, val, n: int) -> int:
-        """Write the stream (``idx`` None: dense) into the send buffer; its size in bytes."""
+        """Write the stream (``idx`` None: dense; else ``idx`` and ``val`` hold exactly ``n``
+        items) into the send buffer; its size in bytes."""
         flags = self.vflag | (ERROR_FLAG if (self.raised or self.seen) else 0)
         send = self.send
         if idx is None:
-            self.send_w[0] = SHORT_MAGIC | (flags | _DENSE) << 16
-            self.send_w[1] = self.dim
+            _WORDS.pack_into(send, 0, SHORT_MAGIC | (flags | _DENSE) << 16, self.dim)
             self.send_v[:self.dim] = val
             end = SHORT_HEADER_SIZE + self.dim * self.s_val
         else:
-            self.send_w[0] = SHORT_MAGIC | flags << 16
-            self.send_w[1] = n
-            self.send_i[:n] = idx[:n]
+            _WORDS.pack_into(send, 0, SHORT_MAGIC | flags << 16, n)
+            self.send_i[:n] = idx
             used = n * self.s_idx
             at = _pad8(used)
             if at != used:  # the codec's zero padding: the same bytes on every run
                 send[SHORT_HEADER_SIZE + used:SHORT_HEADER_SIZE + at] = 0
             o = at // self.s_val
-            self.send_v[o:o + n] = val[:n]
+            self.send_v[o:o + n] = val
             end = SHORT_HEADER_SIZE + at + n * self.s_val
         total = _pad8(end)  # as the codec pads a message (and counts it)
         if total != end:
@@ -129,7 +134,7 @@ class FastRecursiveDoubling:
 
     def _decoded(self):
         """The received stream: ``(indices or None, values, n)``, views of the receive buffer."""
-        w0 = int(self.recv_w[0])
+        w0, n = _WORDS.unpack_from(self.recv)
         flags = (w0 >> 16) & 0xFF
         if flags & ERROR_FLAG:
             self.seen = True
@@ -140,7 +145,6 @@ class FastRecursiveDoubling:
             if part.indices is None:
                 return None, part.values, self.dim
             return part.indices, part.values, part.indices.shape[0]
-        n = int(self.recv_w[1])
         if flags & _DENSE:
             return None, self.recv_v[:self.dim], self.dim
         o = _pad8(n * self.s_idx) // self.s_val
@@ -159,7 +163,14 @@ class FastRecursiveDoubling:
         return raw
 
     def _exchange(self, stream, peer: int, tag: int, stats, send: bool, receive: bool):
-        rreq = self.comm.Irecv([self.recv, MPI.BYTE], peer, tag) if receive else None
+        """Send ``stream`` to and/or receive a stream from ``peer``; ``stats`` (None: not
+        counted). On MPI's communicators a spinning waiter lets MPI block (one ``Sendrecv`` for
+        a round); a yielding one (:class:`sparcml._runtime.progress.Waiter`) and a simulated
+        communicator wait on non-blocking requests."""
+        comm = self.comm
+        spin = self.native and not self.waiter.yield_cpu
+        rreq = comm.Irecv(self.recv_spec, peer, tag) if receive and not (spin and send) \
+            else None
         if send:
             idx, val, n = stream
             if idx is None or self.codec is None or self._raw(n):
@@ -167,18 +178,28 @@ class FastRecursiveDoubling:
                 # a simulated send is delivered without a copy: the next round would overwrite
                 buf = self.send if self.copy_sends is False else self.send[:nbytes].copy()
             else:  # coded indices: the codec's message (flagged as the others)
-                buf, _ = self.codec.encode(Part(0, self.dim, idx[:n], val[:n]))
+                buf, _ = self.codec.encode(Part(0, self.dim, idx, val))
                 if self.raised or self.seen:
                     set_error_flag(buf)
                 nbytes = buf.nbytes
-            self.waiter.wait(self.comm.Isend([buf, nbytes, MPI.BYTE], peer, tag))
-            stats.add_message(nbytes, idx is None)
+            if not spin:
+                self.waiter.wait(comm.Isend([buf, nbytes, MPI.BYTE], peer, tag))
+            elif receive:
+                comm.Sendrecv([buf, nbytes, MPI.BYTE], peer, tag, self.recv_spec, peer, tag)
+            else:
+                comm.Send([buf, nbytes, MPI.BYTE], peer, tag)
+            if stats is not None:
+                stats.add_message(nbytes, idx is None)
         if receive:
-            self.waiter.wait(rreq)
+            if rreq is not None:
+                self.waiter.wait(rreq)
+            elif not send:
+                comm.Recv(self.recv_spec, peer, tag)
             got = self._decoded()
-            idx, val, n = got
-            stats.bytes_received += _pad8(SHORT_HEADER_SIZE + (
-                n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val))
+            if stats is not None:
+                idx, val, n = got
+                stats.bytes_received += _pad8(SHORT_HEADER_SIZE + (
+                    n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val))
             return got
         return None
 
@@ -189,23 +210,24 @@ class FastRecursiveDoubling:
         a_idx, a_val, a_n = a
         b_idx, b_val, b_n = b
         dim = self.dim
+        d_name, i_name, v_name = _ROLES[role]
         if a_idx is None and b_idx is None:
-            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             np.add(a_val, b_val, out=out)
             return None, out, dim
         if a_idx is None or b_idx is None:
             (d_val, s_idx, s_val) = (a_val, b_idx, b_val) if a_idx is None else \
                 (b_val, a_idx, a_val)
-            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             np.copyto(out, d_val)
             kernels.scatter_add(out, s_idx, s_val, 0)
             return None, out, dim
         size = a_n + b_n
-        idx = self._buf(f"i{role}", size, self.idx_dtype)
-        val = self._buf(f"v{role}", size, self.dtype)
+        idx = self._buf(i_name, size, self.idx_dtype)
+        val = self._buf(v_name, size, self.dtype)
         n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
-        if self.dense_rule(n):
-            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+        if n * self.item >= dim * self.entry:  # the switch rule (dense_rule)
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             out.fill(0)
             kernels.scatter_add(out, idx[:n], val[:n], 0)
             return None, out, dim
