@@ -308,12 +308,14 @@ def _served(ctx, vec, keep: bool = True) -> PlanCore | None:
     a simulated communicator's shared operations): the general path runs the algorithm.
     ``keep=False`` (before the call's agreement): a new plan is not kept yet (see
     :func:`~sparcml._collectives.plan_core.keep_plan`)."""
-    if ctx.ops is not PLAIN or not fits(vec.dim, vec.dtype):
+    if ctx.ops is not PLAIN:
         return None
-    dim, dtype = vec.dim, vec.dtype
+    dim, dtype = vec.dim, vec.values.dtype
     key = ("allreduce", dim, dtype.str)
     plan = ctx.plans.get(key) if ctx.plans is not None else None
-    if plan is None:
+    if plan is None:  # (a kept plan's shape fits)
+        if not fits(dim, dtype):
+            return None
         plan = PlanCore(dim, dtype, _DEFAULT_RECORD)
         if keep:
             keep_plan(ctx, key, plan)

@@ -32,8 +32,8 @@ from mpi4py import MPI
 from .._vector import SparseVector, index_dtype_for
 from .._wire.codec import Part, decode
 from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
-from .algorithms.recursive_doubling import (FOLD_RECV, FOLD_SEND, ROUND, UNFOLD_SEND,
-                                            TAGS as _RD, schedule)
+from .algorithms.recursive_doubling import (FOLD_RECV, FOLD_SEND, ROUND, UNFOLD_RECV,
+                                            UNFOLD_SEND, TAGS as _RD, schedule)
 from .._lazy import lazy_module
 kernels = lazy_module("sparcml._kernels")
 
@@ -63,7 +63,7 @@ class FastRecursiveDoubling:
     __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
                  "steps", "send", "recv", "send_w", "recv_w", "send_i",
                  "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
-                 "waiter", "copy_sends", "codec", "raw_counts", "recv_spec", "native")
+                 "waiter", "copy_sends", "codec", "raw_counts", "recv_spec", "native", "walk")
 
     def __init__(self, ctx, dim: int, dtype):
         self.dim = dim
@@ -75,6 +75,11 @@ class FastRecursiveDoubling:
         self.rank, self.size = ctx.rank, ctx.size
         self.comm, self.waiter = ctx.comm, ctx.waiter
         self.steps = schedule(self.rank, self.size)  # the algorithm's
+        tags = {ROUND: _RD.round, FOLD_SEND: _RD.fold, FOLD_RECV: _RD.fold,
+                UNFOLD_SEND: _RD.unfold, UNFOLD_RECV: _RD.unfold}
+        # the steps as run() reads them: (kind, peer, message tag, scratch role, lower)
+        self.walk = tuple((st.kind, st.peer, tags[st.kind], 1 if st.role == "rd1" else 0,
+                           st.lower) for st in self.steps)
         # a message is at most the dense vector (a sparse one is below the rule: fewer bytes)
         cap = SHORT_HEADER_SIZE + _pad8(dim * self.s_val) + 16
         self.send = np.zeros(cap, np.uint8)
@@ -246,7 +251,7 @@ class FastRecursiveDoubling:
             n = kernels.dense_to_sparse_into(vec.values, 0, idx, val)
             return idx[:n], val[:n], n
         n = vec.indices.shape[0]
-        if self.dense_rule(n):  # SparseVector.to_dense: zeros, then the values assigned
+        if n * self.item >= dim * self.entry:  # (dense_rule) SparseVector.to_dense: zeros, then the values assigned
             out = self._buf("in_d", dim, self.dtype)[:dim]
             out.fill(0)
             out[vec.indices] = vec.values
@@ -264,21 +269,17 @@ class FastRecursiveDoubling:
         the rounds alternate between the buffers of two roles, as the algorithm's scratch."""
         self.raised, self.seen, self.codec = raised, False, codec
         cur = self._normalized(vec)
-        for st in self.steps:
-            kind = st.kind
+        exchange, add = self._exchange, self._add
+        for kind, peer, tag, role, lower in self.walk:
             if kind == ROUND:
-                other = self._exchange(cur, st.peer, _RD.round, stats, True, True)
-                role = 1 if st.role == "rd1" else 0
-                cur = self._add(cur, other, role) if st.lower else self._add(other, cur, role)
-            elif kind == FOLD_SEND:
-                self._exchange(cur, st.peer, _RD.fold, stats, True, False)
+                other = exchange(cur, peer, tag, stats, True, True)
+                cur = add(cur, other, role) if lower else add(other, cur, role)
+            elif kind == FOLD_SEND or kind == UNFOLD_SEND:
+                exchange(cur, peer, tag, stats, True, False)
             elif kind == FOLD_RECV:
-                got = self._exchange(None, st.peer, _RD.fold, stats, False, True)
-                cur = self._add(got, cur, 0)
-            elif kind == UNFOLD_SEND:
-                self._exchange(cur, st.peer, _RD.unfold, stats, True, False)
+                cur = add(exchange(None, peer, tag, stats, False, True), cur, role)
             else:
-                cur = self._exchange(None, st.peer, _RD.unfold, stats, False, True)
+                cur = exchange(None, peer, tag, stats, False, True)
         self.seen = self.seen or self.raised
         return cur
 

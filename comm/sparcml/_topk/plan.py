@@ -262,10 +262,9 @@ class TopKPlan:
         if idx is None:  # the sum went dense
             idx = np.flatnonzero(val)
             val = val[idx]
-        else:
+        elif not val.all():  # (a zero sum, -0.0 included: not selected)
             keep = val != 0
-            if not keep.all():
-                idx, val = idx[keep], val[keep]
+            idx, val = idx[keep], val[keep]
         idx = idx.astype(codec.index_dtype, copy=False)
         if self.k == 0:
             idx, val = idx[:0], val[:0]

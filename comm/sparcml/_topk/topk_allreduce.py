@@ -317,13 +317,10 @@ def _result(dim, idx, val, value_dtype, high=NOTHING, want=None) -> SparseVector
     keys: the lower index first)."""
     bits_dtype, absmask, _, key_bits = KEYS[value_dtype]
     bits = val.view(bits_dtype)
-    if want is not None:
-        kth, ties, above = select_kernels.kth_largest_below(bits, absmask, np.uint64(high),
-                                                            want, key_bits)
-        if want < idx.size - above:
-            idx, val = select_kernels.take_top(idx, val, bits, absmask, np.uint64(high), kth,
-                                               ties, above + want)
-            return SparseVector.unchecked(dim, idx, val)
+    if want is not None:  # (want >= 1 keys below high: kth_largest_below's contract)
+        idx, val = select_kernels.select_top(idx, val, bits, absmask, np.uint64(high), want,
+                                             key_bits)
+        return SparseVector.unchecked(dim, idx, val)
     return SparseVector.unchecked(dim, idx.copy(), val.copy())
 
 
