@@ -179,11 +179,10 @@ class AllreducePlan:
         return submit(self.comm, f"plan.iallreduce({self.algorithm})", _submitted, self, vec,
                       out, stats, check)
 
-    def allreduce_in(self, ctx, vec, *, out=None, stats=None, check=True,
-                     sent: list | None = None) -> SparseVector:
-        """:meth:`allreduce` on a context (the blocking path's or a communication thread's);
-        ``sent``: as in :func:`sparcml._collectives.entry.allreduce_in`."""
-        error = None
+    def _checked(self, ctx, vec, out, stats, check, sent):
+        """``(vec, out, stats, sent, None)`` checked on this rank, or, for any error there,
+        ``(a zero stand-in, None, None, None, the error)``: the rank then takes part in the
+        schedule and the error is raised on every rank."""
         try:
             v = check_plan_input(vec, self.dim, self.dtype, check=check)
             if out is not None:
@@ -193,9 +192,19 @@ class AllreducePlan:
             if self.quantizer is not None and ctx.size > 1:
                 check_quantizable(v)
         except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
-            error, v, out, stats = exc, self._zero, None, None
-            if sent is not None:
-                sent = None
+            return self._zero, None, None, None, exc
+        return v, out, stats, sent, None
+
+    def allreduce_in(self, ctx, vec, *, out=None, stats=None, check=True,
+                     sent: list | None = None) -> SparseVector:
+        """:meth:`allreduce` on a context (the blocking path's or a communication thread's);
+        ``sent``: as in :func:`sparcml._collectives.entry.allreduce_in`."""
+        error = None
+        if type(vec) is SparseVector and vec.dim == self.dim and vec.values.dtype is self.dtype \
+                and out is None and stats is None and self.quantizer is None:
+            v = vec  # the steady case: what the checks below would find valid
+        else:
+            v, out, stats, sent, error = self._checked(ctx, vec, out, stats, check, sent)
         if ctx.size > 1:
             self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1

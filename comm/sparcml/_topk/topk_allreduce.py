@@ -142,10 +142,13 @@ def _run(ctx, vec, k, stats, opts, top, items) -> TopKReduced:
 def _max_key(vec: SparseVector) -> int:
     """The largest magnitude key of ``vec``'s values; raises :class:`CompressionError` (naming
     the first one) when any value is NaN or Inf."""
-    if vec.dtype not in KEYS:
+    values = vec.values
+    keys = KEYS.get(values.dtype)
+    if keys is None:
         _check_finite(vec)  # coerce_vector admits float32 / float64 only
-    bits_dtype, absmask, inf_key, _ = KEYS[vec.dtype]
-    top = select_kernels.max_key(np.ascontiguousarray(vec.values).view(bits_dtype), absmask)
+        keys = KEYS[values.dtype]
+    bits_dtype, absmask, inf_key, _ = keys
+    top = select_kernels.max_key(np.ascontiguousarray(values).view(bits_dtype), absmask)
     if top >= inf_key:
         _check_finite(vec)
     return int(top)
