@@ -78,6 +78,14 @@ def test_kth_largest_below_and_take_top_against_numpy():
         expect = expect.astype(np.int64)
         assert out_idx.tolist() == idx[expect].tolist()
         assert out_val.view(np.uint32).tolist() == bits[expect].tolist()
+        # the two in one call: the same entries, or all of them when no more are wanted
+        one_idx, one_val = select_kernels.select_top(idx, val, bits, F32[1], high, want, 31)
+        assert one_idx.tolist() == out_idx.tolist()
+        assert one_val.view(np.uint32).tolist() == out_val.view(np.uint32).tolist()
+        every = below.size  # want = all the keys below high: a copy of the whole input
+        all_idx, all_val = select_kernels.select_top(idx, val, bits, F32[1], high, every, 31)
+        assert all_idx.tolist() == idx.tolist() and all_idx is not idx
+        assert all_val.view(np.uint32).tolist() == bits.tolist()
 
 
 def test_select_at_threshold_takes_the_ties_of_lowest_position():

@@ -156,33 +156,37 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
     if entry is None or entry[0] is not opts:  # (an id reused by another Options: rebuilt)
         if len(agreements) >= _AGREEMENTS_KEPT:
             agreements.pop(next(iter(agreements)))
-        entry = agreements[key] = [opts, *_lean_agreement(vec, opts, wait_code), None, None]
-    _, template, head, vals, names, maxima, resolved, codec = entry
-    both = template.copy()
-    both[_NNZ_SLOT] = vec.nnz
-    waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
-    if both[:_NNZ_SLOT].tobytes() != head:  # some rank differs or failed
-        agreed_maxima(ctx.comm, both, vals, names, maxima, None,
+        entry = agreements[key] = [opts, *_lean_agreement(vec, opts, wait_code), None, None,
+                                   ("allreduce", vec.dim, vec.dtype.str)]
+    _, send, received, head, vals, names, maxima, resolved, codec, key = entry
+    send[_NNZ_SLOT] = vec.nnz
+    if waiter.yield_cpu:
+        waiter.wait(ctx.comm.Iallreduce(send, received, MPI.MAX))
+    else:
+        ctx.comm.Allreduce(send, received, MPI.MAX)
+    if received[:_NNZ_SLOT].tobytes() != head:  # some rank differs or failed
+        agreed_maxima(ctx.comm, received.copy(), vals, names, maxima, None,
                       lambda: {**_describe(), **option_labels()})
-    waiter.use(opts.wait)
-    key = ("allreduce", vec.dim, vec.dtype.str)
-    if ctx.plans is None or ctx.plans.get(key) is not plan:  # a new plan, agreed: kept
+    waiter.yield_cpu = bool(wait_code)  # waiter.use(opts.wait): the policy just agreed
+    plans = ctx.plans
+    if plans is None or plans.get(key) is not plan:  # a new plan, agreed: kept
         keep_plan(ctx, key, plan)
-    stats = TrafficStats() if stats is None else stats
-    stats.calls += 1
-    stats.algorithm = DEFAULT_ALGORITHM
-    stats.hierarchical = False
+    if stats is not None:  # (None: the call is counted nowhere)
+        stats.calls += 1
+        stats.algorithm = DEFAULT_ALGORITHM
+        stats.hierarchical = False
     now = call_options(ctx, opts)  # (collective where it measures: at the same point as ever)
     if now is not resolved:  # the first call, or the options resolved anew (a new model)
-        entry[6] = now
-        codec = entry[7] = Codec(vec.index_dtype, vec.dtype, options=now)
+        entry[7] = now
+        codec = entry[8] = Codec(vec.index_dtype, vec.dtype, options=now)
     return plan.serve(ctx, vec, stats, codec)
 
 
 def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
-    """``(array, its bytes before the maxima, packed fields, names, maxima)`` of
-    :func:`agreement_array` for what
-    :func:`allreduce_in` agrees on in a lean call (the same fields, in the same order)."""
+    """``(send array, receive array, the array's bytes before the maxima, packed fields,
+    names, maxima)`` of :func:`agreement_array` for what :func:`allreduce_in` agrees on in a
+    lean call (the same fields, in the same order); a call writes its nnz into the send
+    array and reduces it into the receive array."""
     fields = {"dim": vec.dim, "value dtype": vec.dtype.itemsize,
               "algorithm": algorithm_code(DEFAULT_ALGORITHM), "quantizer": 0,
               "quantize_sparse": 0,
@@ -193,8 +197,7 @@ def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
     maxima = {"nnz": 0, "seed": 0, "auto trial ns": 0}
     both, vals, error = agreement_array(fields, maxima)
     assert error is None
-    both.setflags(write=False)
-    return both, both[:_NNZ_SLOT].tobytes(), vals, tuple(fields), maxima
+    return both, np.empty_like(both), both[:_NNZ_SLOT].tobytes(), vals, tuple(fields), maxima
 
 
 def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
@@ -310,12 +313,14 @@ def _served(ctx, vec, keep: bool = True) -> PlanCore | None:
     a simulated communicator's shared operations): the general path runs the algorithm.
     ``keep=False`` (before the call's agreement): a new plan is not kept yet (see
     :func:`~sparcml._collectives.plan_core.keep_plan`)."""
-    if ctx.ops is not PLAIN or not fits(vec.dim, vec.dtype):
+    if ctx.ops is not PLAIN:
         return None
-    dim, dtype = vec.dim, vec.dtype
+    dim, dtype = vec.dim, vec.values.dtype
     key = ("allreduce", dim, dtype.str)
     plan = ctx.plans.get(key) if ctx.plans is not None else None
-    if plan is None:
+    if plan is None:  # (a kept plan's shape fits)
+        if not fits(dim, dtype):
+            return None
         plan = PlanCore(dim, dtype, _DEFAULT_RECORD)
         if keep:
             keep_plan(ctx, key, plan)

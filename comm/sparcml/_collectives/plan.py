@@ -144,6 +144,7 @@ class AllreducePlan:
         self._core = PlanCore(self.dim, self.dtype, self._record, self._codec,
                               quantizer=quantizer, seed=self._seed)
         self.fast = self._core.fast
+        self._home = None  # the blocking calls' context (context_for(comm), looked up once)
 
     def __repr__(self) -> str:
         return (f"AllreducePlan(dim={self.dim}, dtype={self.dtype.name}, "
@@ -164,8 +165,10 @@ class AllreducePlan:
         :func:`sparcml.allreduce` (then nothing is allocated on the fast path). Bad input on
         any rank raises the same error on every rank (see the module docstring).
         """
-        return self.allreduce_in(context_for(self.comm), vec, out=out, stats=stats,
-                                 check=check)
+        ctx = self._home
+        if ctx is None or not ctx.comm:  # (a freed communicator: context_for says so)
+            ctx = self._home = context_for(self.comm)
+        return self.allreduce_in(ctx, vec, out=out, stats=stats, check=check)
 
     def iallreduce(self, vec, out: np.ndarray | None = None, *,
                    stats: TrafficStats | None = None, check: bool = True):
@@ -177,29 +180,39 @@ class AllreducePlan:
         return submit(self.comm, f"plan.iallreduce({self.algorithm})", _submitted, self, vec,
                       out, stats, check)
 
+    def _checked(self, ctx, vec, out, stats, check, sent):
+        """``(vec, out, stats, sent, None)`` checked on this rank, or, for any error there,
+        ``(a zero stand-in, None, None, None, the error)``: the rank then takes part in the
+        schedule and the error is raised on every rank."""
+        try:
+            v = check_plan_input(vec, self.dim, self.dtype, check=check)
+            if out is not None:
+                check_out(out, v)
+            if stats is not None and type(stats) is not TrafficStats:
+                stats = check_stats(stats)
+            if self.quantizer is not None and ctx.size > 1:
+                check_quantizable(v)
+        except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
+            return self._zero, None, None, None, exc
+        return v, out, stats, sent, None
+
     def allreduce_in(self, ctx, vec, *, out=None, stats=None, check=True,
                      sent: list | None = None) -> SparseVector:
         """:meth:`allreduce` on a context (the blocking path's or a communication thread's);
         ``sent``: as in :func:`sparcml._collectives.entry.allreduce_in`."""
         error = None
-        try:
-            v = check_plan_input(vec, self.dim, self.dtype, check=check)
-            if out is not None:
-                check_out(out, v)
-            if stats is None or type(stats) is not TrafficStats:
-                stats = check_stats(stats)
-            if self.quantizer is not None and ctx.size > 1:
-                check_quantizable(v)
-        except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
-            error, v, out, stats = exc, self._zero, None, TrafficStats()
-            if sent is not None:
-                sent = None
+        if type(vec) is SparseVector and vec.dim == self.dim and vec.values.dtype is self.dtype \
+                and out is None and stats is None and self.quantizer is None:
+            v = vec  # the steady case: what the checks below would find valid
+        else:
+            v, out, stats, sent, error = self._checked(ctx, vec, out, stats, check, sent)
         if ctx.size > 1:
             self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1
-        stats.calls += 1
-        stats.algorithm = self.algorithm
-        stats.hierarchical = False
+        if stats is not None:  # (None: the call is counted nowhere)
+            stats.calls += 1
+            stats.algorithm = self.algorithm
+            stats.hierarchical = False
         if not self.follow_shape:
             return self._core.run(ctx, v, out, stats, sent, error, self.calls)
         try:

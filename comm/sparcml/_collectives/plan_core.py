@@ -99,7 +99,7 @@ def check_plan_input(vec, dim: int, dtype: np.dtype, *, check: bool = True) -> S
         v = SparseVector.from_dense(vec)
     else:
         v = coerce_vector(vec, check=check)
-    if v.dim != dim or v.values.dtype != dtype:
+    if v.dim != dim or (v.values.dtype is not dtype and v.values.dtype != dtype):
         raise PlanInputError(
             f"the plan was made for dim {dim} and {dtype} values, got dim {v.dim} and "
             f"{v.values.dtype} values; make a plan for this shape (sparcml.plan)",
@@ -174,11 +174,15 @@ class PlanCore:
             st = self._states[id(ctx)] = _OnContext(ctx, self.fast, self.dim, self.dtype)
         return st
 
-    def serve(self, ctx, vec: SparseVector, stats: TrafficStats, codec, out=None):
+    def serve(self, ctx, vec: SparseVector, stats: TrafficStats | None, codec, out=None):
         """A plain call of recursive doubling after its agreement (every rank's ``vec``
         valid, P > 1, real ranks, :attr:`fast`), with the call's lossless ``codec``: the sum,
-        bitwise the algorithm's (dense on ``out`` when given). Collective."""
-        fast = self.state(ctx).fast
+        bitwise the algorithm's (dense on ``out`` when given; ``stats`` None: not counted).
+        Collective."""
+        st = self._states.get(id(ctx))
+        if st is None or st.ctx.comm is not ctx.comm:
+            st = self.state(ctx)
+        fast = st.fast
         try:
             cur = fast.run(vec, stats, False, codec)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop, without its frame
@@ -186,28 +190,34 @@ class PlanCore:
             raise
         return fast.result(cur, out)
 
-    def run(self, ctx, v: SparseVector, out, stats: TrafficStats, sent, error, call: int):
+    def run(self, ctx, v: SparseVector, out, stats: TrafficStats | None, sent, error,
+            call: int):
         """A persistent plan's call number ``call`` after its identity check: ``v`` (this
         rank's input, or a zero stand-in when ``error`` holds this rank's validation error),
-        ``out``, ``stats``, ``sent`` as in :func:`sparcml._collectives.entry.allreduce_in`.
+        ``out``, ``stats`` (None: not counted), ``sent`` as in
+        :func:`sparcml._collectives.entry.allreduce_in`.
         Collective; any rank's error is raised on every rank (:func:`agreed_error`)."""
         if ctx.size == 1:
             if error is not None:
                 agreed_error(ctx, error)
             return _single(v, self.codec, out, sent, self.record.writes_out)
-        st = self.state(ctx)
-        if st.fast is not None:
+        st = self._states.get(id(ctx))
+        if st is None or st.ctx.comm is not ctx.comm:
+            st = self.state(ctx)
+        fast = st.fast
+        if fast is not None:
             try:
-                cur = st.fast.run(v, stats, error is not None, self.codec)
+                cur = fast.run(v, stats, error is not None, self.codec)
             except BaseException as exc:  # noqa: BLE001 - as fail_stop, without its frame
                 abort_job(ctx.comm, "plan." + self._what, exc)
                 raise
-            if st.fast.seen:
+            if fast.seen:
                 agreed_error(st.ctx, error)
             if sent is not None:
                 sent.append(arith.as_part(v))
-            return st.fast.result(cur, out)
-        return self._registry_run(st, v, out, stats, sent, error, call)
+            return fast.result(cur, out)
+        return self._registry_run(st, v, out, TrafficStats() if stats is None else stats, sent,
+                                  error, call)
 
     def _registry_run(self, st: _OnContext, vec, out, stats, sent, error, call: int):
         """The registry's algorithm on the core's context (flags through :class:`FlagOps`)."""

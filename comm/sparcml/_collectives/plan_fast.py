@@ -24,14 +24,16 @@ the savings matter) and below 2**31 (int32 indices, the short header).
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 from mpi4py import MPI
 
 from .._vector import SparseVector, index_dtype_for
 from .._wire.codec import Part, decode
 from .._wire.header import ERROR_FLAG, RAW, SHORT_HEADER_SIZE, SHORT_MAGIC, set_error_flag
-from .algorithms.recursive_doubling import (FOLD_RECV, FOLD_SEND, ROUND, UNFOLD_SEND,
-                                            TAGS as _RD, schedule)
+from .algorithms.recursive_doubling import (FOLD_RECV, FOLD_SEND, ROUND, UNFOLD_RECV,
+                                            UNFOLD_SEND, TAGS as _RD, schedule)
 from .._lazy import lazy_module
 kernels = lazy_module("sparcml._kernels")
 
@@ -41,6 +43,8 @@ MAX_DENSE_BYTES = 8 << 20  # dense vectors up to 8 MiB take the fast path
 _DENSE = 1
 _VALUES8 = 4
 _OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write
+_ROLES = (("d0", "i0", "v0"), ("d1", "i1", "v1"))  # the scratch buffers' names, per role
+_WORDS = struct.Struct("=II")  # the short header's first two words (as the uint32 views)
 
 
 def _pad8(n: int) -> int:
@@ -59,7 +63,7 @@ class FastRecursiveDoubling:
     __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
                  "steps", "send", "recv", "send_w", "recv_w", "send_i",
                  "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
-                 "waiter", "copy_sends", "codec", "raw_counts")
+                 "waiter", "copy_sends", "codec", "raw_counts", "recv_spec", "native", "walk")
 
     def __init__(self, ctx, dim: int, dtype):
         self.dim = dim
@@ -71,6 +75,11 @@ class FastRecursiveDoubling:
         self.rank, self.size = ctx.rank, ctx.size
         self.comm, self.waiter = ctx.comm, ctx.waiter
         self.steps = schedule(self.rank, self.size)  # the algorithm's
+        tags = {ROUND: _RD.round, FOLD_SEND: _RD.fold, FOLD_RECV: _RD.fold,
+                UNFOLD_SEND: _RD.unfold, UNFOLD_RECV: _RD.unfold}
+        # the steps as run() reads them: (kind, peer, message tag, scratch role, lower)
+        self.walk = tuple((st.kind, st.peer, tags[st.kind], 1 if st.role == "rd1" else 0,
+                           st.lower) for st in self.steps)
         # a message is at most the dense vector (a sparse one is below the rule: fewer bytes)
         cap = SHORT_HEADER_SIZE + _pad8(dim * self.s_val) + 16
         self.send = np.zeros(cap, np.uint8)
@@ -89,6 +98,8 @@ class FastRecursiveDoubling:
         self.copy_sends = getattr(ctx.comm, "sparcml_ops", None) is not None  # simulated
         self.codec = None  # the running call's lossless Codec (its index coding): see run()
         self.raw_counts: dict = {}
+        self.recv_spec = [self.recv, MPI.BYTE]  # every receive's (built once)
+        self.native = isinstance(ctx.comm, MPI.Comm)  # MPI's (a simulated one has no Sendrecv)
 
     # ---- buffers -------------------------------------------------------------------------------
     def _buf(self, name: str, n: int, dtype) -> np.ndarray:
@@ -103,24 +114,23 @@ class FastRecursiveDoubling:
 
     # ---- messages ------------------------------------------------------------------------------
     def _encode(self, idx, val, n: int) -> int:
-        """Write the stream (``idx`` None: dense) into the send buffer; its size in bytes."""
+        """Write the stream (``idx`` None: dense; else ``idx`` and ``val`` hold exactly ``n``
+        items) into the send buffer; its size in bytes."""
         flags = self.vflag | (ERROR_FLAG if (self.raised or self.seen) else 0)
         send = self.send
         if idx is None:
-            self.send_w[0] = SHORT_MAGIC | (flags | _DENSE) << 16
-            self.send_w[1] = self.dim
+            _WORDS.pack_into(send, 0, SHORT_MAGIC | (flags | _DENSE) << 16, self.dim)
             self.send_v[:self.dim] = val
             end = SHORT_HEADER_SIZE + self.dim * self.s_val
         else:
-            self.send_w[0] = SHORT_MAGIC | flags << 16
-            self.send_w[1] = n
-            self.send_i[:n] = idx[:n]
+            _WORDS.pack_into(send, 0, SHORT_MAGIC | flags << 16, n)
+            self.send_i[:n] = idx
             used = n * self.s_idx
             at = _pad8(used)
             if at != used:  # the codec's zero padding: the same bytes on every run
                 send[SHORT_HEADER_SIZE + used:SHORT_HEADER_SIZE + at] = 0
             o = at // self.s_val
-            self.send_v[o:o + n] = val[:n]
+            self.send_v[o:o + n] = val
             end = SHORT_HEADER_SIZE + at + n * self.s_val
         total = _pad8(end)  # as the codec pads a message (and counts it)
         if total != end:
@@ -129,7 +139,7 @@ class FastRecursiveDoubling:
 
     def _decoded(self):
         """The received stream: ``(indices or None, values, n)``, views of the receive buffer."""
-        w0 = int(self.recv_w[0])
+        w0, n = _WORDS.unpack_from(self.recv)
         flags = (w0 >> 16) & 0xFF
         if flags & ERROR_FLAG:
             self.seen = True
@@ -140,7 +150,6 @@ class FastRecursiveDoubling:
             if part.indices is None:
                 return None, part.values, self.dim
             return part.indices, part.values, part.indices.shape[0]
-        n = int(self.recv_w[1])
         if flags & _DENSE:
             return None, self.recv_v[:self.dim], self.dim
         o = _pad8(n * self.s_idx) // self.s_val
@@ -159,7 +168,14 @@ class FastRecursiveDoubling:
         return raw
 
     def _exchange(self, stream, peer: int, tag: int, stats, send: bool, receive: bool):
-        rreq = self.comm.Irecv([self.recv, MPI.BYTE], peer, tag) if receive else None
+        """Send ``stream`` to and/or receive a stream from ``peer``; ``stats`` (None: not
+        counted). On MPI's communicators a spinning waiter lets MPI block (one ``Sendrecv`` for
+        a round); a yielding one (:class:`sparcml._runtime.progress.Waiter`) and a simulated
+        communicator wait on non-blocking requests."""
+        comm = self.comm
+        spin = self.native and not self.waiter.yield_cpu
+        rreq = comm.Irecv(self.recv_spec, peer, tag) if receive and not (spin and send) \
+            else None
         if send:
             idx, val, n = stream
             if idx is None or self.codec is None or self._raw(n):
@@ -167,18 +183,28 @@ class FastRecursiveDoubling:
                 # a simulated send is delivered without a copy: the next round would overwrite
                 buf = self.send if self.copy_sends is False else self.send[:nbytes].copy()
             else:  # coded indices: the codec's message (flagged as the others)
-                buf, _ = self.codec.encode(Part(0, self.dim, idx[:n], val[:n]))
+                buf, _ = self.codec.encode(Part(0, self.dim, idx, val))
                 if self.raised or self.seen:
                     set_error_flag(buf)
                 nbytes = buf.nbytes
-            self.waiter.wait(self.comm.Isend([buf, nbytes, MPI.BYTE], peer, tag))
-            stats.add_message(nbytes, idx is None)
+            if not spin:
+                self.waiter.wait(comm.Isend([buf, nbytes, MPI.BYTE], peer, tag))
+            elif receive:
+                comm.Sendrecv([buf, nbytes, MPI.BYTE], peer, tag, self.recv_spec, peer, tag)
+            else:
+                comm.Send([buf, nbytes, MPI.BYTE], peer, tag)
+            if stats is not None:
+                stats.add_message(nbytes, idx is None)
         if receive:
-            self.waiter.wait(rreq)
+            if rreq is not None:
+                self.waiter.wait(rreq)
+            elif not send:
+                comm.Recv(self.recv_spec, peer, tag)
             got = self._decoded()
-            idx, val, n = got
-            stats.bytes_received += _pad8(SHORT_HEADER_SIZE + (
-                n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val))
+            if stats is not None:
+                idx, val, n = got
+                stats.bytes_received += _pad8(SHORT_HEADER_SIZE + (
+                    n * self.s_val if idx is None else _pad8(n * self.s_idx) + n * self.s_val))
             return got
         return None
 
@@ -189,23 +215,24 @@ class FastRecursiveDoubling:
         a_idx, a_val, a_n = a
         b_idx, b_val, b_n = b
         dim = self.dim
+        d_name, i_name, v_name = _ROLES[role]
         if a_idx is None and b_idx is None:
-            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             np.add(a_val, b_val, out=out)
             return None, out, dim
         if a_idx is None or b_idx is None:
             (d_val, s_idx, s_val) = (a_val, b_idx, b_val) if a_idx is None else \
                 (b_val, a_idx, a_val)
-            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             np.copyto(out, d_val)
             kernels.scatter_add(out, s_idx, s_val, 0)
             return None, out, dim
         size = a_n + b_n
-        idx = self._buf(f"i{role}", size, self.idx_dtype)
-        val = self._buf(f"v{role}", size, self.dtype)
+        idx = self._buf(i_name, size, self.idx_dtype)
+        val = self._buf(v_name, size, self.dtype)
         n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
-        if self.dense_rule(n):
-            out = self._buf(f"d{role}", dim, self.dtype)[:dim]
+        if n * self.item >= dim * self.entry:  # the switch rule (dense_rule)
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             out.fill(0)
             kernels.scatter_add(out, idx[:n], val[:n], 0)
             return None, out, dim
@@ -224,7 +251,7 @@ class FastRecursiveDoubling:
             n = kernels.dense_to_sparse_into(vec.values, 0, idx, val)
             return idx[:n], val[:n], n
         n = vec.indices.shape[0]
-        if self.dense_rule(n):  # SparseVector.to_dense: zeros, then the values assigned
+        if n * self.item >= dim * self.entry:  # (dense_rule) SparseVector.to_dense: zeros, then the values assigned
             out = self._buf("in_d", dim, self.dtype)[:dim]
             out.fill(0)
             out[vec.indices] = vec.values
@@ -242,21 +269,17 @@ class FastRecursiveDoubling:
         the rounds alternate between the buffers of two roles, as the algorithm's scratch."""
         self.raised, self.seen, self.codec = raised, False, codec
         cur = self._normalized(vec)
-        for st in self.steps:
-            kind = st.kind
+        exchange, add = self._exchange, self._add
+        for kind, peer, tag, role, lower in self.walk:
             if kind == ROUND:
-                other = self._exchange(cur, st.peer, _RD.round, stats, True, True)
-                role = 1 if st.role == "rd1" else 0
-                cur = self._add(cur, other, role) if st.lower else self._add(other, cur, role)
-            elif kind == FOLD_SEND:
-                self._exchange(cur, st.peer, _RD.fold, stats, True, False)
+                other = exchange(cur, peer, tag, stats, True, True)
+                cur = add(cur, other, role) if lower else add(other, cur, role)
+            elif kind == FOLD_SEND or kind == UNFOLD_SEND:
+                exchange(cur, peer, tag, stats, True, False)
             elif kind == FOLD_RECV:
-                got = self._exchange(None, st.peer, _RD.fold, stats, False, True)
-                cur = self._add(got, cur, 0)
-            elif kind == UNFOLD_SEND:
-                self._exchange(cur, st.peer, _RD.unfold, stats, True, False)
+                cur = add(exchange(None, peer, tag, stats, False, True), cur, role)
             else:
-                cur = self._exchange(None, st.peer, _RD.unfold, stats, False, True)
+                cur = exchange(None, peer, tag, stats, False, True)
         self.seen = self.seen or self.raised
         return cur
 

@@ -18,6 +18,7 @@ ranks' next sparcml call on the communicator, as a crossing.
 
 from __future__ import annotations
 
+import numpy as np
 from mpi4py import MPI
 
 from .._errors import RankMismatchError
@@ -43,20 +44,31 @@ def note_plan_id(number: int) -> None:
 class PlanIdentity:
     """The per-call crossing check of a plan (see the module docstring): ``check(ctx)``
     reduces the agreement array of the plan's identity and raises the same
-    :class:`~sparcml.RankMismatchError` on every rank when some rank is in another call."""
+    :class:`~sparcml.RankMismatchError` on every rank when some rank is in another call.
+    The array is sent from a read-only template into a receive buffer kept per context (a
+    plan may run on the blocking path's context and a communication thread's at once), so a
+    call allocates nothing but the received bytes' compare."""
 
-    __slots__ = ("names", "template", "head", "vals")
+    __slots__ = ("names", "template", "head", "vals", "_received")
 
     def __init__(self, label: str):
         self.names = (label,)
         both, self.vals, _ = agreement_array({label: 0}, {})
         both.setflags(write=False)
         self.template, self.head = both, both.tobytes()
+        self._received: dict = {}  # id(context) -> the receive buffer of its calls
 
     def check(self, ctx) -> None:
-        both = self.template.copy()
-        ctx.waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
-        if both.tobytes() != self.head:  # another call (or its failure) somewhere
-            agreed_maxima(ctx.comm, both, self.vals, self.names, {}, None, None)
+        got = self._received.get(id(ctx))
+        if got is None:
+            got = self._received[id(ctx)] = np.empty_like(self.template)
+        comm = ctx.comm
+        if ctx.waiter.yield_cpu:
+            ctx.waiter.wait(comm.Iallreduce(self.template, got, MPI.MAX))
+        else:
+            comm.Allreduce(self.template, got, MPI.MAX)
+        if got.tobytes() != self.head:  # another call (or its failure) somewhere
+            both = got.copy()
+            agreed_maxima(comm, both, self.vals, self.names, {}, None, None)
             raise RankMismatchError(f"ranks reached different sparcml calls at the same "
                                     f"point ({self.names[0]} here)")  # pragma: no cover

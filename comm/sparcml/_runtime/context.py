@@ -176,13 +176,25 @@ def new_context(comm: MPI.Comm, waiter: Waiter | None = None) -> CommContext:
                        ops=_plain_operations[0] if ops is None else ops)
 
 
+_last = (None, None)  # (an MPI communicator, its context): the latest lookup's
+
+
 def context_for(comm: MPI.Comm) -> CommContext:
-    """The context of ``comm`` (collective on first use: every rank of ``comm`` must call)."""
-    global _keyval
+    """The context of ``comm`` (collective on first use: every rank of ``comm`` must call).
+
+    The latest MPI communicator's context is kept aside (a loop of calls on one communicator
+    skips the attribute lookup) while its duplicate is not freed (freeing the user's
+    communicator frees it: the lookup then fails as MPI says)."""
+    global _keyval, _last
+    last = _last
+    if last[0] is comm and last[1].comm:
+        return last[1]
     if _keyval is None:
         _keyval = MPI.Comm.Create_keyval(delete_fn=_delete)
     ctx = comm.Get_attr(_keyval)
     if ctx is None:
         ctx = new_context(comm)
         comm.Set_attr(_keyval, ctx)
+    if isinstance(comm, MPI.Comm):  # (a simulated one's attributes go with its Free)
+        _last = (comm, ctx)
     return ctx

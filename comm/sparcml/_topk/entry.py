@@ -120,28 +120,29 @@ def _lean_call(ctx, vec: SparseVector, k: int, stats, options):
         maxima = {"max key": 0, "max items": 0}
         both, vals, error = agreement_array(fields, maxima)
         assert error is None
-        both.setflags(write=False)
-        entry = agreements[wait_code] = [both, both[:_TOP_SLOT].tobytes(), vals, tuple(fields),
-                                         maxima, None, None]
-    template, head, vals, names, maxima, resolved, codec = entry
-    both = template.copy()
-    both[_TOP_SLOT] = top
-    both[_TOP_SLOT + 1] = dim if vec.is_dense else vec.nnz
-    waiter.collective(ctx.comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
-    if both[:_TOP_SLOT].tobytes() != head:  # some rank differs or failed
-        agreed_maxima(ctx.comm, both, vals, names, maxima, None,
+        entry = agreements[wait_code] = [both, np.empty_like(both), both[:_TOP_SLOT].tobytes(),
+                                         vals, tuple(fields), maxima, None, None]
+    send, received, head, vals, names, maxima, resolved, codec = entry
+    send[_TOP_SLOT] = top
+    send[_TOP_SLOT + 1] = dim if vec.indices is None else vec.indices.shape[0]
+    if waiter.yield_cpu:
+        waiter.wait(ctx.comm.Iallreduce(send, received, MPI.MAX))
+    else:
+        ctx.comm.Allreduce(send, received, MPI.MAX)
+    if received[:_TOP_SLOT].tobytes() != head:  # some rank differs or failed
+        agreed_maxima(ctx.comm, received.copy(), vals, names, maxima, None,
                       lambda: {**_DESCRIBE, **option_labels()})
-    waiter.use(opts.wait)
-    stats = TrafficStats() if stats is None else stats
-    top = int(both[_TOP_SLOT])
+    waiter.yield_cpu = bool(wait_code)  # waiter.use(opts.wait): the policy just agreed
+    top = int(received[_TOP_SLOT])
     if top == 0:  # every input is zero: the general path's answer, with no message
-        return _run(ctx, vec, k, stats, opts, top, int(both[_TOP_SLOT + 1]))
+        return _run(ctx, vec, k, TrafficStats() if stats is None else stats, opts, top,
+                    int(received[_TOP_SLOT + 1]))
     if fresh:
         keep_plan(ctx, key, plan)
     now = call_options(ctx, opts)  # (collective where it measures: at the same point as ever)
     if now is not resolved:  # the first call, or the options resolved anew (a new model)
-        entry[5] = now
-        codec = entry[6] = Codec(vec.index_dtype, dtype, options=now)
+        entry[6] = now
+        codec = entry[7] = Codec(vec.index_dtype, dtype, options=now)
     return plan.serve(ctx, vec, stats, codec)
 
 

@@ -168,22 +168,24 @@ class TopKPlan:
         error, top = None, 0
         try:
             v = check_plan_input(vec, self.dim, self.dtype, check=check)
-            if stats is None or type(stats) is not TrafficStats:
+            if stats is not None and type(stats) is not TrafficStats:
                 stats = check_stats(stats)
             top = _max_key(v)
         except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
-            error, v, stats, top = exc, self._zero, TrafficStats(), 0
+            error, v, stats, top = exc, self._zero, None, 0
         if ctx.size > 1:
             self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
         self.calls += 1
         opts = self.options
+        fast = self._fast_on(own) if ctx.size > 1 else None
+        if fast is not None:
+            return self._two_ranks(own, fast, v, stats, error, self._codec)
+        if stats is None:
+            stats = TrafficStats()
         if ctx.size == 1:
             if error is not None:
                 agreed_error(ctx, error)
             return _run(own, v, self.k, stats, opts, top, v.nnz)
-        fast = self._fast_on(own)
-        if fast is not None:
-            return self._two_ranks(own, fast, v, stats, error, self._codec)
         stats.calls += 1
         stats.algorithm = NAME
         memory_of(own).steps = 0
@@ -231,11 +233,12 @@ class TopKPlan:
 
     def _fast_on(self, ctx) -> FastRecursiveDoubling | None:
         """At P = 2 on real ranks, for dims of the fast path: the plan's own buffers."""
+        fast = self._fast.get(id(ctx))
+        if fast is not None and fast.comm is ctx.comm:  # (made only where a plan serves)
+            return fast
         if not serves(ctx, self.dim, self.dtype):
             return None
-        fast = self._fast.get(id(ctx))
-        if fast is None or fast.comm is not ctx.comm:
-            fast = self._fast[id(ctx)] = FastRecursiveDoubling(ctx, self.dim, self.dtype)
+        fast = self._fast[id(ctx)] = FastRecursiveDoubling(ctx, self.dim, self.dtype)
         return fast
 
     def _two_ranks(self, ctx, fast, v, stats, error, codec) -> TopKReduced:
@@ -244,8 +247,9 @@ class TopKPlan:
         ranks. Bitwise the reduce-scatter's result: at two ranks both sum each entry as
         ``lower rank's + higher rank's`` value, and the k largest ``|sum|`` (ties to the lower
         index, zero sums never selected) do not depend on where they were summed."""
-        stats.calls += 1
-        stats.algorithm = NAME
+        if stats is not None:  # (None: the call is counted nowhere)
+            stats.calls += 1
+            stats.algorithm = NAME
         try:
             idx, val, _ = fast.run(v, stats, error is not None, codec)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop
@@ -258,10 +262,9 @@ class TopKPlan:
         if idx is None:  # the sum went dense
             idx = np.flatnonzero(val)
             val = val[idx]
-        else:
+        elif not val.all():  # (a zero sum, -0.0 included: not selected)
             keep = val != 0
-            if not keep.all():
-                idx, val = idx[keep], val[keep]
+            idx, val = idx[keep], val[keep]
         idx = idx.astype(codec.index_dtype, copy=False)
         if self.k == 0:
             idx, val = idx[:0], val[:0]

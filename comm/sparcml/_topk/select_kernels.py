@@ -22,7 +22,7 @@ guard_numba_cache()  # before any kernel is compiled (sparcml._numba_cache)
 
 __all__ = ["digit_bits", "round_shift", "first_interval", "magnitude_keys", "magnitude_keys_into",
            "max_key", "min_key", "count_above", "range_histogram", "kth_largest_below",
-           "take_top", "count_at_threshold", "select_at_threshold", "drop_indices",
+           "take_top", "select_top", "count_at_threshold", "select_at_threshold", "drop_indices",
            "zero_indices", "BELOW", "ABOVE", "NAN", "EXTRA_SLOTS", "FIRST_OCTAVES"]
 
 _jit = njit(cache=True, nogil=True)
@@ -242,6 +242,18 @@ def take_top(idx, val, bits, absmask, high, kth, ties, count):
         if m == count:
             break
     return out_idx[:count], out_val[:count]
+
+
+@_jit
+def select_top(idx, val, bits, absmask, high, want, key_bits):
+    """:func:`kth_largest_below` and :func:`take_top` in one call (one dispatch for a small
+    selection): the entries whose key is ``>= high`` and the ``want`` largest keys below it
+    (equal keys: the earlier entry first), as new arrays in order; every entry (copies) when
+    there are not more than that."""
+    kth, ties, above = kth_largest_below(bits, absmask, high, want, key_bits)
+    if want < idx.shape[0] - above:
+        return take_top(idx, val, bits, absmask, high, kth, ties, above + want)
+    return idx.copy(), val.copy()
 
 
 @_jit

@@ -142,10 +142,13 @@ def _run(ctx, vec, k, stats, opts, top, items) -> TopKReduced:
 def _max_key(vec: SparseVector) -> int:
     """The largest magnitude key of ``vec``'s values; raises :class:`CompressionError` (naming
     the first one) when any value is NaN or Inf."""
-    if vec.dtype not in KEYS:
+    values = vec.values
+    keys = KEYS.get(values.dtype)
+    if keys is None:
         _check_finite(vec)  # coerce_vector admits float32 / float64 only
-    bits_dtype, absmask, inf_key, _ = KEYS[vec.dtype]
-    top = select_kernels.max_key(np.ascontiguousarray(vec.values).view(bits_dtype), absmask)
+        keys = KEYS[values.dtype]
+    bits_dtype, absmask, inf_key, _ = keys
+    top = select_kernels.max_key(np.ascontiguousarray(values).view(bits_dtype), absmask)
     if top >= inf_key:
         _check_finite(vec)
     return int(top)
@@ -317,13 +320,10 @@ def _result(dim, idx, val, value_dtype, high=NOTHING, want=None) -> SparseVector
     keys: the lower index first)."""
     bits_dtype, absmask, _, key_bits = KEYS[value_dtype]
     bits = val.view(bits_dtype)
-    if want is not None:
-        kth, ties, above = select_kernels.kth_largest_below(bits, absmask, np.uint64(high),
-                                                            want, key_bits)
-        if want < idx.size - above:
-            idx, val = select_kernels.take_top(idx, val, bits, absmask, np.uint64(high), kth,
-                                               ties, above + want)
-            return SparseVector.unchecked(dim, idx, val)
+    if want is not None:  # (want >= 1 keys below high: kth_largest_below's contract)
+        idx, val = select_kernels.select_top(idx, val, bits, absmask, np.uint64(high), want,
+                                             key_bits)
+        return SparseVector.unchecked(dim, idx, val)
     return SparseVector.unchecked(dim, idx.copy(), val.copy())
 
 
