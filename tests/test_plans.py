@@ -137,7 +137,8 @@ def test_plans_follow_the_shape_when_asked():
     """follow_shape (agreed): every rank's new dim and dtype remake the plan there, the call
     then runs (allreduce: the same sum as the plain call; top-k: k from the function of the
     dim); without it PlanShapeError, as before; one rank's other shape stays that rank's error
-    (PlanInputError on every rank, nothing remade); a bad or differing follow_shape raises on
+    (PlanInputError on every rank, nothing remade); a call that remakes the plan writes the
+    caller's ``out`` and counts in its ``stats``; a bad or differing follow_shape raises on
     every rank. Simulated ranks at P = 1, 2, 3, 5: one run each, many cases."""
 
     def ranks(comm):
@@ -173,6 +174,12 @@ def test_plans_follow_the_shape_when_asked():
         except sparcml.PlanInputError as exc:
             out.append(type(exc) is sparcml.PlanInputError and P > 1 and plan.dim == 30
                        and plan.number == number)
+        # a call that remakes the plan writes the caller's out and counts in its stats
+        buf, counted = np.full(40, np.nan, np.float32), sparcml.TrafficStats()
+        plan.allreduce(vec(40), out=buf, stats=counted)
+        want = sparcml.allreduce(vec(40), comm).to_dense()
+        out.append(plan.dim == 40 and counted.calls == 1
+                   and buf.tobytes() == want.tobytes())
         for bad in ("yes", r == 0 and P > 1):  # not a bool; differing across ranks
             try:
                 sparcml.plan(50, np.float32, comm, follow_shape=bad)
@@ -184,7 +191,7 @@ def test_plans_follow_the_shape_when_asked():
     for P in (1, 2, 3, 5):
         results = sim.run(P, ranks, timeout=300).results
         assert all(all(r) for r in results), (P, results)
-        assert len(results[0]) == 12, results[0]
+        assert len(results[0]) == 13, results[0]
 
 
 @pytest.mark.mpi

@@ -226,6 +226,29 @@ def test_every_public_name_exists_and_has_a_docstring(package):
     assert set(__import__(package, fromlist=["x"]).__all__) == PUBLIC_ALL[package]
 
 
+@pytest.mark.parametrize("package", ["sparcml", "sparcml.compression", "sparcml.sim"])
+def test_no_public_callable_takes_a_private_argument(package):
+    """Issue 34, item 3: no private constructor arguments (plans took ``_ctx=``; a plan made
+    on a communication thread's context is ``AllreducePlan._on_context`` now)."""
+    import inspect
+
+    mod = __import__(package, fromlist=["x"])
+    private = []
+    for name in mod.__all__:
+        obj = getattr(mod, name)
+        calls = [obj]
+        if inspect.isclass(obj):
+            calls = [obj.__init__, *(getattr(obj, a) for a in vars(obj)
+                                     if not a.startswith("_") and callable(getattr(obj, a)))]
+        for call in calls:
+            try:
+                params = inspect.signature(call).parameters
+            except (TypeError, ValueError):  # builtins without a signature
+                continue
+            private += [f"{name}: {p}" for p in params if p.startswith("_")]
+    assert not private, private
+
+
 def test_every_public_torch_name_exists_and_has_a_docstring():
     pytest.importorskip("torch")
     code = ("import sys; sys.path.insert(0, sys.argv[1]); import test_public_api as t; "

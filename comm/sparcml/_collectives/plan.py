@@ -86,15 +86,24 @@ class AllreducePlan:
     def __init__(self, dim, dtype, comm: MPI.Comm | None = None, *,
                  algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
                  quantize_sparse: bool = False, options: Options | None = None,
-                 nnz: int | None = None, follow_shape: bool = False,
-                 _ctx: CommContext | None = None):
-        # _ctx: made on a context (a communication thread's), for allreduce_in on it
+                 nnz: int | None = None, follow_shape: bool = False):
+        comm = MPI.COMM_WORLD if comm is None else comm
+        self._make(context_for(comm), comm, dim, dtype, algorithm=algorithm,
+                   quantizer=quantizer, quantize_sparse=quantize_sparse, options=options,
+                   nnz=nnz, follow_shape=follow_shape)
+
+    @classmethod
+    def _on_context(cls, ctx: CommContext, dim, dtype, **options) -> "AllreducePlan":
+        """A plan made on ``ctx`` (a communication thread's, say), for :meth:`allreduce_in`
+        on it; ``options``: the keywords of the constructor. Collective over ``ctx.comm``."""
+        self = cls.__new__(cls)
+        self._make(ctx, ctx.comm, dim, dtype, **options)
+        return self
+
+    def _make(self, ctx: CommContext, comm: MPI.Comm, dim, dtype, *, algorithm=DEFAULT_ALGORITHM,
+              quantizer=None, quantize_sparse=False, options=None, nnz=None,
+              follow_shape=False) -> None:
         self._made_with = (algorithm, quantizer, quantize_sparse, nnz)  # for follow_shape
-        if _ctx is None:
-            comm = MPI.COMM_WORLD if comm is None else comm
-            ctx = context_for(comm)
-        else:
-            ctx, comm = _ctx, _ctx.comm
         fields = {"dim": -1, "value dtype": -1, "algorithm": -1, "quantizer": 0,
                   "quantize_sparse": 0, "follow_shape": -1}
         record = None
@@ -201,6 +210,7 @@ class AllreducePlan:
         """:meth:`allreduce` on a context (the blocking path's or a communication thread's);
         ``sent``: as in :func:`sparcml._collectives.entry.allreduce_in`."""
         error = None
+        given = (out, stats, sent)  # the caller's, for the call again on a remade plan
         if type(vec) is SparseVector and vec.dim == self.dim and vec.values.dtype is self.dtype \
                 and out is None and stats is None and self.quantizer is None:
             v = vec  # the steady case: what the checks below would find valid
@@ -220,9 +230,10 @@ class AllreducePlan:
         except PlanShapeError as exc:  # raised alike on every rank: all remake the plan here
             dim, dtype = exc.shape
         algorithm, quantizer, quantize_sparse, nnz = self._made_with
-        self.__init__(dim, dtype, self.comm, algorithm=algorithm, quantizer=quantizer,
-                      quantize_sparse=quantize_sparse, options=self.options,
-                      nnz=None if nnz is None else min(nnz, dim), follow_shape=True, _ctx=ctx)
+        self._make(ctx, self.comm, dim, dtype, algorithm=algorithm, quantizer=quantizer,
+                   quantize_sparse=quantize_sparse, options=self.options,
+                   nnz=None if nnz is None else min(nnz, dim), follow_shape=True)
+        out, stats, sent = given
         return self.allreduce_in(ctx, vec, out=out, stats=stats, check=check, sent=sent)
 
 

@@ -67,14 +67,22 @@ class TopKPlan:
     ``dtype``, ``k``, ``options``, ``comm``, ``calls``, ``follow_shape``."""
 
     def __init__(self, dim, dtype, k: int, comm: MPI.Comm | None = None, *,
-                 options: Options | None = None, follow_shape=False,
-                 _ctx: CommContext | None = None):
-        # _ctx: made on a context (a communication thread's), for topk_allreduce_in on it
-        if _ctx is None:
-            comm = MPI.COMM_WORLD if comm is None else comm
-            ctx = context_for(comm)
-        else:
-            ctx, comm = _ctx, _ctx.comm
+                 options: Options | None = None, follow_shape=False):
+        comm = MPI.COMM_WORLD if comm is None else comm
+        self._make(context_for(comm), comm, dim, dtype, k, options=options,
+                   follow_shape=follow_shape)
+
+    @classmethod
+    def _on_context(cls, ctx: CommContext, dim, dtype, k: int, **options) -> "TopKPlan":
+        """A plan made on ``ctx`` (a communication thread's, say), for
+        :meth:`topk_allreduce_in` on it; ``options``: the constructor's keywords. Collective
+        over ``ctx.comm``."""
+        self = cls.__new__(cls)
+        self._make(ctx, ctx.comm, dim, dtype, k, **options)
+        return self
+
+    def _make(self, ctx: CommContext, comm: MPI.Comm, dim, dtype, k: int, *, options=None,
+              follow_shape=False) -> None:
         with agreed_call(ctx, options, {"dim": -1, "value dtype": -1, "k": -1,
                                         "follow_shape": -1},
                          _DESCRIBE, maxima={"plan id": next_plan_id()}) as call:
@@ -159,8 +167,7 @@ class TopKPlan:
             dim, dtype = exc.shape
         follow = self.follow_shape
         k = follow(dim) if callable(follow) else self.k
-        self.__init__(dim, dtype, k, self.comm, options=self.options, follow_shape=follow,
-                      _ctx=ctx)
+        self._make(ctx, self.comm, dim, dtype, k, options=self.options, follow_shape=follow)
         return self._call(ctx, vec, stats, check)
 
     def _call(self, ctx, vec, stats, check) -> TopKReduced:

@@ -731,11 +731,12 @@ class Compression:
         comm, plan = self._plans.get(entry, (None, None))
         if plan is None or comm is not ctx.comm:
             if k is None:  # (vec may be a LocalFailure: its dim and dtype, best effort)
-                plan = AllreducePlan(vec.dim, vec.dtype, algorithm=self.algorithm,
-                                     options=self.options, follow_shape=True, _ctx=ctx)
+                plan = AllreducePlan._on_context(ctx, vec.dim, vec.dtype,
+                                                 algorithm=self.algorithm,
+                                                 options=self.options, follow_shape=True)
             else:
-                plan = TopKPlan(vec.dim, vec.dtype, k, options=self.options,
-                                follow_shape=self.compressor.global_k, _ctx=ctx)
+                plan = TopKPlan._on_context(ctx, vec.dim, vec.dtype, k, options=self.options,
+                                            follow_shape=self.compressor.global_k)
             self._plans[entry] = (ctx.comm, plan)
         if k is None:
             return plan.allreduce_in(ctx, vec, stats=stats, check=check)
