@@ -54,11 +54,11 @@ def test_dir_checks_name_the_problem(tmp_path, a_file):
 CLIS = [
     ("sparcapps.report", ["x.jsonl", "-o", "{file}"], "-o/--output-dir"),
     ("sparcapps.report", ["x.jsonl", "-o", "{file}/report"], "-o/--output-dir"),
-    ("sparcapps.bench.cli", ["--N", "1000", "--output", "{file}/x.jsonl"], "--output"),
-    ("sparcapps.bench.cli", ["--N", "1000", "--output", "{dir}"], "--output"),
-    ("sparcapps.linear.cli", ["--output", "{file}/x.jsonl"], "--output"),
+    ("sparcapps.bench.cli", ["--N", "1000", "--output", "{file}/x.jsonl"], "-o/--output"),
+    ("sparcapps.bench.cli", ["--N", "1000", "-o", "{dir}"], "-o/--output"),
+    ("sparcapps.linear.cli", ["--output", "{file}/x.jsonl"], "-o/--output"),
     ("sparcapps.linear.cli", ["--save-model", "{file}/m.h5"], "--save-model"),
-    ("sparcapps.linear.bench", ["--output", "{file}/x.jsonl"], "--output"),
+    ("sparcapps.linear.bench", ["--output", "{file}/x.jsonl"], "-o/--output"),
     ("sparcapps.bench.record_gradients", ["linear", "--output", "{file}/x.npz"], "--output"),
 ]
 

@@ -128,11 +128,11 @@ def _refused_dir(tmp_path):
 
 
 @pytest.mark.parametrize("module,argv,flag", [
-    ("sparcapps.bench.cli", ["--N", "100", "--output", "{ro}/x.jsonl"], "--output"),
-    ("sparcapps.linear.cli", ["--output", "{ro}/x.jsonl"], "--output"),
+    ("sparcapps.bench.cli", ["--N", "100", "--output", "{ro}/x.jsonl"], "-o/--output"),
+    ("sparcapps.linear.cli", ["-o", "{ro}/x.jsonl"], "-o/--output"),
     ("sparcapps.report", ["x.jsonl", "-o", "{ro}/report"], "-o/--output-dir"),
-    ("sparcapps.deep.lstm", ["--output", "{ro}/x.jsonl"], "--output"),
-    ("sparcapps.deep.cnn", ["--output", "{ro}/x.jsonl"], "--output"),
+    ("sparcapps.deep.lstm", ["--output", "{ro}/x.jsonl"], "-o/--output"),
+    ("sparcapps.deep.cnn", ["--output", "{ro}/x.jsonl"], "-o/--output"),
 ])
 def test_an_output_the_kernel_refuses_is_found_at_parse_time(module, argv, flag, tmp_path,
                                                              capsys):
