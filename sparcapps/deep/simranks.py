@@ -339,7 +339,10 @@ def step_rates(app: str, args, make_task) -> dict:
     (a few seconds) and cached per configuration."""
     digest = hashlib.sha256(json.dumps(_config_key(app, args), sort_keys=True,
                                        default=str).encode()).hexdigest()[:16]
-    return sim.cached_rates(f"deep-step-{digest}", lambda: _measure(app, args, make_task),
+    # the version in the name: checkouts of another version (worktrees share the cache) keep
+    # their own file instead of measuring again over each other's
+    return sim.cached_rates(f"deep-step-v{RATES_VERSION}-{digest}",
+                            lambda: _measure(app, args, make_task),
                             version=RATES_VERSION, names=RATE_NAMES)
 
 
