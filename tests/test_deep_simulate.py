@@ -176,3 +176,34 @@ def test_ranks_share_one_model_and_apply_each_update_once():
 
     plain = SharedStep.make(MPI.COMM_SELF, torch.nn.Linear(2, 1), torch.optim.SGD, lr=0.1)
     assert type(plain) is torch.optim.SGD
+
+
+def test_step_charge_holds_synchronizes_own_work():
+    """The calibration (sparcapps.deep.simranks.step_rates' measurement) times a real
+    DistributedOptimizer's synchronize() on this rank alone and charges what its other rates
+    do not hold (checks, copies, statistics, Python) before backward with them; it leaves the
+    model free of its hooks. ``--dense``: no Numba compilation, a fraction of a second."""
+    import torch
+
+    import sparcml.torch as st
+    from sparcapps.deep import cnn, simranks
+
+    args = cnn.build_parser().parse_args(["--batch-size", "8", "--dense"])
+    made = []
+
+    def make_task(a, comm):
+        made.append(cnn.make_task(a, comm))
+        return made[-1]
+
+    rates = simranks._measure("sparc-cnn", args, make_task)
+    assert set(rates) == set(simranks.RATE_NAMES) and "synchronize" in rates
+    assert rates["synchronize"] > 0 and all(v >= 0 for v in rates.values()), rates
+    charge = simranks.StepCharge(rates)
+    assert charge.before_backward == pytest.approx(
+        rates["forward_backward"] + rates["flatten"] + rates["select"] + rates["synchronize"])
+    assert charge.before_update == rates["update"]
+    assert simranks.StepCharge(rates, step_seconds=0.5).before_backward == 0.5
+    # the calibration's optimizer let go of the parameters: a new one may take them
+    model = made[-1].model
+    st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                            model.named_parameters()).remove_hooks()

@@ -88,6 +88,46 @@ def test_new_keywords_do_not_warn_and_unknown_ones_fail():
         _optimizer(densty=0.5)
 
 
+def test_the_last_bucket_is_reduced_by_synchronize_on_the_calling_thread(monkeypatch):
+    """The step's last bucket (its gradients are the last of backward()) is reduced by
+    synchronize() on the calling thread, the earlier ones on the communication thread during
+    backward(); every step alike, the averaged gradients unchanged (P = 1: the rank's own)."""
+    import threading
+
+    from mpi4py import MPI
+
+    import sparcml.torch as st
+    import sparcml.torch._optimizer as optimizer_module
+
+    seen = []
+    reduce_bucket = optimizer_module._reduce_bucket
+
+    def spy(ctx, b, *args):
+        seen.append((b.index, threading.current_thread().name))
+        return reduce_bucket(ctx, b, *args)
+
+    monkeypatch.setattr(optimizer_module, "_reduce_bucket", spy)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    opt = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  model.named_parameters(), comm=MPI.COMM_SELF, bucket_bytes=1)
+    try:
+        assert len(opt.buckets) == 4
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.randn(5, 3)).square().sum().backward()
+            local = [p.grad.clone() for p in model.parameters()]
+            opt.synchronize()
+            assert all(torch.equal(p.grad, g) for p, g in zip(model.parameters(), local))
+            opt.step()
+            step, seen[:] = sorted(seen), []
+            main = threading.current_thread().name
+            assert step == [(0, "sparcml-comm"), (1, "sparcml-comm"), (2, "sparcml-comm"),
+                            (3, main)], step
+    finally:
+        opt.remove_hooks()
+
+
 def test_compression_stats_of_a_stretch_of_steps():
     from sparcml.torch import CompressionStats
 

@@ -28,7 +28,9 @@ error-feedback residuals, the quantizer's RNG, a compressor's memory, an LSTM's 
 
 Modeled time (each rank's virtual clock). Before each step's backward, the rank is charged the
 step's local compute: forward and backward of its minibatch, the copies into and out of the
-bucket buffers, the top-k selection and error feedback; before its update, the update. These are
+bucket buffers, the top-k selection and error feedback, and the rest of ``synchronize()``'s own
+work (its finiteness checks, the result's copy to dense and density count, the statistics, the
+Python around the kernels: the ``synchronize`` rate); before its update, the update. These are
 calibrated once per machine and configuration (:func:`step_rates`: the run's own model, batch
 and compression, best of several thread-CPU timings, cached by :func:`sparcml.sim.cached_rates`),
 so the same run gives the same modeled seconds on a quiet and on a loaded machine; or
@@ -61,8 +63,8 @@ from .comm_options import compression_from_args
 __all__ = ["SharedStep", "shared_data", "build_model_once", "share_model", "step_rates",
            "StepCharge", "estimate", "train_examples", "RATES_VERSION"]
 
-RATES_VERSION = 1
-RATE_NAMES = ("forward_backward", "flatten", "select", "update")
+RATES_VERSION = 2
+RATE_NAMES = ("forward_backward", "flatten", "select", "synchronize", "update")
 _REPS = 5
 
 
@@ -282,22 +284,72 @@ def _measure(app: str, args, make_task) -> dict:
         opt.step()
 
     up = _best(update, timer)
-    return {"forward_backward": fb, "flatten": fl, "select": select, "update": up}
+    sync = _synchronize_rest(args, model, opt, forward_backward, timer, select,
+                             _bucket_sizes(model, args.bucket_mb))
+    return {"forward_backward": fb, "flatten": fl, "select": select, "synchronize": sync,
+            "update": up}
+
+
+def _synchronize_rest(args, model, opt, forward_backward, timer, select, sizes) -> float:
+    """What a real ``synchronize()`` of the run's DistributedOptimizer costs on this rank alone
+    (``COMM_SELF``: nothing sent) beyond the rates charged besides it: best of its timings
+    less the step's last bucket's share of ``select`` (that bucket is compressed inside it;
+    the earlier ones on the communication thread during backward) and the copy of the
+    averaged result back into the gradients (in ``flatten``). Its reduction runs on the
+    calling thread (the last bucket's), so ``timer`` sees its local work: the finiteness
+    checks, the result's copy to dense and density count, the statistics and the Python
+    around the kernels. The network's part is the simulator's (at P = 1: none)."""
+    import torch  # the [torch] extra: not at --help
+
+    import sparcml.torch as st
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in params)
+    host = torch.zeros(n)
+
+    def scatter():  # the copy of the averaged result into the gradients, as flatten's
+        o = 0
+        for p in params:
+            p.grad.copy_(host[o:o + p.numel()].view_as(p.grad))
+            o += p.numel()
+
+    dist = st.DistributedOptimizer(
+        opt, model.named_parameters(), compression=compression_from_args(args),
+        bucket_bytes=max(1, int(args.bucket_mb * 2**20)), comm=MPI.COMM_SELF, seed=args.seed)
+    try:
+        best = float("inf")
+        for rep in range(_REPS + 1):  # the first warms (Numba, first allocations)
+            forward_backward()  # the hooks take the gradients and launch the buckets
+            t0 = timer()
+            dist.synchronize()
+            if rep:
+                best = min(best, timer() - t0)
+        forward_backward()
+        scatter_seconds = _best(scatter, timer)
+    finally:
+        dist.remove_hooks()
+    last_share = sizes[-1] / max(1, sum(sizes)) if sizes else 0.0
+    return max(0.0, best - select * last_share - scatter_seconds)
 
 
 def step_rates(app: str, args, make_task) -> dict:
     """Seconds of one step's parts on this machine for this run's model, batch and
-    compression (``forward_backward``, ``flatten``, ``select``, ``update``): measured once
+    compression (``forward_backward``, ``flatten``, ``select``, ``synchronize``, ``update``;
+    see :func:`_synchronize_rest`): measured once
     (a few seconds) and cached per configuration."""
     digest = hashlib.sha256(json.dumps(_config_key(app, args), sort_keys=True,
                                        default=str).encode()).hexdigest()[:16]
-    return sim.cached_rates(f"deep-step-{digest}", lambda: _measure(app, args, make_task),
+    # the version in the name: checkouts of another version (worktrees share the cache) keep
+    # their own file instead of measuring again over each other's
+    return sim.cached_rates(f"deep-step-v{RATES_VERSION}-{digest}",
+                            lambda: _measure(app, args, make_task),
                             version=RATES_VERSION, names=RATE_NAMES)
 
 
 class StepCharge:
     """What one simulated step charges its rank (seconds): ``before_backward`` (forward,
-    backward, the bucket copies, the selection) and ``before_update`` (the update); with
+    backward, the bucket copies, the selection, the rest of ``synchronize()``'s own work)
+    and ``before_update`` (the update); with
     ``step_seconds`` (``--step-seconds``) that figure before backward and nothing else."""
 
     def __init__(self, rates: dict | None, step_seconds: float | None = None):
@@ -305,7 +357,7 @@ class StepCharge:
             self.before_backward, self.before_update = float(step_seconds), 0.0
         else:
             self.before_backward = (rates["forward_backward"] + rates["flatten"]
-                                    + rates["select"])
+                                    + rates["select"] + rates["synchronize"])
             self.before_update = rates["update"]
         self.flatten = 0.0 if rates is None or step_seconds is not None else rates["flatten"]
         self.select = 0.0 if rates is None or step_seconds is not None else rates["select"]
@@ -335,7 +387,8 @@ def estimate(app: str, args, P: int, *, n_params: int, train_examples: int, rate
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     cores = max(1, min(P, cores))
-    per_step = (P * (rates["forward_backward"] + rates["flatten"] + rates["select"]) / cores
+    per_step = (P * (rates["forward_backward"] + rates["flatten"] + rates["select"]
+                     + rates["synchronize"]) / cores
                 + rates["update"] + P * (_SIM_STEP_SECONDS + _SIM_VALUE_SECONDS * N))
     seconds = steps * args.epochs * per_step + P * _SIM_RANK_SECONDS
     return SimPlan(P, nbytes, seconds, f"{steps} steps per epoch, {N:,} parameters")

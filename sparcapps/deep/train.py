@@ -18,7 +18,9 @@ Options common to both apps are built by :func:`build_parser`; ``--batch-size`` 
 ``bytes_per_step``, ``sent_density``, ``result_density``). Seconds are the slowest rank's:
 ``comm_seconds`` is the time blocked in ``synchronize()`` (communication not hidden),
 ``flatten_seconds`` copying gradients into the reduction buffers, ``compute_seconds`` the rest
-of the epoch; ``compress_seconds`` (top-k, QSGD) ran on the communication thread, overlapping.
+of the epoch; ``compress_seconds`` (top-k, QSGD) ran on the communication thread, overlapping
+``backward()``, except the last bucket's, which ``synchronize()`` compresses and reduces itself
+(so that part is in ``comm_seconds``).
 
 The communication options build a :class:`sparcml.compression.Compression`
 (:func:`compression_from_args`): ``--density`` (top-k per bucket, or per ``--topk-bucket-size``

@@ -7,6 +7,13 @@ MPI's own non-blocking collectives). The Numba kernels release the GIL and the t
 MPI with short sleeps, so merging and waiting overlap with Python or PyTorch compute on the
 calling thread; ``Request.wait`` blocks on an event and takes no CPU.
 
+A call with nothing to overlap (the caller would wait for it at once) can instead run on the
+calling thread, in its place in the order (:func:`call`): it waits for the calls submitted
+before it, then runs on the thread's context while the thread is idle, so every rank runs the
+same operations on the same communicator in the same order as through the thread, without
+handing the call to the thread and its result back (two thread wake-ups, and the interpreter
+lock passed back and forth).
+
 Needs MPI initialized with ``MPI_THREAD_MULTIPLE`` (mpi4py's default).
 """
 
@@ -25,7 +32,7 @@ from .context import CommContext, context_for, new_context
 from .._errors import SparcmlError
 from .progress import BACKGROUND_MAX_SLEEP_SECONDS, Waiter
 
-__all__ = ["Request", "Engine", "submit"]
+__all__ = ["Request", "Engine", "submit", "call"]
 
 
 class Request:
@@ -75,6 +82,11 @@ class Engine:
     def __init__(self, ctx: CommContext):
         self.ctx = ctx
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._running = threading.Lock()  # held while a call runs on ctx (thread or caller)
+        self._last: Request | None = None  # the latest submitted call's (they end in order)
+        # the caller of call() waits for MPI alike on every rank (yielding, as the thread),
+        # without the thread's back-off: it has nothing else to do meanwhile
+        self._inline_waiter = Waiter(yield_cpu=True)
         # on a simulated rank, the thread's compute is the rank's: its communicator says how
         # (sparcml.sim's sparcml_helper_scope); a real one has nothing to account
         scope = getattr(ctx.comm, "sparcml_helper_scope", None)
@@ -95,17 +107,32 @@ class Engine:
                     self.ctx.free_subcomms()
                 return
             request, fn, args = item
-            try:
-                result = fn(self.ctx, *args)
-            except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
-                request._finish(error=exc)
-            else:
-                request._finish(result=result)
+            with self._running:
+                try:
+                    result = fn(self.ctx, *args)
+                except BaseException as exc:  # noqa: BLE001 - handed to the waiting caller
+                    request._finish(error=exc)
+                else:
+                    request._finish(result=result)
 
     def submit(self, label: str, fn: Callable[..., Any], *args) -> Request:
         request = Request(label)
+        self._last = request
         self._queue.put((request, fn, args))
         return request
+
+    def call(self, fn: Callable[..., Any], *args):
+        """``fn(ctx, *args)`` on the calling thread, after every call submitted before it has
+        completed (see the module docstring); its result, or its error raised here."""
+        last = self._last
+        if last is not None:
+            last._done.wait()  # the thread runs in order: the latest done, all done
+        with self._running:
+            waiter, self.ctx.waiter = self.ctx.waiter, self._inline_waiter
+            try:
+                return fn(self.ctx, *args)
+            finally:
+                self.ctx.waiter = waiter
 
     def close(self, timeout: float | None = None) -> None:
         """Stop the thread after the calls already submitted (waiting up to ``timeout``)."""
@@ -127,6 +154,20 @@ def _close_all() -> None:
 
 def submit(comm: MPI.Comm | None, label: str, fn: Callable[..., Any], *args) -> Request:
     """Queue ``fn(ctx, *args)`` on ``comm``'s communication thread (created on first use)."""
+    return _engine(comm).submit(label, fn, *args)
+
+
+def call(comm: MPI.Comm | None, fn: Callable[..., Any], *args):
+    """``fn(ctx, *args)`` on the calling thread, on the context of ``comm``'s communication
+    thread, after every call submitted to it before (see the module docstring); returns its
+    result. ``submit(comm, label, fn, *args).wait()`` without the hand-off: the same
+    operations in the same order on the same communicator, waited for alike (yielding), so the
+    ranks need not agree on which of the two each takes."""
+    return _engine(comm).call(fn, *args)
+
+
+def _engine(comm: MPI.Comm | None) -> Engine:
+    """``comm``'s engine (collective on first use: the thread's context duplicates ``comm``)."""
     comm = MPI.COMM_WORLD if comm is None else comm
     if MPI.Query_thread() < MPI.THREAD_MULTIPLE:
         raise SparcmlError(
@@ -143,4 +184,4 @@ def submit(comm: MPI.Comm | None, label: str, fn: Callable[..., Any], *args) -> 
         if not _atexit_registered:
             atexit.register(_close_all)
             _atexit_registered = True
-    return ctx.engine.submit(label, fn, *args)
+    return ctx.engine

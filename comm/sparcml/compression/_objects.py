@@ -52,6 +52,7 @@ a mistake points at the line that made it.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from abc import ABC, abstractmethod
@@ -470,7 +471,7 @@ def check_shapes(shapes, n: int) -> tuple:
     except (TypeError, ValueError):
         raise CompressionError(f"shapes must be a sequence of tensor shapes, got "
                                f"{shapes!r}") from None
-    total = sum(int(np.prod(s, dtype=np.int64)) for s in shapes)
+    total = sum(math.prod(s) for s in shapes)  # (np.prod per shape: 10 us each)
     if total != n or any(d < 0 for s in shapes for d in s):
         raise CompressionError(f"shapes {shapes} hold {total} values, the array {n}")
     return shapes

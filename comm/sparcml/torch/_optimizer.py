@@ -21,7 +21,7 @@ from .._runtime.agreement import agree_on_lines, capture
 from ..compression._objects import Compression
 from .._options import Options
 from .._errors import IncompatibleOptionsError, SparcmlError
-from .._runtime.nonblocking import submit
+from .._runtime.nonblocking import call, submit
 from . import _checkpoint as checkpoint, _legacy as legacy
 from ._device import DevicePath, supported as device_supported
 from ._buckets import (Bucket, check_unowned, claim, gather_gradients, make_buckets,
@@ -47,6 +47,8 @@ def _reduce_bucket(ctx, b: Bucket, compression: Compression, full: bool, check: 
 
     Runs in submission order, so every rank compresses and reduces its buckets in the same
     order; top-k and QSGD (Numba kernels, GIL released) overlap the rest of ``backward()``.
+    The step's last bucket runs in ``synchronize()`` on the calling thread instead, in its
+    place in that order (:func:`sparcml._runtime.nonblocking.call`).
     """
     r, b.finite = reduce_flat(ctx, compression, b.flat, b.index, full=full, check=check,
                               stats=b.traffic, shapes=[tuple(p.shape) for p in b.params])
@@ -264,6 +266,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._handles.append(p.register_post_accumulate_grad_hook(self._hook(b)))
                 claim(p, self)
         self._next_launch = 0
+        self._deferred = None
 
     # -- the Optimizer surface ---------------------------------------------------------------
 
@@ -438,21 +441,46 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._launch(b)
 
     def _launch(self, b: Bucket) -> None:
+        """Take bucket ``b``'s gradients (the host path's copy into its buffer, or the device
+        path's selection) and hand its reduction to the communication thread; the step's last
+        bucket's reduction is kept for :meth:`synchronize`, which runs it on the calling
+        thread: launched here it would overlap only the end of ``backward()`` (its gradients
+        are the last ones), and the thread's wake-up and the result's hand-back cost a step
+        more than that (issue 33: 0.5-2 ms at P = 1 on 2 busy cores)."""
         t0 = time.perf_counter()
         full = self._step < self.warmup_steps and self.compression.lossy
         b.full = full or self.compression.compressor.lossless
         if self._device is not None:  # select on the device here, exchange on the thread
             vec, b.finite = self._device.select(b, full=full)
             b.compress_seconds = time.perf_counter() - t0
-            b.request = submit(self.comm, f"DistributedOptimizer bucket {b.index}",
-                               _exchange_bucket, b, self._device, vec, full, self._step == 0)
-            self._next_launch += 1
-            return
-        gather_gradients(b)
-        self._current.flatten_seconds += time.perf_counter() - t0
-        b.request = submit(self.comm, f"DistributedOptimizer bucket {b.index}", _reduce_bucket,
-                           b, self.compression, full, self._step == 0)
+            work = (_exchange_bucket, b, self._device, vec, full, self._step == 0)
+        else:
+            gather_gradients(b)
+            self._current.flatten_seconds += time.perf_counter() - t0
+            work = (_reduce_bucket, b, self.compression, full, self._step == 0)
         self._next_launch += 1
+        if self._next_launch == len(self._buckets):
+            self._deferred = work
+        else:
+            b.request = submit(self.comm, f"DistributedOptimizer bucket {b.index}", *work)
+
+    def _results(self) -> list:
+        """The reductions' results, in bucket order: the last bucket's run here (after the
+        others, as the thread would have run it), then the others' waited for. A failure is
+        raised after all ran, the first bucket's first, as waiting for each in turn would."""
+        if not self._buckets:
+            return []
+        last, error = None, None
+        if self._deferred is not None:
+            work, self._deferred = self._deferred, None
+            try:
+                last = call(self.comm, *work)
+            except BaseException as exc:  # noqa: BLE001 - raised after the earlier buckets'
+                error = exc
+        results = [b.request.wait() for b in self._buckets[:-1]]
+        if error is not None:
+            raise error
+        return results + [last]
 
     def synchronize(self) -> None:
         """Finish this step's reductions: launch the buckets not launched yet (a parameter
@@ -477,13 +505,12 @@ class DistributedOptimizer(torch.optim.Optimizer):
         cur = self._current
         full_count = 0
         try:
-            results = [b.request.wait() for b in self._buckets]
+            results = self._results()
             flags = np.array([0 if b.finite else NONFINITE for b in self._buckets] + [
                 MODIFIED if any(modified_since_gather(b) for b in self._buckets) else 0],
                 dtype=np.uint8)
-            if self.size > 1:
-                flags = submit(self.comm, "DistributedOptimizer flags", agree_flags,
-                               flags).wait()
+            if self.size > 1:  # on this thread too (the earlier calls are done)
+                flags = call(self.comm, agree_flags, flags)
             if flags[-1] & MODIFIED:
                 raise SparcmlError(
                     "gradients were changed in place after backward() started their reduction "
@@ -520,6 +547,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 b.request = None
                 b.ready.clear()
             self._next_launch = 0
+            self._deferred = None
         cur.wait_seconds += time.perf_counter() - t0
         cur.bytes_sent = sum(b.traffic.bytes_sent for b in self._buckets)
         cur.to_host_bytes = sum(b.to_host_bytes for b in self._buckets)
