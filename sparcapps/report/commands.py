@@ -61,16 +61,18 @@ class Command:
         return Command(self.level, tuple(argv), tuple(env.items()))
 
 
-def _set_option(argv: list[str], flag: str, value: str | None, *, before: str | None = None
-                ) -> None:
-    """Replace ``flag VALUE`` / ``flag=VALUE`` in ``argv`` (value None: the old path with
-    ``.rerun`` before its suffix); append it (before ``before`` when present) if missing."""
+def _set_option(argv: list[str], flag: str, value: str | None, *, before: str | None = None,
+                rename=None) -> None:
+    """Replace ``flag VALUE`` / ``flag=VALUE`` in ``argv`` (value None: ``rename`` of the old
+    path, by default it with ``.rerun`` before its suffix); append it (before ``before`` when
+    present) if missing and ``value`` is given."""
+    rename = rename or _rerun_name
     for i, word in enumerate(argv):
         if word == flag and i + 1 < len(argv):
-            argv[i + 1] = value or _rerun_name(argv[i + 1])
+            argv[i + 1] = value or rename(argv[i + 1])
             return
         if word.startswith(flag + "="):
-            argv[i] = f"{flag}={value or _rerun_name(word.split('=', 1)[1])}"
+            argv[i] = f"{flag}={value or rename(word.split('=', 1)[1])}"
             return
     if value is None:
         return
@@ -93,13 +95,7 @@ def _rename_option(argv: list[str], flag: str, directory: Path | None) -> None:
             return str(p.with_name(p.stem + ".rerun" + p.suffix))
         return str(directory / ("rerun-" + p.name))
 
-    for i, word in enumerate(argv):
-        if word == flag and i + 1 < len(argv):
-            argv[i + 1] = renamed(argv[i + 1])
-            return
-        if word.startswith(flag + "="):
-            argv[i] = f"{flag}={renamed(word.split('=', 1)[1])}"
-            return
+    _set_option(argv, flag, None, rename=renamed)
 
 
 def _rerun_name(path: str) -> str:
