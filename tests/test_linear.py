@@ -435,3 +435,16 @@ def test_model_file_params_before_max_iter():
         {"max_iter": 5, "tol": None, "alpha": 0.001}
     assert params_from_json('{"max_iter": 7, "tol": 0.001, "epochs": null}') == \
         {"max_iter": 7, "tol": 0.001, "epochs": None}
+
+
+def test_an_unwritable_synth_cache_is_one_line_naming_the_remedy(tmp_path, capsys):
+    from sparcapps.linear.cli import main
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")  # a directory below a file cannot be made, even by root
+    assert main(["--synth", "url", "--rows", "200", "--epochs", "1", "--no-progress",
+                 "--synth-cache", str(blocker / "synth")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert "cannot write the synthetic data set" in err[0]
+    assert "--synth-cache DIR" in err[0] and "SPARCML_DATA_HOME" in err[0]

@@ -137,3 +137,81 @@ def test_the_guard_is_installed_by_importing_a_kernel_module_and_only_once():
             "save = caching.IndexDataCacheFile.save\nassert save.sparcml_guarded\n"
             "sparcml.guard_numba_cache()\nassert caching.IndexDataCacheFile.save is save\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+# Where Numba has no writable place for its cache (a read-only installation, HOME not
+# writable), it refuses to define a cache=True function at all. The subprocess empties Numba's
+# own list of places first: what a read-only installation without a writable HOME leaves.
+NOWHERE = textwrap.dedent("""
+    import sys, warnings
+    import numpy as np
+    from numba.core import caching
+    caching.CacheImpl._locator_classes[:] = []   # no place of Numba's own is writable
+    mode = sys.argv[1]
+    if mode == "sparc-data":                      # the data tool alone: no sparcml
+        from sparcapps.data.cli import main
+        print("exit", main(["synth", "url", "--rows", "10", "-o", sys.argv[2]]))
+        raise SystemExit(0)
+    if mode != "numba":
+        import sparcml
+        if mode == "guarded":
+            sparcml.guard_numba_cache()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            if mode == "apps-data":               # an app's process: sparcml imported first
+                import sparcapps.data._csrkern
+                print("data kernels defined")
+                raise SystemExit(0)
+            import kern
+        except RuntimeError as exc:
+            print("refused:", exc)
+            raise SystemExit(0)
+        print(kern.running_sum(np.arange(4.0)).tolist(),
+              len(kern.running_sum.stats.cache_hits), "cache hits")
+    print(len([w for w in caught if "NUMBA_CACHE_DIR" in str(w.message)]), "warnings")
+    import sparcml._numba_cache as guard
+    print("root:", guard._fallback_root)
+""")
+
+
+def _nowhere(tmp_path, *args):
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"),
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    env.pop("NUMBA_CACHE_DIR", None)
+    out = subprocess.run([sys.executable, "-c", NOWHERE, *args], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout, out.stderr
+
+
+def test_with_no_writable_cache_place_kernels_cache_in_a_private_directory(tmp_path):
+    (tmp_path / "kern.py").write_text(KERNEL)
+    (tmp_path / "tmp").mkdir()
+    assert "refused: cannot cache function 'running_sum'" in _nowhere(tmp_path, "numba")[0]
+    first, _ = _nowhere(tmp_path, "guarded")
+    root = tmp_path / "tmp" / f"sparcml-numba-{os.getuid()}"
+    assert "[0.0, 1.0, 3.0, 6.0] 0 cache hits" in first
+    assert "1 warnings" in first and f"root: {root}" in first
+    assert oct(root.stat().st_mode & 0o777) == "0o700"
+    assert list(root.rglob("*.nbi")), "no cache index written"
+    assert "[0.0, 1.0, 3.0, 6.0] 1 cache hits" in _nowhere(tmp_path, "guarded")[0]
+    # the apps' data kernels, under sparcml's guard; the data tool alone, one line and exit 2
+    assert "data kernels defined" in _nowhere(tmp_path, "apps-data")[0]
+    out, err = _nowhere(tmp_path, "sparc-data", str(tmp_path / "s.h5"))
+    assert "exit 2" in out and not (tmp_path / "s.h5").exists()
+    assert err.count("\n") == 1 and "set NUMBA_CACHE_DIR to a writable directory" in err
+
+
+def test_a_fallback_directory_others_can_write_is_never_used(tmp_path):
+    (tmp_path / "kern.py").write_text(KERNEL)
+    (tmp_path / "tmp").mkdir()
+    planted = tmp_path / "tmp" / f"sparcml-numba-{os.getuid()}"
+    planted.mkdir()
+    planted.chmod(0o777)  # anyone could have put code there
+    out, _ = _nowhere(tmp_path, "guarded")
+    assert "[0.0, 1.0, 3.0, 6.0] 0 cache hits" in out
+    root = out.split("root: ", 1)[1].strip()
+    assert root != str(planted) and os.path.basename(root).startswith("sparcml-numba-")
+    assert not list(planted.iterdir())
+    assert not os.path.exists(root), "the process's own directory outlives it"

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from numba import njit
 
+from ._guard import guard_numba_cache_with_sparcml
+
+guard_numba_cache_with_sparcml()  # before any kernel is compiled
+
 __all__ = ["check_indptr", "check_indices", "OK", "PTR_DECREASES", "PTR_PAST_END",
            "INDEX_RANGE", "INDEX_ORDER"]
 

@@ -16,6 +16,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._guard import guard_numba_cache_with_sparcml
+
+guard_numba_cache_with_sparcml()  # before any kernel is compiled
+
 __all__ = ["count_lines_and_colons", "parse_block", "OK", "SLOW_FULL", "ERR_NO_COLON",
            "ERR_BAD_INDEX", "ERR_ZERO_INDEX", "ERR_ORDER", "ERR_EMPTY_VALUE", "ERR_INDEX_RANGE",
            "ERR_INDEX_OVERFLOW", "ERR_LABEL", "SLOW_LABEL", "SLOW_VALUE"]

@@ -5,6 +5,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ._guard import guard_numba_cache_with_sparcml
+
+guard_numba_cache_with_sparcml()  # before any kernel is compiled
+
 __all__ = ["sample_block", "format_libsvm"]
 
 

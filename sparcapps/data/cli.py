@@ -349,6 +349,14 @@ def main(argv: list[str] | None = None) -> int:
         msg = " ".join(str(exc).split()) or type(exc).__name__
         print(f"sparc-data: error: {msg}", file=sys.stderr)
         return _exit_status(exc)
+    except RuntimeError as exc:
+        if "no locator available" not in str(exc):  # Numba's, when it has nowhere to cache
+            raise
+        print("sparc-data: error: Numba can write its kernel cache neither beside the "
+              "installed package nor in the user's cache directory (read-only installation, "
+              "or HOME not writable); set NUMBA_CACHE_DIR to a writable directory",
+              file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("sparc-data: interrupted", file=sys.stderr)
         return 130

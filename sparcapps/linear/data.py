@@ -46,7 +46,9 @@ def ensure_synth(name: str, rows: int, seed: int, features: int | None, cache_di
                   flush=True)
             make_like(spec, rows, seed, out=path, progress=progress)
         except (OSError, ValueError) as exc:
-            error = InputDataError(f"cannot write the synthetic data set {path}: {exc}")
+            error = InputDataError(f"cannot write the synthetic data set {path}: {exc}; "
+                                   f"give --synth-cache DIR (or --data-home DIR, or "
+                                   f"SPARCML_DATA_HOME) a writable directory")
     agree_or_raise(comm, error)
     return path
 
