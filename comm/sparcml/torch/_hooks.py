@@ -26,7 +26,9 @@ the k entries cross to the host; the result is written into the buffer on the de
 2. sparcml's communication thread (the one of :func:`sparcml.iallreduce` and
    :class:`~sparcml.torch.DistributedOptimizer`) reduces it with the state's compression --
    memory (error feedback per bucket index), compressor, quantizer, allreduce algorithm
-   (:func:`~.reduction.reduce_flat`) -- while ``backward()`` goes on;
+   (:func:`~.reduction.reduce_flat`) -- while ``backward()`` goes on; the step's last bucket,
+   which has nothing left to overlap with, is reduced in the hook itself, in its place in the
+   thread's order (as the optimizer's ``synchronize()`` reduces its last);
 3. the sum divided by P is written back into the buffer; when the step's last bucket is
    reduced, the ranks agree on buckets that held an Inf or NaN on any rank (those become NaN on
    every rank, so ``GradScaler`` skips the step everywhere; see :mod:`.reduction`) and every
@@ -55,7 +57,7 @@ from ..compression._objects import Compression
 from .._options import Options
 from .._runtime.context import TrafficStats
 from .._errors import IncompatibleOptionsError, UnsupportedDtypeError
-from .._runtime.nonblocking import submit
+from .._runtime.nonblocking import call, submit
 from ._buckets import COMM_DTYPES, pin_host_buffers
 from ._device import DevicePath, supported as device_supported
 from ._reduction import NONFINITE, agree_flags, reduce_flat
@@ -173,10 +175,8 @@ def sparcml_hook(state, bucket):  # DDP rejects string annotations: none here
     if bucket.is_last():
         pending, state._pending = state._pending, []
     full = state.step < state.warmup_steps and state.compression.lossy
-    submit(state.comm, f"sparcml_hook bucket {index}", _reduce, state, item, full,
-           state.step == 0, (old, layout) if old is not None else None, pending, shapes)
-    if pending is not None:
-        state.step += 1
+    _launch(state, f"sparcml_hook bucket {index}", pending, _reduce, state, item, full,
+            state.step == 0, (old, layout) if old is not None else None, pending, shapes)
     return item.future
 
 
@@ -200,11 +200,26 @@ def _hook_on_device(state, bucket, buf, wire, index, old, layout, shapes):
     if bucket.is_last():
         pending, state._pending = state._pending, []
         state._pieces = None
-    submit(state.comm, f"sparcml_hook bucket {index}", _exchange, state, item, vec, full,
-           state.step == 0, pending)
-    if pending is not None:
-        state.step += 1
+    _launch(state, f"sparcml_hook bucket {index}", pending, _exchange, state, item, vec, full,
+            state.step == 0, pending)
     return item.future
+
+
+def _launch(state: SparcmlHookState, label: str, pending, fn, *args) -> None:
+    """Reduce a bucket: on the communication thread while ``backward()`` goes on, or, for the
+    step's last bucket (``pending``: the step's buckets), here on the calling thread, in its
+    place in the thread's order (:func:`sparcml._runtime.nonblocking.call`): nothing is left
+    to overlap it with, and DDP waits for its future next, so the hand-off to the thread and
+    back would only add two wake-ups. Either way an error reaches the step's futures, which
+    DDP raises where it waits for them."""
+    if pending is None:
+        submit(state.comm, label, fn, *args)
+        return
+    state.step += 1
+    try:
+        call(state.comm, fn, *args)
+    except Exception as exc:  # noqa: BLE001 - fn gave it to the futures; DDP raises it
+        _fail_step(pending, exc)
 
 
 def _exchange(ctx, state: SparcmlHookState, item: _Bucket, vec, full: bool, check: bool,
