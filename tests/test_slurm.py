@@ -133,6 +133,34 @@ def test_sweep_under_export_none_and_dry_run_lines(tmp_path, monkeypatch, capsys
     assert (tmp_path / "new logs").is_dir() and "--output=new logs/%x-%j.out" in calls.read_text()
 
 
+def test_app_template_checkpoints_into_the_jobs_directory(tmp_path):
+    """The newcomer's walk (issue 36): a training app's default checkpoint was one file in the
+    submission directory for every job of a sweep; app.sbatch now names one in the job's
+    directory unless the options give --checkpoint. No Slurm: bash runs the template with a
+    stand-in sparc-jobs that prints the command it was given."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sparc-jobs").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bindir / "sparc-jobs").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NAME": "app", "SLURM_NTASKS": "2", "SPARC_RESULTS": str(tmp_path / "r")}
+
+    def command(*args):
+        proc = subprocess.run(["bash", str(REPO / "jobs" / "app.sbatch"), *args], env=env,
+                              capture_output=True, text=True, timeout=30, check=True)
+        words = proc.stdout.splitlines()
+        return words[words.index("--") + 1:]
+
+    job = tmp_path / "r" / "app-7"
+    argv = command("sparc-linear", "--epochs", "5")
+    assert argv[argv.index("--checkpoint") + 1] == str(job / "sparc-linear.ckpt.h5"), argv
+    argv = command("sparc-lstm", "--resume", "old.ckpt")
+    assert argv[argv.index("--checkpoint") + 1] == str(job / "sparc-lstm.ckpt"), argv
+    for args in (["sparc-cnn", "--checkpoint=mine.ckpt"], ["sparc-svm", "--checkpoint", "m.h5"],
+                 ["sparc-bench", "--N", "1024"]):
+        assert command(*args).count("--checkpoint") == (args[0] == "sparc-svm"), args
+
+
 def test_run_recorded_writes_failure_records(tmp_path):
     out = tmp_path / "r.jsonl"
     py = sys.executable
