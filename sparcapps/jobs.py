@@ -8,11 +8,15 @@ Subcommands:
     template reads ``SLURM_NNODES`` / ``SLURM_NTASKS``), each ``--algorithms`` flag is one group
     (its space-separated names) passed on as the app's ``--algorithms`` (or ``--algorithm-flag
     FLAG``, e.g. ``--algorithm-flag --algorithm`` for the training apps). Prints ``JOBID<TAB>NODES<TAB>ALGORITHMS`` per job
-    (``--dry-run`` prints the shell-quoted commands instead); ``--wait`` then waits for them all.
+    (``--dry-run`` prints the shell-quoted commands instead, each creating the log directory
+    first, so that a line runs as pasted); ``--wait`` then waits for them all.
     Both are sparc-jobs' own flags, before ``--`` (after it they are refused: they would reach
     the app). Node counts above what ``sinfo`` lists are refused before anything is submitted
     (with ``--dry-run``, a warning). Slurm's logs go to ``RESULTS/%x-%j.out`` (``--results``,
-    else ``$SPARC_RESULTS``, else ``./results``).
+    else ``$SPARC_RESULTS``, else ``./results``). The sweep hands its jobs ``SPARC_RESULTS``, the
+    template variables and its own line through the environment; an ``--export`` that does not
+    pass the whole environment (``--sbatch-arg=--export=NONE,SPARC_SETUP=FILE``, or
+    ``SBATCH_EXPORT``) gets their names added (:func:`with_exports`).
 
 ``sparc-jobs run --output FILE [--script-args='ARGS'] -- COMMAND...``
     What a template executes: runs COMMAND (usually ``mpiexec ... sparc-bench ...``), passes its
@@ -51,8 +55,8 @@ from sparcapps.cli_args import (HelpFormatter, add_list_argument, add_timeout_ar
 from sparcapps.launcher import stop_signal_for
 from sparcapps.records import append_record, capture_environment, make_record
 
-__all__ = ["SweepJob", "SlurmError", "TEMPLATE_VARS", "env_prefix", "plan_sweep", "submit",
-           "wait_jobs", "job_states", "cluster_nodes", "run_recorded", "main"]
+__all__ = ["SweepJob", "SlurmError", "TEMPLATE_VARS", "env_prefix", "with_exports", "plan_sweep",
+           "submit", "wait_jobs", "job_states", "cluster_nodes", "run_recorded", "main"]
 
 _JOBID = re.compile(r"^(\d+)(?:;\S+)?$")
 
@@ -124,6 +128,43 @@ def _group(group: str | Sequence[str]) -> list[str]:
 # the environment the templates read: part of the command that made a job
 TEMPLATE_VARS = ("SPARC_N_PER_RANK", "SPARC_GLOBAL_BATCH", "SPARC_LAUNCH", "SPARC_SETUP",
                  "SPARC_RESULTS")
+
+
+# what a sweep hands each job through the environment: the template variables and the lines
+# that made the job (sbatch passes the submitting environment on unless --export says otherwise)
+_SWEEP_ENV = (*TEMPLATE_VARS, "SPARC_SUBMIT_SBATCH", "SPARC_SUBMIT_SWEEP")
+
+
+def with_exports(sbatch_args: Sequence[str], names: Sequence[str], env: dict | None = None
+                 ) -> list[str]:
+    """``sbatch_args`` with an ``--export`` that does not pass the whole environment (``NONE``,
+    ``NIL`` or a list of variables: given in ``sbatch_args``, else ``SBATCH_EXPORT`` of ``env``)
+    extended by ``names``, which sbatch then exports with their values in its environment (a
+    name that is not set there is skipped). Unchanged when the whole environment passes (no
+    ``--export``, or ``ALL`` in it)."""
+    env = os.environ if env is None else env
+    args = list(sbatch_args)
+
+    def extended(value: str) -> str:
+        words = value.split(",")
+        if any(w.strip().upper() == "ALL" for w in words):
+            return value
+        have = {w.split("=", 1)[0] for w in words}
+        return ",".join([value, *[n for n in names if n not in have]])
+
+    found = False
+    for i, arg in enumerate(args):
+        if arg.startswith("--export="):
+            args[i] = "--export=" + extended(arg.split("=", 1)[1])
+            found = True
+        elif arg == "--export" and i + 1 < len(args):
+            args[i + 1] = extended(args[i + 1])
+            found = True
+    if not found and env.get("SBATCH_EXPORT"):
+        value = extended(env["SBATCH_EXPORT"])
+        if value != env["SBATCH_EXPORT"]:
+            args.append("--export=" + value)
+    return args
 
 
 def env_prefix(env: dict) -> str:
@@ -556,9 +597,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sparc-jobs: warning: {problem}", file=sys.stderr)
         # Slurm's logs beside the records: never the submission directory itself
         logs = args.results or os.environ.get("SPARC_RESULTS") or "results"
-        jobs = plan_sweep(args.template, args.nodes, algorithms=args.algorithms,
-                          app_args=rest, sbatch_args=args.sbatch_arg,
-                          results=logs, algorithm_flag=args.algorithm_flag)
         env = dict(os.environ)
         # the sweep as the user ran it (without --wait/--dry-run, which change no result)
         sweep_line = env_prefix(env) + shlex.join(
@@ -566,11 +604,17 @@ def main(argv: Sequence[str] | None = None) -> int:
              *(["--", *rest] if rest else [])])
         if args.results is not None:
             env["SPARC_RESULTS"] = str(args.results)
+        # under --export=NONE (or a list) the sweep's variables must be named to reach the job
+        sbatch_args = with_exports(args.sbatch_arg,
+                                   [k for k in _SWEEP_ENV if env.get(k) or "SUBMIT" in k], env)
+        jobs = plan_sweep(args.template, args.nodes, algorithms=args.algorithms,
+                          app_args=rest, sbatch_args=sbatch_args,
+                          results=logs, algorithm_flag=args.algorithm_flag)
         if not args.dry_run:
             Path(logs).mkdir(parents=True, exist_ok=True)
-        if args.dry_run:
+        if args.dry_run:  # each line runs as pasted: Slurm fails a job whose log dir is missing
             for job in jobs:
-                print(env_prefix(env) + job.command())
+                print(f"mkdir -p {shlex.quote(str(logs))} && {env_prefix(env)}{job.command()}")
             return 0
         for job in submit(jobs, env=env, sweep_command=sweep_line):
             print(f"{job.job_id}\t{job.nodes}\t{job.algorithms or '-'}", flush=True)

@@ -11,7 +11,7 @@ its first words:
   is planned and every job's app command line parses.
 - ``CANNOT``: cannot run here; the doc itself must say why (the needle is checked in it).
 - ``ELSEWHERE``: run by another test (named; checked to exist), at its own size.
-- ``SHORTHAND``: ``sparc-jobs sweep ... --wait``: the sweep above plus one flag.
+- ``SHORTHAND``: a sweep above plus ``--dry-run`` or ``--wait`` (planned there).
 
 A doc line matching no entry fails :func:`test_every_documented_command_is_accounted_for`; every
 ``sparc-*`` line also parses against its console script's parser (nothing runs).
@@ -113,7 +113,11 @@ PLAN = [
     ("README.md", "bash jobs/emulate.sh", "ELSEWHERE",
      "tests/test_emulated_net.py::test_sparc_bench_on_emulated_nodes"),
     ("jobs/README.md", "sbatch", *SLURM_JOBS),
-    ("jobs/README.md", "sparc-jobs sweep ...", "SHORTHAND", None),  # the sweep above, + a flag
+    ("jobs/README.md", "sparc-data synth url", "ELSEWHERE",  # README.md's line, another -o
+     "tests/test_readme_commands.py::test_the_readme_chain_runs"),
+    # the sweep above plus --dry-run / --wait (its app options planned there)
+    ("jobs/README.md", "sparc-jobs sweep jobs/bench-strong.sbatch --nodes 1 2 4 8 --results "
+                       "results/strong --", "SHORTHAND", None),
     ("jobs/README.md", "sparc-jobs sweep", "DRY", None),
     ("jobs/README.md", "SPARC_N_PER_RANK=", "DRY", None),
     ("jobs/README.md", "SPARC_GLOBAL_BATCH=", "DRY", None),

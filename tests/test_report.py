@@ -189,6 +189,14 @@ def test_a_rerun_writes_no_file_of_the_run_it_reproduces():
     assert rerun_command(rec, "new/rerun-records.jsonl") == (
         "mpiexec -n 2 sparc-linear --save-model new/rerun-m.h5 --checkpoint=new/rerun-c.h5 "
         "--output new/rerun-records.jsonl")
+    # a Slurm job's line too (issue 36's walk: its rerun overwrote the checkpoint a scancel left)
+    sbatch = "sbatch --nodes=1 jobs/app.sbatch sparc-linear --checkpoint c.h5 --save-model m.h5"
+    sweep = "sparc-jobs sweep jobs/app.sbatch --nodes 1 -- sparc-cnn --checkpoint=c.ckpt"
+    job = {**rec, "environment": {**rec["environment"], "submitted": {"sbatch": sbatch}}}
+    assert rerun_command(job) == sbatch.replace("c.h5", "c.rerun.h5").replace("m.h5",
+                                                                              "m.rerun.h5")
+    job["environment"]["submitted"]["sweep"] = sweep
+    assert rerun_command(job) == sweep.replace("c.ckpt", "c.rerun.ckpt")
 
 
 def test_figures_readable(built):
@@ -306,6 +314,9 @@ def test_time_to_accuracy_against_dense(tmp_path):
     assert [r["seconds"] for r in res] == [30, 15] and res[1]["ratio"] == pytest.approx(2.0)
     md = build_report([path], tmp_path / "out")[0].read_text()
     assert _table(md, "## Training runs")[1]["dense time / time"] == "2.00"
+    # under a training figure: no --rerun of it, which sparc-report refuses (issue 36's walk)
+    (fig_id,) = re.findall(r"Figure (test_accuracy-\S+) \(", md)
+    assert f"--rerun {fig_id}" not in md and "rerun its training runs with that group" in md
 
 
 def test_cli(tmp_path, capsys):

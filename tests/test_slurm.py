@@ -89,6 +89,78 @@ def test_sweep_refuses_what_would_never_run(tmp_path, monkeypatch, capsys):
     assert (tmp_path / "results").is_dir()
 
 
+def test_sweep_under_export_none_and_dry_run_lines(tmp_path, monkeypatch, capsys):
+    """The newcomer's walk (issue 36): under a site's ``--export=NONE`` a sweep's jobs lost
+    ``--results``, the template variables and the sweep's line (they travel in the
+    environment); a ``--dry-run`` line pasted into a shell failed in Slurm (exit 0:53, no log)
+    because the log directory did not exist."""
+    from sparcapps import jobs
+
+    calls = _fake_slurm(tmp_path, monkeypatch, nodes=1)
+    tmpl = str(REPO / "jobs" / "bench-weak.sbatch")
+    monkeypatch.setenv("SPARC_N_PER_RANK", "65536")
+    monkeypatch.delenv("SBATCH_EXPORT", raising=False)
+    names = "SPARC_N_PER_RANK,SPARC_RESULTS,SPARC_SUBMIT_SBATCH,SPARC_SUBMIT_SWEEP"
+    for export, expected in (
+            ("--export=NONE,SPARC_SETUP=/s.sh", f"--export=NONE,SPARC_SETUP=/s.sh,{names}"),
+            ("--export=SPARC_RESULTS", "--export=SPARC_RESULTS,SPARC_N_PER_RANK,"
+                                       "SPARC_SUBMIT_SBATCH,SPARC_SUBMIT_SWEEP"),
+            ("--export=ALL,X=1", "--export=ALL,X=1")):
+        calls.unlink(missing_ok=True)
+        assert jobs.main(["sweep", tmpl, "--nodes", "1", f"--sbatch-arg={export}",
+                          "--results", "res"]) == 0
+        (call,) = calls.read_text().splitlines()
+        assert call.split().count(expected) == 1 and call.count("--export") == 1, call
+    # SBATCH_EXPORT (the site's default) counts as given; the whole environment adds nothing
+    for value, expected in (("NONE", f"--export=NONE,{names}"), ("ALL", None)):
+        monkeypatch.setenv("SBATCH_EXPORT", value)
+        calls.unlink(missing_ok=True)
+        assert jobs.main(["sweep", tmpl, "--nodes", "1", "--results", "res"]) == 0
+        call = calls.read_text()
+        assert (expected in call.split()) if expected else "--export" not in call, call
+    monkeypatch.delenv("SBATCH_EXPORT")
+    assert jobs.with_exports(["--export", "NONE", "--time=5"], ["A"], {}) == [
+        "--export", "NONE,A", "--time=5"]
+    assert jobs.with_exports(["--time=5"], ["A"], {}) == ["--time=5"]
+
+    capsys.readouterr()
+    calls.unlink()
+    assert jobs.main(["sweep", tmpl, "--nodes", "1", "--results", "new logs", "--dry-run"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("mkdir -p 'new logs' && SPARC_N_PER_RANK=65536 "), line
+    assert not (tmp_path / "new logs").exists()
+    subprocess.run(["bash", "-c", line], check=True, timeout=30)  # runs as pasted
+    assert (tmp_path / "new logs").is_dir() and "--output=new logs/%x-%j.out" in calls.read_text()
+
+
+def test_app_template_checkpoints_into_the_jobs_directory(tmp_path):
+    """The newcomer's walk (issue 36): a training app's default checkpoint was one file in the
+    submission directory for every job of a sweep; app.sbatch now names one in the job's
+    directory unless the options give --checkpoint. No Slurm: bash runs the template with a
+    stand-in sparc-jobs that prints the command it was given."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "sparc-jobs").write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    (bindir / "sparc-jobs").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "SLURM_JOB_ID": "7",
+           "SLURM_JOB_NAME": "app", "SLURM_NTASKS": "2", "SPARC_RESULTS": str(tmp_path / "r")}
+
+    def command(*args):
+        proc = subprocess.run(["bash", str(REPO / "jobs" / "app.sbatch"), *args], env=env,
+                              capture_output=True, text=True, timeout=30, check=True)
+        words = proc.stdout.splitlines()
+        return words[words.index("--") + 1:]
+
+    job = tmp_path / "r" / "app-7"
+    argv = command("sparc-linear", "--epochs", "5")
+    assert argv[argv.index("--checkpoint") + 1] == str(job / "sparc-linear.ckpt.h5"), argv
+    argv = command("sparc-lstm", "--resume", "old.ckpt")
+    assert argv[argv.index("--checkpoint") + 1] == str(job / "sparc-lstm.ckpt"), argv
+    for args in (["sparc-cnn", "--checkpoint=mine.ckpt"], ["sparc-svm", "--checkpoint", "m.h5"],
+                 ["sparc-bench", "--N", "1024"]):
+        assert command(*args).count("--checkpoint") == (args[0] == "sparc-svm"), args
+
+
 def test_run_recorded_writes_failure_records(tmp_path):
     out = tmp_path / "r.jsonl"
     py = sys.executable
@@ -170,6 +242,11 @@ def test_templates_under_slurm(slurm, tmp_path):
                     app_args=TINY)
     weak = _sweep(env, "bench-weak.sbatch", "--results", str(res), "--algorithms",
                   "dsar_split_allgather", app_args=TINY[2:])
+    # a site's --export=NONE: the venv from SPARC_SETUP, the sweep's variables still arrive
+    setup = tmp_path / "site-setup.sh"
+    setup.write_text(f"export PATH={shlex.quote(str(BIN))}:$PATH\n")
+    none = _sweep(env, "bench-weak.sbatch", "--results", str(res), "--algorithms", "allgather",
+                  f"--sbatch-arg=--export=NONE,SPARC_SETUP={setup}", app_args=TINY[2:])
     app = _sweep(env, "app.sbatch", "--results", str(res), app_args=["sparc-bench", *TINY,
                                                                      "--algorithms", "dense"])
     # the applications through the generic template, at tiny sizes
@@ -199,7 +276,7 @@ def test_templates_under_slurm(slurm, tmp_path):
     assert proc.returncode == 0, proc.stderr
     spaced_id = proc.stdout.strip().split(";")[0]
     assert [row[1:] for row in strong] == [["1", "allgather"], ["1", "ssar_split_allgather"]]
-    ids = [row[0] for row in strong + weak + app + linear + cnn]
+    ids = [row[0] for row in strong + weak + none + app + linear + cnn]
     ids += [plain_id, spaced_id, bad[0][0]]
     wait = subprocess.run([str(BIN / "sparc-jobs"), "wait", "--timeout-seconds", "240", *ids],
                           env=env,
@@ -224,6 +301,9 @@ def test_templates_under_slurm(slurm, tmp_path):
     weak_recs = records(weak[0][0])
     assert {(r["algorithm"], r["N"]) for r in weak_recs} == {("dense", 2048),
                                                               ("dsar_split_allgather", 2048)}
+    none_recs = records(none[0][0])  # under --results, at SPARC_N_PER_RANK x P, its sweep kept
+    assert {(r["algorithm"], r["N"]) for r in none_recs} == {("dense", 2048), ("allgather", 2048)}
+    assert "--export=NONE" in none_recs[0]["environment"]["submitted"]["sweep"]
     assert [r["algorithm"] for r in records(app[0][0])] == ["dense"]
     for rows, app_name in ((linear, "sparc-linear"), (cnn, "sparc-cnn")):
         (rec,) = records(rows[0][0])

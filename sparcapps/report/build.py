@@ -128,9 +128,13 @@ def _figures(doc: Doc, figs: list[Fig], groups: dict, section: str) -> None:
     doc.h(3, section)
     for f in shown:
         doc.img(f.id, f.png, f.svg, f.caption)
+        # --rerun draws collective figures again; a training run is rerun by its commands
+        how = (f"rerun with sparc-report RESULTS --rerun {f.id} -o DIR"
+               if f.section != "Training runs" else
+               "rerun its training runs with that group's commands (sparc-report --rerun "
+               "redraws collective figures only)")
         doc.p(f"Figure {f.id} ({f.id}.png, {f.id}.svg): made by command group "
-              f"{groups[f.id][0]} (below); "
-              f"rerun with sparc-report RESULTS --rerun {f.id} -o DIR.")
+              f"{groups[f.id][0]} (below); {how}.")
 
 
 def _environment_section(doc: Doc, records) -> None:

@@ -13,7 +13,8 @@ A rerun never appends to the records it reproduces: ``--output FILE`` becomes an
 new job directory anyway (under ``--results`` / ``SPARC_RESULTS`` when given). Nor does it
 overwrite the other files the run wrote: a model (``--save-model``) or a checkpoint
 (``--checkpoint``) named on the command line goes beside the new records (``rerun-NAME``), or
-gets ``.rerun`` before its suffix when no new records file is given.
+gets ``.rerun`` before its suffix when no new records file is given (always at the Slurm
+levels: the path is the app's, relative to the submission directory, not the job's).
 """
 
 from __future__ import annotations
@@ -47,12 +48,13 @@ class Command:
         root (``--results`` of a sweep, ``SPARC_RESULTS`` of an sbatch line)."""
         argv = list(self.argv)
         env = dict(self.env)
-        if self.level == "sweep":
-            if results is not None:
+        if self.level in ("sweep", "sbatch"):
+            if results is not None and self.level == "sweep":
                 _set_option(argv, "--results", str(results), before="--")
-        elif self.level == "sbatch":
-            if results is not None:
+            elif results is not None:
                 env["SPARC_RESULTS"] = str(results)
+            for flag in _FILES_WRITTEN:  # the app's options: in the job, not in its directory
+                _rename_option(argv, flag, None)
         elif argv:
             argv = [_OUTPUT if word == "-o" else word for word in argv]  # the same flag
             _set_option(argv, _OUTPUT, None if output is None else str(output))
