@@ -5,7 +5,10 @@ Slurm sends SIGTERM (the job templates ask for it before the limit: ``--signal=B
 handler only sets a flag; at step boundaries the ranks agree whether any rank got a signal, so
 that all stop after the same step and write one consistent checkpoint. The agreement is a
 one-element ``MPI_Allreduce`` about once a second (the interval in steps follows the slowest
-rank's step time), not one per step. A second signal to the same rank ends it the usual way.
+rank's step time), not one per step. A second signal to the same rank ends it the usual way,
+unless it is the same signal within ``duplicate_window_s`` (2 s) of the first: a plain
+``scancel`` signals every process of the job step, and ``mpiexec`` forwards the copy it got, so
+a rank gets the one request twice at once (which used to end it without its checkpoint).
 """
 
 from __future__ import annotations
@@ -31,23 +34,28 @@ class StopOnSignal:
     """
 
     def __init__(self, comm: MPI.Comm, *, check_every_s: float = 1.0,
-                 signals=STOP_SIGNALS):
+                 signals=STOP_SIGNALS, duplicate_window_s: float = 2.0):
         self.comm = comm
         self.check_every_s = check_every_s
         self.signals = tuple(signals)
+        self.duplicate_window_s = duplicate_window_s
         self.signum: int | None = None
         self._received = 0
+        self._received_at = 0.0
         self._old: dict = {}
         self._steps = 0
         self._next_check = 1
         self._since = (time.perf_counter(), 0)
 
     def _handler(self, signum, frame):
-        if self._received:  # the second signal: the default action (end the process)
-            signal.signal(signum, signal.SIG_DFL)
+        now = time.monotonic()
+        if self._received:
+            if signum == self._received and now - self._received_at < self.duplicate_window_s:
+                return  # the same request delivered twice (scheduler and launcher)
+            signal.signal(signum, signal.SIG_DFL)  # a second request: end the process
             os.kill(os.getpid(), signum)
             return
-        self._received = signum
+        self._received, self._received_at = signum, now
 
     def __enter__(self) -> "StopOnSignal":
         self._old = {s: signal.signal(s, self._handler) for s in self.signals}

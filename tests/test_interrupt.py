@@ -24,14 +24,20 @@ def test_a_signal_is_a_stop_at_the_next_agreement_and_handlers_are_restored():
     assert signal.getsignal(signal.SIGTERM) is before
 
 
-def test_a_second_signal_ends_the_process():
+def test_a_second_signal_ends_the_process_but_not_the_same_one_delivered_twice_at_once():
+    """A plain scancel signals every process of the step and mpiexec forwards its copy: the
+    rank gets one SIGTERM twice within milliseconds. That is one request (the rank stops at
+    the next agreement and checkpoints); the same signal again later, or another, ends it."""
     code = textwrap.dedent("""
         import os, signal, time
         from mpi4py import MPI
         from sparcapps.interrupt import StopOnSignal
-        with StopOnSignal(MPI.COMM_SELF):
+        with StopOnSignal(MPI.COMM_SELF, duplicate_window_s=0.5):
             os.kill(os.getpid(), signal.SIGTERM)
             print("first signal: still running", flush=True)
+            os.kill(os.getpid(), signal.SIGTERM)
+            print("its copy at once: still running", flush=True)
+            time.sleep(0.6)
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(5)
             print("not reached", flush=True)
@@ -39,4 +45,13 @@ def test_a_second_signal_ends_the_process():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == -signal.SIGTERM, proc.stderr
-    assert "first signal: still running" in proc.stdout and "not reached" not in proc.stdout
+    assert "first signal: still running" in proc.stdout
+    assert "its copy at once: still running" in proc.stdout
+    assert "not reached" not in proc.stdout
+    other = code.replace("time.sleep(0.6)\n    os.kill(os.getpid(), signal.SIGTERM)",
+                         "os.kill(os.getpid(), signal.SIGUSR1)")
+    assert other != code
+    proc = subprocess.run([sys.executable, "-c", other], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == -signal.SIGUSR1, proc.stderr
+    assert "its copy at once: still running" in proc.stdout and "not reached" not in proc.stdout
