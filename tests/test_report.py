@@ -197,6 +197,14 @@ def test_a_rerun_writes_no_file_of_the_run_it_reproduces():
                                                                               "m.rerun.h5")
     job["environment"]["submitted"]["sweep"] = sweep
     assert rerun_command(job) == sweep.replace("c.ckpt", "c.rerun.ckpt")
+    # a resumed run checkpoints into its --resume file: the rerun names another
+    resumed = {"P": 2, "environment": {"command": [
+        "sparc-linear", "--resume", "c.h5", "-o", "r.jsonl"], "launcher": "mpiexec"}}
+    assert rerun_command(resumed) == ("mpiexec -n 2 sparc-linear --resume c.h5 --output "
+                                      "r.rerun.jsonl --checkpoint c.rerun.h5")
+    resumed["environment"]["command"][1:3] = ["--resume=c.h5", "--checkpoint=k.h5"]
+    assert rerun_command(resumed) == ("mpiexec -n 2 sparc-linear --resume=c.h5 "
+                                      "--checkpoint=k.rerun.h5 --output r.rerun.jsonl")
 
 
 def test_figures_readable(built):

@@ -14,7 +14,8 @@ new job directory anyway (under ``--results`` / ``SPARC_RESULTS`` when given). N
 overwrite the other files the run wrote: a model (``--save-model``) or a checkpoint
 (``--checkpoint``) named on the command line goes beside the new records (``rerun-NAME``), or
 gets ``.rerun`` before its suffix when no new records file is given (always at the Slurm
-levels: the path is the app's, relative to the submission directory, not the job's).
+levels: the path is the app's, relative to the submission directory, not the job's); a
+resumed run, which checkpoints into its ``--resume`` file, gets a ``--checkpoint`` so named.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Command:
         root (``--results`` of a sweep, ``SPARC_RESULTS`` of an sbatch line)."""
         argv = list(self.argv)
         env = dict(self.env)
+        _name_resumed_checkpoint(argv)
         if self.level in ("sweep", "sbatch"):
             if results is not None and self.level == "sweep":
                 _set_option(argv, "--results", str(results), before="--")
@@ -86,6 +88,20 @@ _OUTPUT = "--output"  # the apps' records file (short form -o)
 
 # files an app writes besides its records, whose paths its command line names
 _FILES_WRITTEN = ("--save-model", "--checkpoint")
+
+
+def _name_resumed_checkpoint(argv: list[str]) -> None:
+    """A resumed linear run checkpoints into its ``--resume`` file unless ``--checkpoint``
+    names another: name it, so that the rerun's renaming moves it off the original's."""
+    if any(w == "--checkpoint" or w.startswith("--checkpoint=") for w in argv):
+        return
+    for i, word in enumerate(argv):
+        if word == "--resume" and i + 1 < len(argv):
+            argv += ["--checkpoint", argv[i + 1]]
+            return
+        if word.startswith("--resume="):
+            argv += ["--checkpoint", word.split("=", 1)[1]]
+            return
 
 
 def _rename_option(argv: list[str], flag: str, directory: Path | None) -> None:
