@@ -248,3 +248,20 @@ def test_template_path_with_spaces_recorded_whole_through_the_template(tmp_path)
     argv, _ = _executable(cmd, tmp_path / "new.jsonl", tmp_path / "new-results")
     assert argv[:2] == ["sbatch", "--wait"] and argv[4:] == ["my jobs/bench strong.sbatch",
                                                              *args], argv
+
+
+def test_rows_of_one_point_pair_in_record_order():
+    """Several jobs of a sweep time dense at the same point: each old row is compared with its
+    own rerun, not every old row with the last new one (helper slurm's walk)."""
+    from sparcapps.report.rerun import compare_rows
+
+    def row(median, speedup=1.0, P=1):
+        return {"series": "dense", "simulated": False, "network": None, "P": P, "N": 1024,
+                "density": 0.01, "pattern": "random", "dtype": "float32", "median": median,
+                "speedup": speedup}
+
+    old = [row(1.0), row(2.0), row(5.0, P=2)]
+    cmp = compare_rows(old, [row(1.5), row(4.0)])
+    assert [(c["old"]["median"], c["new"] and c["new"]["median"]) for c in cmp] == [
+        (1.0, 1.5), (2.0, 4.0), (5.0, None)]
+    assert [c["time_ratio"] for c in cmp] == [1.5, 2.0, None]

@@ -92,11 +92,19 @@ def _point(r) -> tuple:
 
 def compare_rows(old_rows, new_rows) -> list[dict]:
     """Per point of the old figure: old and new median, new/old time ratio, old and new
-    speedup over dense and their ratio (None where the rerun lacks the point)."""
-    new = {_point(r): r for r in new_rows}
+    speedup over dense and their ratio (None where the rerun lacks the point). A point that
+    several rows hold (jobs of a sweep that each time dense at P = 1, say) pairs them in
+    record order, the i-th old row with the i-th new one."""
+    new: dict[tuple, list] = {}
+    for r in new_rows:
+        new.setdefault(_point(r), []).append(r)
+    seen: dict[tuple, int] = {}
     out = []
+    # sorted() is stable: the rows of one point keep their record order
     for r in sorted(old_rows, key=lambda r: tuple(str(v) for v in _point(r))):
-        n = new.get(_point(r))
+        point = _point(r)
+        i = seen[point] = seen.get(point, -1) + 1
+        n = new[point][i] if i < len(new.get(point, ())) else None
         out.append({"point": _point(r), "old": r, "new": n,
                     "time_ratio": n["median"] / r["median"] if n and r["median"] else None,
                     "speedup_ratio": n["speedup"] / r["speedup"]
