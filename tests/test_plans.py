@@ -270,6 +270,16 @@ for dtype in (np.float32, np.float64):
             assert out.tobytes() == slow.to_dense().tobytes()
             checked += 1
 assert ctx.plans, "the plain call made no fast path"
+big = (8 << 20) // 4 + 1  # above the former bound (8 MiB dense), within 64 MiB: fast
+rng = np.random.default_rng([comm.rank, big])
+idx = np.sort(rng.choice(big, big // 1000, replace=False))
+vec = sparcml.SparseVector(big, idx, rng.standard_normal(idx.size).astype(np.float32))
+fast = sparcml.allreduce(vec, comm)
+slow = allreduce_in(ctx, vec, sent=[])
+assert ctx.plans[("allreduce", big, vec.dtype.str)].fast
+assert fast.indices.tobytes() == slow.indices.tobytes()
+assert fast.values.tobytes() == slow.values.tobytes()
+checked += 1
 total = comm.allreduce(checked)
 if comm.rank == 0:
     print("FAST-PATH-CHECKED", total)
@@ -280,7 +290,7 @@ if comm.rank == 0:
 @pytest.mark.parametrize("P", [2, 3, 5])
 def test_plain_allreduce_fast_path_is_bitwise_the_algorithm(P):
     proc = run_mpi(P, FAST_PATH_BITS, timeout=400)
-    assert f"FAST-PATH-CHECKED {P * 2 * 4 * 6}" in proc.stdout, proc.stdout
+    assert f"FAST-PATH-CHECKED {P * (2 * 4 * 6 + 1)}" in proc.stdout, proc.stdout
 
 
 TOPK_TWO_RANKS = """
