@@ -239,6 +239,22 @@ def test_recursive_doubling_has_one_schedule_that_pairs_every_message():
         assert FastRecursiveDoubling(ctx, 16, np.float32).steps is rd.schedule(P - 1, P)
 
 
+def test_fast_path_bounds():
+    """The allreduce fast path serves up to 64 MiB dense (N = 16M float32); top-k's P = 2 plan
+    path keeps 8 MiB (it sends each rank's whole input)."""
+    from types import SimpleNamespace
+
+    from sparcml._collectives.ops import PLAIN
+    from sparcml._collectives.plan_fast import fits
+    from sparcml._topk.plan import serves
+
+    assert fits(1 << 24, np.float32) and not fits((1 << 24) + 1, np.float32)
+    assert fits(1 << 23, np.float64) and not fits((1 << 23) + 1, np.float64)
+    two = SimpleNamespace(size=2, ops=PLAIN)
+    assert serves(two, 1 << 21, np.float32) and not serves(two, (1 << 21) + 1, np.float32)
+    assert serves(two, 1 << 20, np.float64) and not serves(two, (1 << 20) + 1, np.float64)
+
+
 FAST_PATH_BITS = r"""
 import numpy as np
 from mpi4py import MPI
