@@ -239,6 +239,22 @@ def test_recursive_doubling_has_one_schedule_that_pairs_every_message():
         assert FastRecursiveDoubling(ctx, 16, np.float32).steps is rd.schedule(P - 1, P)
 
 
+def test_fast_path_bounds():
+    """The allreduce fast path serves up to 64 MiB dense (N = 16M float32); top-k's P = 2 plan
+    path keeps 8 MiB (it sends each rank's whole input)."""
+    from types import SimpleNamespace
+
+    from sparcml._collectives.ops import PLAIN
+    from sparcml._collectives.plan_fast import fits
+    from sparcml._topk.plan import serves
+
+    assert fits(1 << 24, np.float32) and not fits((1 << 24) + 1, np.float32)
+    assert fits(1 << 23, np.float64) and not fits((1 << 23) + 1, np.float64)
+    two = SimpleNamespace(size=2, ops=PLAIN)
+    assert serves(two, 1 << 21, np.float32) and not serves(two, (1 << 21) + 1, np.float32)
+    assert serves(two, 1 << 20, np.float64) and not serves(two, (1 << 20) + 1, np.float64)
+
+
 FAST_PATH_BITS = r"""
 import numpy as np
 from mpi4py import MPI
@@ -270,6 +286,16 @@ for dtype in (np.float32, np.float64):
             assert out.tobytes() == slow.to_dense().tobytes()
             checked += 1
 assert ctx.plans, "the plain call made no fast path"
+big = (8 << 20) // 4 + 1  # above the former bound (8 MiB dense), within 64 MiB: fast
+rng = np.random.default_rng([comm.rank, big])
+idx = np.sort(rng.choice(big, big // 1000, replace=False))
+vec = sparcml.SparseVector(big, idx, rng.standard_normal(idx.size).astype(np.float32))
+fast = sparcml.allreduce(vec, comm)
+slow = allreduce_in(ctx, vec, sent=[])
+assert ctx.plans[("allreduce", big, vec.dtype.str)].fast
+assert fast.indices.tobytes() == slow.indices.tobytes()
+assert fast.values.tobytes() == slow.values.tobytes()
+checked += 1
 total = comm.allreduce(checked)
 if comm.rank == 0:
     print("FAST-PATH-CHECKED", total)
@@ -280,7 +306,7 @@ if comm.rank == 0:
 @pytest.mark.parametrize("P", [2, 3, 5])
 def test_plain_allreduce_fast_path_is_bitwise_the_algorithm(P):
     proc = run_mpi(P, FAST_PATH_BITS, timeout=400)
-    assert f"FAST-PATH-CHECKED {P * 2 * 4 * 6}" in proc.stdout, proc.stdout
+    assert f"FAST-PATH-CHECKED {P * (2 * 4 * 6 + 1)}" in proc.stdout, proc.stdout
 
 
 TOPK_TWO_RANKS = """

@@ -24,6 +24,16 @@ def test_values_keep_the_callers_dtype(val_dt):
     assert v.dtype == val_dt and v.to_dense().dtype == val_dt
 
 
+@pytest.mark.parametrize("val_dt", [np.float32, np.float64])
+def test_value_dtype_is_numpys_own_instance(val_dt):
+    """A plan's steady check compares dtypes by identity: zeros (a plan's template), a
+    big-endian input and the caller's array all give NumPy's own instance."""
+    own = np.dtype(val_dt)
+    assert SparseVector.zeros(10, val_dt).dtype is own
+    assert SparseVector(10, [1], np.array([1], own.newbyteorder(">"))).dtype is own
+    assert SparseVector(10, [1], np.array([1], val_dt)).values.dtype is own
+
+
 def test_unsupported_value_dtype_names_the_fix():
     with pytest.raises(UnsupportedDtypeError, match="float32 or float64, got int64"):
         SparseVector(10, [1], np.array([1], np.int64))

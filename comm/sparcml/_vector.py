@@ -38,11 +38,14 @@ def should_be_dense(nnz: int, dim: int, index_dtype, value_dtype) -> bool:
 def _value_dtype(values) -> np.dtype:
     dt = np.asarray(values).dtype
     dt = dt.newbyteorder("=") if dt.kind == "f" else dt
-    if dt not in VALUE_DTYPES:
-        raise UnsupportedDtypeError(
-            f"values must be float32 or float64, got {dt}; convert them first, "
-            f"e.g. values.astype(np.float32)")
-    return dt
+    # NumPy's own instance (newbyteorder made another), so that a plan's steady check
+    # (`values.dtype is plan.dtype`) holds for the arrays users pass
+    for known in VALUE_DTYPES:
+        if dt == known:
+            return known
+    raise UnsupportedDtypeError(
+        f"values must be float32 or float64, got {dt}; convert them first, "
+        f"e.g. values.astype(np.float32)")
 
 
 def _dense_values(x, caller: str) -> np.ndarray:

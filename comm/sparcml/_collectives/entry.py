@@ -26,8 +26,8 @@ from mpi4py import MPI
 from . import arith, hierarchical as node_aware
 from .._model import auto, tuning
 from .._options import in_call, option_fields, option_labels, resolve_options
-from .._runtime.agreement import (MAX_FIELDS, VALUE_DTYPE_NAMES, agreed_call, agreed_maxima,
-                                  agreement_array)
+from .._runtime.agreement import (MAXIMA_SLOT, VALUE_DTYPE_NAMES, agree_kept, agreed_call,
+                                  kept_agreement)
 from .._runtime.call_context import call_context, use_allreduce
 from .._runtime.context import TrafficStats, clock_of, context_for
 from .._options import Options
@@ -156,18 +156,11 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
     if entry is None or entry[0] is not opts:  # (an id reused by another Options: rebuilt)
         if len(agreements) >= _AGREEMENTS_KEPT:
             agreements.pop(next(iter(agreements)))
-        entry = agreements[key] = [opts, *_lean_agreement(vec, opts, wait_code), None, None,
+        entry = agreements[key] = [opts, _lean_agreement(vec, opts, wait_code), None, None,
                                    ("allreduce", vec.dim, vec.dtype.str)]
-    _, send, received, head, vals, names, maxima, resolved, codec, key = entry
-    send[_NNZ_SLOT] = vec.nnz
-    if waiter.yield_cpu:
-        waiter.wait(ctx.comm.Iallreduce(send, received, MPI.MAX))
-    else:
-        ctx.comm.Allreduce(send, received, MPI.MAX)
-    if received[:_NNZ_SLOT].tobytes() != head:  # some rank differs or failed
-        agreed_maxima(ctx.comm, received.copy(), vals, names, maxima, None,
-                      lambda: {**_describe(), **option_labels()})
-    waiter.yield_cpu = bool(wait_code)  # waiter.use(opts.wait): the policy just agreed
+    _, kept, resolved, codec, key = entry
+    kept[0][MAXIMA_SLOT] = vec.nnz
+    agree_kept(ctx.comm, waiter, kept, wait_code, _lean_described)
     plans = ctx.plans
     if plans is None or plans.get(key) is not plan:  # a new plan, agreed: kept
         keep_plan(ctx, key, plan)
@@ -177,16 +170,20 @@ def _lean_call(ctx, vec: SparseVector, stats, options):
         stats.hierarchical = False
     now = call_options(ctx, opts)  # (collective where it measures: at the same point as ever)
     if now is not resolved:  # the first call, or the options resolved anew (a new model)
-        entry[7] = now
-        codec = entry[8] = Codec(vec.index_dtype, vec.dtype, options=now)
+        entry[2] = now
+        codec = entry[3] = Codec(vec.index_dtype, vec.dtype, options=now)
     return plan.serve(ctx, vec, stats, codec)
 
 
+def _lean_described() -> dict:
+    """The lean call's field code names, for a disagreement's message."""
+    return {**_describe(), **option_labels()}
+
+
 def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
-    """``(send array, receive array, the array's bytes before the maxima, packed fields,
-    names, maxima)`` of :func:`agreement_array` for what :func:`allreduce_in` agrees on in a
-    lean call (the same fields, in the same order); a call writes its nnz into the send
-    array and reduces it into the receive array."""
+    """The :func:`~sparcml._runtime.agreement.kept_agreement` of what :func:`allreduce_in`
+    agrees on in a lean call (the same fields and maxima, in the same order); a call writes
+    its nnz into the send array's first maximum."""
     fields = {"dim": vec.dim, "value dtype": vec.dtype.itemsize,
               "algorithm": algorithm_code(DEFAULT_ALGORITHM), "quantizer": 0,
               "quantize_sparse": 0,
@@ -195,9 +192,7 @@ def _lean_agreement(vec: SparseVector, opts: Options, wait_code: int) -> tuple:
     fields.update(option_fields(opts))
     fields["options.wait"] = wait_code
     maxima = {"nnz": 0, "seed": 0, "auto trial ns": 0}
-    both, vals, error = agreement_array(fields, maxima)
-    assert error is None
-    return both, np.empty_like(both), both[:_NNZ_SLOT].tobytes(), vals, tuple(fields), maxima
+    return kept_agreement(fields, maxima)
 
 
 def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None,
@@ -301,7 +296,6 @@ def _run(ctx, vec, opts, agreed, record, option, algorithm, quantizer, quantize_
 
 
 use_allreduce(allreduce_in)  # what a compressor's CallContext.allreduce runs
-_NNZ_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("nnz")
 _DEFAULT_RECORD = get_algorithm(DEFAULT_ALGORITHM)
 
 

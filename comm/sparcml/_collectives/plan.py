@@ -12,7 +12,7 @@ The shape of MPI-4's ``MPI_Allreduce_init`` and FFTW's plans::
 algorithm, quantizer and options once, resolves ``"auto"`` (calibrating the cost model on its
 first use, as :func:`sparcml.allreduce` does) and fixes the algorithm. Each
 :meth:`AllreducePlan.allreduce` then validates its input on this rank only and runs the
-algorithm; a lossless recursive doubling of up to 8 MiB dense runs on the plan's own buffers
+algorithm; a lossless recursive doubling of up to 64 MiB dense runs on the plan's own buffers
 (:mod:`sparcml._collectives.plan_fast`). Results are bitwise those of :func:`sparcml.allreduce`
 with the same algorithm. Quantized plans give the same result on every rank (the random
 streams that ranks share, recursive doubling's per group, are seeded per call from a base
@@ -153,6 +153,8 @@ class AllreducePlan:
         self._core = PlanCore(self.dim, self.dtype, self._record, self._codec,
                               quantizer=quantizer, seed=self._seed)
         self.fast = self._core.fast
+        # a valid SparseVector of the plan's shape, no out or stats: PlanCore.steady
+        self._steady = self.fast and not self.follow_shape
         self._home = None  # the blocking calls' context (context_for(comm), looked up once)
 
     def __repr__(self) -> str:
@@ -177,6 +179,12 @@ class AllreducePlan:
         ctx = self._home
         if ctx is None or not ctx.comm:  # (a freed communicator: context_for says so)
             ctx = self._home = context_for(self.comm)
+        if type(vec) is SparseVector and out is None and stats is None and self._steady \
+                and vec.dim == self.dim and vec.values.dtype is self.dtype and ctx.size > 1:
+            # the steady case in fewer steps: what allreduce_in does with it
+            self._identity.check(ctx)  # the same plan on every rank, or one error everywhere
+            self.calls += 1
+            return self._core.steady(ctx, vec)
         return self.allreduce_in(ctx, vec, out=out, stats=stats, check=check)
 
     def iallreduce(self, vec, out: np.ndarray | None = None, *,

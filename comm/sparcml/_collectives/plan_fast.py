@@ -18,8 +18,13 @@ it saves is Python and memory work:
   input was bad" along the schedule: a rank sets it when its own input was bad or when a
   message it received carried it, so after the unfold every rank knows.
 
-Used for dims whose dense vector is at most :data:`MAX_DENSE_BYTES` (the latency regime, where
-the savings matter) and below 2**31 (int32 indices, the short header).
+Used for dims whose dense vector is at most :data:`MAX_DENSE_BYTES` and below 2**31 (int32
+indices, the short header). The bound is memory: a plan keeps, per context, a send and a
+receive buffer of the dense vector's size (zero pages until a message reaches them: a sparse
+call touches only its bytes) and, once a sum goes dense, dense scratch of that size, for the
+plan's life (the plain calls keep the latest 16 plans per communicator). 64 MiB (16M float32)
+covers the benchmarks' N = 16M and a model's gradient buckets; beyond it the registry's
+algorithm runs.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ kernels = lazy_module("sparcml._kernels")
 
 __all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
 
-MAX_DENSE_BYTES = 8 << 20  # dense vectors up to 8 MiB take the fast path
+MAX_DENSE_BYTES = 64 << 20  # dense vectors up to 64 MiB take the fast path (see above)
 _DENSE = 1
 _VALUES8 = 4
 _OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write
@@ -126,13 +131,13 @@ class FastRecursiveDoubling:
             _WORDS.pack_into(send, 0, SHORT_MAGIC | flags << 16, n)
             self.send_i[:n] = idx
             used = n * self.s_idx
-            at = _pad8(used)
+            at = (used + 7) & ~7  # _pad8
             if at != used:  # the codec's zero padding: the same bytes on every run
                 send[SHORT_HEADER_SIZE + used:SHORT_HEADER_SIZE + at] = 0
             o = at // self.s_val
             self.send_v[o:o + n] = val
             end = SHORT_HEADER_SIZE + at + n * self.s_val
-        total = _pad8(end)  # as the codec pads a message (and counts it)
+        total = (end + 7) & ~7  # as the codec pads a message (and counts it): _pad8
         if total != end:
             send[end:total] = 0
         return total
@@ -152,7 +157,7 @@ class FastRecursiveDoubling:
             return part.indices, part.values, part.indices.shape[0]
         if flags & _DENSE:
             return None, self.recv_v[:self.dim], self.dim
-        o = _pad8(n * self.s_idx) // self.s_val
+        o = ((n * self.s_idx + 7) & ~7) // self.s_val  # _pad8
         return self.recv_i[:n], self.recv_v[o:o + n], n
 
     def _raw(self, n: int) -> bool:
@@ -178,7 +183,9 @@ class FastRecursiveDoubling:
             else None
         if send:
             idx, val, n = stream
-            if idx is None or self.codec is None or self._raw(n):
+            codec = self.codec
+            if idx is None or codec is None or self.raw_counts.get(
+                    (n, codec.code_indices, codec.link_costs)) or self._raw(n):
                 nbytes = self._encode(idx, val, n)
                 # a simulated send is delivered without a copy: the next round would overwrite
                 buf = self.send if self.copy_sends is False else self.send[:nbytes].copy()
@@ -228,8 +235,12 @@ class FastRecursiveDoubling:
             kernels.scatter_add(out, s_idx, s_val, 0)
             return None, out, dim
         size = a_n + b_n
-        idx = self._buf(i_name, size, self.idx_dtype)
-        val = self._buf(v_name, size, self.dtype)
+        bufs = self.bufs
+        idx = bufs.get(i_name)
+        val = bufs.get(v_name)
+        if idx is None or val is None or idx.shape[0] < size or val.shape[0] < size:
+            idx = self._buf(i_name, size, self.idx_dtype)
+            val = self._buf(v_name, size, self.dtype)
         n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
         if n * self.item >= dim * self.entry:  # the switch rule (dense_rule)
             out = self._buf(d_name, dim, self.dtype)[:dim]

@@ -47,7 +47,8 @@ class PlanIdentity:
     :class:`~sparcml.RankMismatchError` on every rank when some rank is in another call.
     The array is sent from a read-only template into a receive buffer kept per context (a
     plan may run on the blocking path's context and a communication thread's at once), so a
-    call allocates nothing but the received bytes' compare."""
+    call allocates nothing but the received bytes' compare (its buffer specs are built once:
+    mpi4py reads no dtype per call)."""
 
     __slots__ = ("names", "template", "head", "vals", "_received")
 
@@ -59,14 +60,17 @@ class PlanIdentity:
         self._received: dict = {}  # id(context) -> the receive buffer of its calls
 
     def check(self, ctx) -> None:
-        got = self._received.get(id(ctx))
-        if got is None:
-            got = self._received[id(ctx)] = np.empty_like(self.template)
+        specs = self._received.get(id(ctx))
+        if specs is None:  # (the receive buffer and both buffer specs, built once)
+            got = np.empty_like(self.template)
+            specs = self._received[id(ctx)] = ([self.template, MPI.INT64_T],
+                                               [got, MPI.INT64_T], got)
+        send, receive, got = specs
         comm = ctx.comm
         if ctx.waiter.yield_cpu:
-            ctx.waiter.wait(comm.Iallreduce(self.template, got, MPI.MAX))
+            ctx.waiter.wait(comm.Iallreduce(send, receive, MPI.MAX))
         else:
-            comm.Allreduce(self.template, got, MPI.MAX)
+            comm.Allreduce(send, receive, MPI.MAX)
         if got.tobytes() != self.head:  # another call (or its failure) somewhere
             both = got.copy()
             agreed_maxima(comm, both, self.vals, self.names, {}, None, None)

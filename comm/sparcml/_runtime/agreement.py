@@ -41,7 +41,8 @@ from .._options import Options, option_fields, option_labels, resolve_options
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
            "as_sparcml_error", "agreed_call", "AgreedCall", "pack_fields", "VALUE_DTYPE_NAMES",
-           "raise_agreed", "agreement_array", "agreed_maxima"]
+           "raise_agreed", "agreement_array", "agreed_maxima", "MAXIMA_SLOT", "kept_agreement",
+           "agree_kept"]
 
 MAX_FIELDS = 14  # per agree() call: every call reduces the same number of integers
 MAX_MAXIMA = 4
@@ -298,6 +299,42 @@ def agreed_maxima(comm, both, vals, names: tuple, maxima: dict, local_error, des
         parts.append(f"{name} ({per_rank})")
     raise RankMismatchError("ranks disagree on " + "; ".join(parts) +
                             "; every rank must pass the same value")
+
+
+MAXIMA_SLOT = 2 * (2 + MAX_FIELDS)  # where the maxima start in an agreement_array
+
+
+def kept_agreement(fields: dict, maxima: dict) -> tuple:
+    """:func:`agreement_array` of ``fields`` and ``maxima`` (integers that int64 holds: a
+    caller's own, never a user's unchecked value), kept for a call made many times with the
+    same fields: ``(send array, receive array, the array's bytes before the maxima, packed
+    fields, names, maxima)``. Before each :func:`agree_kept` the caller writes this call's
+    maxima into the send array from :data:`MAXIMA_SLOT` on (in ``maxima``'s order)."""
+    both, vals, error = agreement_array(fields, maxima)
+    if error is not None:
+        raise error
+    return both, np.empty_like(both), both[:MAXIMA_SLOT].tobytes(), vals, tuple(fields), maxima
+
+
+def agree_kept(comm, waiter, kept: tuple, wait_code: int, describe) -> np.ndarray:
+    """:func:`agree` of a :func:`kept_agreement` (its send array's maxima written by the
+    caller): the reduced array (the maxima over ranks from :data:`MAXIMA_SLOT` on), or the
+    same error raised on every rank when a rank's fields differ or a rank failed.
+
+    Collective over ``comm``, completed as ``waiter`` waits now (a blocking ``Allreduce``
+    when it spins, ``Iallreduce`` and its wait when it yields); afterwards ``waiter`` waits
+    as ``wait_code`` (the agreed ``options.wait`` field) says. ``describe``: a function
+    returning the fields' code names, called only when a field differs. The received array
+    is the kept one: read it before the next call."""
+    send, received, head, vals, names, maxima = kept
+    if waiter.yield_cpu:
+        waiter.wait(comm.Iallreduce(send, received, MPI.MAX))
+    else:
+        comm.Allreduce(send, received, MPI.MAX)
+    if received[:MAXIMA_SLOT].tobytes() != head:  # some rank differs or failed
+        agreed_maxima(comm, received.copy(), vals, names, maxima, None, describe)
+    waiter.yield_cpu = bool(wait_code)  # waiter.use(options.wait): the policy just agreed
+    return received
 
 
 _SIGNATURES: dict[tuple, int] = {}  # the field names of each call -> their crc32

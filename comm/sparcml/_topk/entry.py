@@ -19,7 +19,6 @@ largest ``|input|`` over ranks: :mod:`sparcml._topk.topk_allreduce`), and then:
 
 from __future__ import annotations
 
-import numpy as np
 from mpi4py import MPI
 
 from .._collectives.entry import _calibration_run
@@ -28,7 +27,7 @@ from .._collectives.validation import check_stats, coerce_vector
 from .._model import auto
 from .._model.link_costs import call_options
 from .._options import Options, option_fields, option_labels, resolve_options
-from .._runtime.agreement import MAX_FIELDS, agreed_call, agreed_maxima, agreement_array
+from .._runtime.agreement import MAXIMA_SLOT, agree_kept, agreed_call, kept_agreement
 from .._runtime.context import TrafficStats, context_for
 from .._vector import SparseVector
 from .._wire.codec import Codec
@@ -84,7 +83,6 @@ def topk_allreduce(vec, k: int, comm: MPI.Comm | None = None, *,
 
 
 _AGREEMENTS_KEPT = 4  # per cached plan: the agreement arrays of the latest wait policies
-_TOP_SLOT = 2 * (2 + MAX_FIELDS)  # the first maximum of the agreement array ("max key")
 
 
 def _lean_call(ctx, vec: SparseVector, k: int, stats, options):
@@ -118,32 +116,28 @@ def _lean_call(ctx, vec: SparseVector, k: int, stats, options):
         fields.update(option_fields(opts))
         fields["options.wait"] = wait_code
         maxima = {"max key": 0, "max items": 0}
-        both, vals, error = agreement_array(fields, maxima)
-        assert error is None
-        entry = agreements[wait_code] = [both, np.empty_like(both), both[:_TOP_SLOT].tobytes(),
-                                         vals, tuple(fields), maxima, None, None]
-    send, received, head, vals, names, maxima, resolved, codec = entry
-    send[_TOP_SLOT] = top
-    send[_TOP_SLOT + 1] = dim if vec.indices is None else vec.indices.shape[0]
-    if waiter.yield_cpu:
-        waiter.wait(ctx.comm.Iallreduce(send, received, MPI.MAX))
-    else:
-        ctx.comm.Allreduce(send, received, MPI.MAX)
-    if received[:_TOP_SLOT].tobytes() != head:  # some rank differs or failed
-        agreed_maxima(ctx.comm, received.copy(), vals, names, maxima, None,
-                      lambda: {**_DESCRIBE, **option_labels()})
-    waiter.yield_cpu = bool(wait_code)  # waiter.use(opts.wait): the policy just agreed
-    top = int(received[_TOP_SLOT])
+        entry = agreements[wait_code] = [kept_agreement(fields, maxima), None, None]
+    kept, resolved, codec = entry
+    send = kept[0]
+    send[MAXIMA_SLOT] = top
+    send[MAXIMA_SLOT + 1] = dim if vec.indices is None else vec.indices.shape[0]
+    received = agree_kept(ctx.comm, waiter, kept, wait_code, _lean_described)
+    top = int(received[MAXIMA_SLOT])
     if top == 0:  # every input is zero: the general path's answer, with no message
         return _run(ctx, vec, k, TrafficStats() if stats is None else stats, opts, top,
-                    int(received[_TOP_SLOT + 1]))
+                    int(received[MAXIMA_SLOT + 1]))
     if fresh:
         keep_plan(ctx, key, plan)
     now = call_options(ctx, opts)  # (collective where it measures: at the same point as ever)
     if now is not resolved:  # the first call, or the options resolved anew (a new model)
-        entry[6] = now
-        codec = entry[7] = Codec(vec.index_dtype, dtype, options=now)
+        entry[1] = now
+        codec = entry[2] = Codec(vec.index_dtype, dtype, options=now)
     return plan.serve(ctx, vec, stats, codec)
+
+
+def _lean_described() -> dict:
+    """The lean call's field code names, for a disagreement's message."""
+    return {**_DESCRIBE, **option_labels()}
 
 
 def calibration_run(ctx, vec, name):

@@ -53,7 +53,11 @@ from .topk_allreduce import (NAME, TopKReduced, _check_k, _dropped, _max_key, _r
 from .._lazy import lazy_module
 select_kernels = lazy_module("sparcml._topk.select_kernels")
 
-__all__ = ["TopKPlan", "topk_plan", "serves"]
+__all__ = ["TopKPlan", "topk_plan", "serves", "SERVED_DENSE_BYTES"]
+
+# top-k's own bound of its P = 2 steady path (the allreduce fast path's is 64 MiB): 8 MiB
+# dense, as before that bound was raised (see serves)
+SERVED_DENSE_BYTES = 8 << 20
 
 TAG_PLAN_SPLIT = message_tags(NAME, "plan_split").plan_split  # the plan's reduce-scatter (named
 # sources, in rank order)
@@ -335,8 +339,11 @@ def _follow_code(follow) -> int:
 def serves(ctx, dim: int, dtype) -> bool:
     """Whether a plan has a steady path of its own on ``ctx`` for ``dim`` values of ``dtype``
     (P = 2 on real ranks, a dim of the recursive-doubling fast path): where it has, the plain
-    call runs through a cached plan (:mod:`sparcml._topk.entry`)."""
-    return ctx.size == 2 and ctx.ops is PLAIN and fits(dim, dtype)
+    call runs through a cached plan (:mod:`sparcml._topk.entry`). Up to
+    :data:`SERVED_DENSE_BYTES` dense only: the plan sends each rank's whole input where the
+    general path's reduce-scatter sends half, a trade made for the latency regime."""
+    return ctx.size == 2 and ctx.ops is PLAIN and fits(dim, dtype) \
+        and dim * np.dtype(dtype).itemsize <= SERVED_DENSE_BYTES
 
 
 def _submitted(ctx, plan: TopKPlan, vec, stats, check):
