@@ -16,7 +16,8 @@ thread's submissions; then runs the app. ``--inline-sleeps 0|1`` sets whether
 that choice. The clocks are ``time.perf_counter`` (CLOCK_MONOTONIC: one clock for the ranks of
 one machine, emulated nodes included), so the ranks' timestamps compare.
 
-``summary`` prints, per run, means over the last half of the steps (the first epoch compiles
+``summary`` prints, per run, means over the second epoch of a 2-epoch run (the steps of the last
+half, less the first, which holds the first epoch's evaluation; the first epoch compiles
 kernels) of every rank-step, in ms: the step (step end to step end), the compute before
 ``synchronize()`` (wall, its tenth percentile and its thread CPU), the time in
 ``synchronize()`` split into the wait for the slowest rank (the latest rank's entry less this
@@ -179,10 +180,10 @@ def summarize(ranks: list[list[dict]]) -> dict:
     docstring); a field that no step has (messages at P = 1) is None."""
     P = len(ranks)
     n = min(len(s) for s in ranks) if ranks else 0
-    if n < 2:
-        raise ValueError(f"fewer than 2 steps profiled on some rank ({n})")
+    if n < 4:
+        raise ValueError(f"fewer than 4 steps profiled on some rank ({n})")
     got = {k: [] for k in FIELDS}
-    for k in range(max(1, n // 2), n):
+    for k in range(n // 2 + 1, n):  # (step n // 2 of a 2-epoch run holds an evaluation)
         steps = [ranks[r][k] for r in range(P)]
         latest = max(s["enter"] for s in steps)
         for s in steps:
