@@ -203,6 +203,12 @@ def test_step_charge_holds_synchronizes_own_work():
         rates["forward_backward"] + rates["flatten"] + rates["select"] + rates["synchronize"])
     assert charge.before_update == rates["update"]
     assert simranks.StepCharge(rates, step_seconds=0.5).before_backward == 0.5
+    # what a real synchronize() holds of it (its own work, the last bucket's selection) is
+    # counted in a simulated record's comm_seconds, as a measured record counts it
+    fake = dict(rates, select=0.004, synchronize=0.008)
+    assert simranks.StepCharge(fake).inside_synchronize(0.25) == pytest.approx(0.009)
+    assert simranks.StepCharge(fake).inside_synchronize(1.0) == pytest.approx(0.012)
+    assert simranks.StepCharge(fake, step_seconds=0.5).inside_synchronize(1.0) == 0.0
     # the calibration's optimizer let go of the parameters: a new one may take them
     model = made[-1].model
     st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),

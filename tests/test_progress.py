@@ -57,3 +57,38 @@ def test_max_sleep_is_at_least_the_minimum():
     assert Waiter(yield_cpu=True, max_sleep=0).max_sleep > 0
     with pytest.raises((TypeError, ValueError)):
         Waiter(yield_cpu=True, max_sleep="long")
+
+
+def test_waiter_without_sleeps_tests_between_yields_only(monkeypatch):
+    import sparcml._runtime.progress as progress
+
+    slept = []
+    monkeypatch.setattr(progress.time, "sleep", lambda s: slept.append(s))
+    elapsed, tests = _wait(Waiter(yield_cpu=True, sleeps=False), 0.02)
+    assert elapsed >= 0.02 and not slept
+    assert tests > 20  # every pause a sched_yield: many more tests than the spins before sleeps
+    _wait(Waiter(yield_cpu=True), 0.02)
+    assert slept  # the default still sleeps once its spins are over
+
+
+def test_inline_waits_sleep_only_where_the_ranks_outnumber_the_cores(monkeypatch):
+    from mpi4py import MPI
+
+    from sparcml._runtime import context, nonblocking
+
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        ctx = context.context_for(comm)
+        assert ctx.waiter.auto is False  # one rank on this machine's cores
+        engine = nonblocking._engine(comm)
+        assert engine._inline_waiter.yield_cpu and not engine._inline_waiter.sleeps
+        assert engine.ctx.waiter.sleeps  # the thread's own waits keep their back-off
+        assert nonblocking.call(comm, lambda c, x: x + 1, 41) == 42
+    finally:
+        comm.Free()
+    monkeypatch.setattr(context, "wait_policy", lambda c: True)  # oversubscribed
+    comm = MPI.COMM_SELF.Dup()
+    try:
+        assert nonblocking._engine(comm)._inline_waiter.sleeps
+    finally:
+        comm.Free()

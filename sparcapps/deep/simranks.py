@@ -359,8 +359,19 @@ class StepCharge:
             self.before_backward = (rates["forward_backward"] + rates["flatten"]
                                     + rates["select"] + rates["synchronize"])
             self.before_update = rates["update"]
-        self.flatten = 0.0 if rates is None or step_seconds is not None else rates["flatten"]
-        self.select = 0.0 if rates is None or step_seconds is not None else rates["select"]
+        given = rates is None or step_seconds is not None
+        self.flatten = 0.0 if given else rates["flatten"]
+        self.select = 0.0 if given else rates["select"]
+        self.synchronize = 0.0 if given else rates["synchronize"]
+
+    def inside_synchronize(self, last_share: float) -> float:
+        """The part of ``before_backward`` that a real rank spends inside ``synchronize()``:
+        its own work and the selection of the step's last bucket (``last_share``: that
+        bucket's fraction of the gradient values), which it compresses and reduces there. A
+        simulated record counts it as communication time, as a measured one does; charged
+        before backward all the same (a charge while the communication thread runs would make
+        the clock's readings depend on timing)."""
+        return self.synchronize + self.select * last_share
 
 
 # -- the CLI side ------------------------------------------------------------------------------

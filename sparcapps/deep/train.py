@@ -20,7 +20,10 @@ Options common to both apps are built by :func:`build_parser`; ``--batch-size`` 
 ``flatten_seconds`` copying gradients into the reduction buffers, ``compute_seconds`` the rest
 of the epoch; ``compress_seconds`` (top-k, QSGD) ran on the communication thread, overlapping
 ``backward()``, except the last bucket's, which ``synchronize()`` compresses and reduces itself
-(so that part is in ``comm_seconds``).
+(so that part is in ``comm_seconds``). A simulated record's ``comm_seconds`` likewise holds the
+modeled work of ``synchronize()`` itself (its calibrated rate and the last bucket's share of the
+selection, charged before backward; ``StepCharge.inside_synchronize`` in :mod:`.simranks`)
+besides the virtual time spent in it, so that the two split a step alike.
 
 The communication options build a :class:`sparcml.compression.Compression`
 (:func:`compression_from_args`): ``--density`` (top-k per bucket, or per ``--topk-bucket-size``
@@ -506,7 +509,11 @@ def _record_epoch(run: _Run, epoch: int, done: _Epoch, stats) -> dict:
                                  stats.sent_values, stats.result_values, stats.values])
     if run.charge is not None:  # simulated: virtual seconds (stats' are this host's wall time)
         steps = done.steps_done
-        timed = [done.seconds, done.sync_seconds, run.charge.flatten * steps,
+        sizes = [b["numel"] for b in run.opt.buckets]
+        # synchronize()'s own modeled work (charged before backward) counted as a real run
+        # counts it: in comm_seconds
+        inside = run.charge.inside_synchronize(sizes[-1] / sum(sizes) if sizes else 0.0)
+        timed = [done.seconds, done.sync_seconds + inside * steps, run.charge.flatten * steps,
                  run.charge.select * steps]
     else:
         timed = [done.seconds, stats.wait_seconds, stats.flatten_seconds,

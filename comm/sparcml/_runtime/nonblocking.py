@@ -12,7 +12,11 @@ calling thread, in its place in the order (:func:`call`): it waits for the calls
 before it, then runs on the thread's context while the thread is idle, so every rank runs the
 same operations on the same communicator in the same order as through the thread, without
 handing the call to the thread and its result back (two thread wake-ups, and the interpreter
-lock passed back and forth).
+lock passed back and forth). Its waits test non-blocking requests, as the thread's do; between
+tests they only yield the core where the communicator's blocking calls would spin (no node runs
+more ranks than it has cores: :func:`~sparcml._runtime.progress.wait_policy`), and sleep 20 us
+where they would yield: a sleep ends about 90 us later on Linux, a delay added to each message
+that the caller waits for while its core has nothing else to run.
 
 Needs MPI initialized with ``MPI_THREAD_MULTIPLE`` (mpi4py's default).
 """
@@ -79,14 +83,17 @@ class Request:
 class Engine:
     """The communication thread of one communicator (see module docstring)."""
 
-    def __init__(self, ctx: CommContext):
+    def __init__(self, ctx: CommContext, *, inline_sleeps: bool = True):
+        """``inline_sleeps=False``: :meth:`call`'s waits test without sleeping (the ranks of
+        the communicator have a core each: see :func:`_engine`)."""
         self.ctx = ctx
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._running = threading.Lock()  # held while a call runs on ctx (thread or caller)
         self._last: Request | None = None  # the latest submitted call's (they end in order)
-        # the caller of call() waits for MPI alike on every rank (yielding, as the thread),
-        # without the thread's back-off: it has nothing else to do meanwhile
-        self._inline_waiter = Waiter(yield_cpu=True)
+        # the caller of call() waits for MPI alike on every rank (non-blocking requests
+        # tested, as the thread's), without the thread's back-off: it has nothing else to do
+        # meanwhile; where the ranks have a core each, without sleeping either
+        self._inline_waiter = Waiter(yield_cpu=True, sleeps=inline_sleeps)
         # on a simulated rank, the thread's compute is the rank's: its communicator says how
         # (sparcml.sim's sparcml_helper_scope); a real one has nothing to account
         scope = getattr(ctx.comm, "sparcml_helper_scope", None)
@@ -179,7 +186,12 @@ def _engine(comm: MPI.Comm | None) -> Engine:
         # wake-ups would steal the core of the compute that the call is meant to overlap with
         global _atexit_registered
         waiter = Waiter(yield_cpu=True, max_sleep=BACKGROUND_MAX_SLEEP_SECONDS)
-        ctx.engine = Engine(new_context(ctx.comm, waiter))
+        # the caller of call() sleeps between its tests only where the blocking calls of the
+        # communicator would yield too (wait_policy: more ranks than cores on some node), or on
+        # a simulated communicator (its ranks are threads of one process)
+        simulated = getattr(ctx.comm, "sparcml_ops", None) is not None
+        sleeps = ctx.waiter.auto is not False or simulated
+        ctx.engine = Engine(new_context(ctx.comm, waiter), inline_sleeps=sleeps)
         _engines.add(ctx.engine)
         if not _atexit_registered:
             atexit.register(_close_all)
