@@ -52,7 +52,7 @@ def _install(out_dir: str, inline_sleeps: str | None) -> None:
     from mpi4py import MPI
 
     from sparcml._runtime import nonblocking, progress
-    from sparcml.torch import _optimizer
+    from sparcml.torch import DistributedOptimizer
 
     pc, events, state = time.perf_counter, [], {"pauses": 0, "pause_s": 0.0, "in": False}
     main_thread = threading.main_thread()
@@ -110,7 +110,7 @@ def _install(out_dir: str, inline_sleeps: str | None) -> None:
         events.append(("inline_sleeps", 0.0, 0.0, {"sleeps": self._inline_waiter.sleeps}))
 
     nonblocking.Engine.__init__ = init
-    sync = _optimizer.DistributedOptimizer.synchronize
+    sync = DistributedOptimizer.synchronize
 
     def timed_sync(self):
         if self._synchronized:
@@ -126,15 +126,15 @@ def _install(out_dir: str, inline_sleeps: str | None) -> None:
                 "cpu_enter": c0, "cpu": time.thread_time() - c0,
                 "nvcsw": r1.ru_nvcsw - r0.ru_nvcsw, "nivcsw": r1.ru_nivcsw - r0.ru_nivcsw}))
 
-    _optimizer.DistributedOptimizer.synchronize = timed_sync
-    zero_grad = _optimizer.DistributedOptimizer.zero_grad
+    DistributedOptimizer.synchronize = timed_sync
+    zero_grad = DistributedOptimizer.zero_grad
 
     def timed_zero_grad(self, *args, **kwargs):
         out = zero_grad(self, *args, **kwargs)
         events.append(("step_end", pc(), pc(), {"cpu": time.thread_time()}))
         return out
 
-    _optimizer.DistributedOptimizer.zero_grad = timed_zero_grad
+    DistributedOptimizer.zero_grad = timed_zero_grad
 
     def dump():
         os.makedirs(out_dir, exist_ok=True)

@@ -43,6 +43,10 @@ ALLOWED = {
         "prints what the simulator's private compute model charges for each step",
     ("scripts/packed_vs_parts.py", "sparcml.sim._rates"):
         "the simulator's private calibrated kernel rates, which the model charges",
+    ("scripts/deep_step_profile.py", "sparcml._runtime.nonblocking"):
+        "the profiler counts the engine's hand-offs and sets its calling thread's waits",
+    ("scripts/deep_step_profile.py", "sparcml._runtime.progress"):
+        "the profiler times every wait and counts its pauses (Waiter's private pause)",
 }
 
 

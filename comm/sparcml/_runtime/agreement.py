@@ -24,6 +24,11 @@ Errors of any class are carried: a :class:`~sparcml.SparcmlError` keeps its clas
 exception (an ``OverflowError`` from NumPy, a Numba typing error) becomes
 :class:`~sparcml.InvalidArgumentError` on every rank, with its class and message, so that one
 rank's surprise never leaves the others waiting in the next collective.
+
+Over 400 lines: one protocol, the packing of the fields into the one array, its reduction and,
+on a difference, the exchange that lets every rank name it; the lean calls' kept agreement
+(:func:`kept_agreement`, :func:`agree_kept`) is the same protocol with its arrays kept between
+calls. Split apart, each piece would import the others' private packing and slots.
 """
 
 from __future__ import annotations
