@@ -122,11 +122,10 @@ def guard_numba_cache() -> None:
             return
         from numba.core import caching
 
-        locators = caching.CacheImpl._locator_classes
-        if not any(c.__name__ == "SparcmlPrivateCacheLocator" for c in locators):
-            locators.append(_fallback_locator(caching))
-        save = caching.IndexDataCacheFile.save
-        if fcntl is not None and not getattr(save, "sparcml_guarded", False):
+        caching.CacheImpl._locator_classes.append(_fallback_locator(caching))
+        if fcntl is not None:
+            save = caching.IndexDataCacheFile.save
+
             @functools.wraps(save)
             def locked_save(self, key, data):
                 with _exclusive(self._index_path + ".lock"):
