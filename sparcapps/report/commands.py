@@ -95,13 +95,15 @@ def _name_resumed_checkpoint(argv: list[str]) -> None:
     names another: name it, so that the rerun's renaming moves it off the original's."""
     if any(w == "--checkpoint" or w.startswith("--checkpoint=") for w in argv):
         return
-    for i, word in enumerate(argv):
-        if word == "--resume" and i + 1 < len(argv):
-            argv += ["--checkpoint", argv[i + 1]]
-            return
-        if word.startswith("--resume="):
-            argv += ["--checkpoint", word.split("=", 1)[1]]
-            return
+    resumed: list[str] = []
+
+    def kept(path: str) -> str:  # _set_option finds the flag; its value stays as it is
+        resumed.append(path)
+        return path
+
+    _set_option(argv, "--resume", None, rename=kept)
+    if resumed:
+        argv += ["--checkpoint", resumed[0]]
 
 
 def _rename_option(argv: list[str], flag: str, directory: Path | None) -> None:
