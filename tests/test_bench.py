@@ -183,6 +183,8 @@ def test_compress_bench_times_every_variant_on_a_small_input(capsys):
     compress_bench.main(["--N", "20000", "--reps", "1"])
     out = capsys.readouterr().out
     assert "streaming ms" in out and "TopK, 20000 float32 values, density 0.01, k = 200" in out
+    # the "(before -> now)" columns say what "before" is (a newcomer's walk could not tell)
+    assert "before -> now: M values/s of the previous kernels" in out
 
 
 def _bench_record(P, algorithm, median_s, ran=None, predicted_s=None):

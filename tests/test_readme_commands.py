@@ -1,4 +1,5 @@
-"""Every command of README.md and jobs/README.md, in the order given (issue 23).
+"""Every command of README.md, jobs/README.md and datasets/README.md, in the order given
+(issue 23).
 
 Each line of the docs' fenced ``bash`` blocks is accounted for in :data:`PLAN` below, matched by
 its first words:
@@ -33,7 +34,7 @@ from test_cli_vocabulary import _app_words, parser_of
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-DOCS = ("README.md", "jobs/README.md")
+DOCS = ("README.md", "jobs/README.md", "datasets/README.md")
 SLURM = "CANNOT", "need a Slurm cluster"
 SLURM_JOBS = "CANNOT", "These need a Slurm cluster"
 
@@ -131,6 +132,14 @@ PLAN = [
      "tests/test_slurm.py::test_templates_under_slurm"),
     ("jobs/README.md", "bash jobs/emulate.sh", "ELSEWHERE",
      "tests/test_emulated_net.py::test_sparc_bench_on_emulated_nodes"),
+    # datasets/README.md: run by test_the_datasets_readme_lines_run below
+    ("datasets/README.md", "sparc-data list", "RUN", ({}, [])),
+    ("datasets/README.md", "sparc-data fetch url", "CANNOT", "`fetch` needs the network"),
+    ("datasets/README.md", "sparc-data convert url", "CANNOT", "and so does `convert url`"),
+    ("datasets/README.md", "sparc-data convert my.svm.xz", "RUN", ({}, [])),
+    ("datasets/README.md", "sparc-data synth url", "RUN", ({"--scale": ["0.001"]}, [])),
+    ("datasets/README.md", "sparc-data info datasets/url/url_combined.h5", "CANNOT",
+     "and so does `convert url`"),
 ]
 
 
@@ -252,6 +261,25 @@ def test_the_readme_chain_runs(tmp_path):
     # the report of the apps' lines: the sparse run timed against its dense baseline
     assert "dense baseline" in (tmp_path / "report" / "apps" / "report.md").read_text()
     assert (tmp_path / "m.h5").is_file() and (tmp_path / "url-like.h5").is_file()
+
+
+@pytest.mark.slow
+def test_the_datasets_readme_lines_run(tmp_path):
+    """datasets/README.md's RUN lines in its order (synth at a smaller scale), on a small
+    LIBSVM file of its own for the line that converts ``my.svm.xz``; ``info`` then reads it."""
+    import lzma
+
+    with lzma.open(tmp_path / "my.svm.xz", "wt") as f:
+        f.write("+1 1:0.5 7:1.25\n-1 3:2\n+1 1:1 999999:3\n")
+    env = _env(tmp_path)
+    ran = []
+    for doc, words, (_, _, kind, details) in _commands():
+        if doc == "datasets/README.md" and kind == "RUN":
+            ran.append(_run(_reduced(words, *details), tmp_path, env, " ".join(words)))
+    assert len(ran) == 3
+    info = _run(["sparc-data", "info", "my.h5"], tmp_path, env, "info").stdout
+    assert "n_features    1,000,000" in info and "index_base    1" in info, info
+    assert (tmp_path / "url-like.h5").is_file()
 
 
 def test_the_sweeps_plan_as_written(tmp_path):

@@ -5,6 +5,7 @@ no ``-m mpi4py``: a hang there would be a hang for users; the timeout turns it i
 test); one job per process count runs all of them. The single-rank checks are here.
 """
 
+import re
 import sys
 
 import numpy as np
@@ -30,6 +31,17 @@ def test_crossed_calls_and_one_rank_failures_raise_everywhere(P):
     for name in COMPRESSORS:
         assert f"compression/{name} nan" in ran and f"compression/{name} inf" in ran
     assert "compression/fp16 overflow" in ran
+    assert len(ran) == readme_case_count(), (
+        f"README's failure semantics says {readme_case_count()} cases, "
+        f"crossed_calls.py ran {len(ran)}: update the README")
+
+
+def readme_case_count() -> int:
+    """The number of crossed_calls.py's cases that README's "Failure semantics" states."""
+    text = " ".join((REPO / "README.md").read_text().split())
+    found = re.findall(r"tests/mpi_cases/crossed_calls\.py`, (\d+) cases at P = 2, 3, 5", text)
+    assert len(found) == 1, "README no longer states crossed_calls.py's case count"
+    return int(found[0])
 
 
 @pytest.mark.parametrize("steps", [True, False, np.bool_(True), 1.0, -1, "3"])

@@ -118,6 +118,8 @@ def _print_qsgd(n: int, reps: int) -> None:
         print(f"{r['bits']:>10} {r['encode_s'] * 1e3:>10.1f} {enc:>18} "
               f"{r['decode_s'] * 1e3:>10.1f} {dec:>18} {r['decode_streaming_s'] * 1e3:>12.1f} "
               f"{r['bytes']:>10} {r['ratio']:>11.2f}")
+    print("before -> now: M values/s of the previous kernels (a scalar splitmix64 stream, float64 "
+          "levels, a value at a time) -> sparcml.QSGD's, timed on the same data")
 
 
 def _print_topk(n: int, density: float, reps: int) -> None:

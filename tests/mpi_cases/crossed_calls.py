@@ -6,7 +6,8 @@ and must raise the same error class on every rank, never a hang or a wrong resul
 calls after it must work. Groups:
 
 - ``plan/...``: persistent plans called in swapped order, a ``plan`` against a ``topk_plan``
-  or a plain call, a plan dropped on one rank, plans of other algorithms, non-blocking; an
+  or a plain call, a plan dropped on one rank (which goes on to a plain call or to making a
+  new plan), plans of other algorithms, non-blocking; an
   ``auto`` plan whose ranks expect other nonzeros;
 - ``lean/...``: the plain call's lean path with a bad ``SPARCML_*`` variable on one rank;
 - ``compression/...``: every compressor of the catalog with a NaN or Inf on one rank, a
@@ -106,6 +107,23 @@ def dropped():
         fn = lambda: p.allreduce(vec(1000))  # noqa: E731
     same_error("plan/dropped", fn, "RankMismatchError")
     summed("plan/dropped", sparcml.allreduce(vec(1000), comm), 1000)
+
+
+def dropped_then_new_plan():
+    """One rank lets its plan go and makes a new one (a collective creation) while the others
+    call the old plan: the creation's agreement meets the call's identity check."""
+    label = "plan/dropped, then a new plan"
+    p = sparcml.plan(1000, np.float32, comm)
+    if ODD:
+        del p
+        gc.collect()
+        fn = lambda: sparcml.plan(1000, np.float32, comm)  # noqa: E731
+    else:
+        fn = lambda: p.allreduce(vec(1000))  # noqa: E731
+    same_error(label, fn, "RankMismatchError")
+    summed(label, sparcml.allreduce(vec(1000), comm), 1000)
+    q = sparcml.plan(1000, np.float32, comm)
+    summed(label, q.allreduce(vec(1000)), 1000)
 
 
 def other_algorithms(mine, theirs):
@@ -231,6 +249,7 @@ CASES.append(("plan/plan vs topk_plan", plan_against_topk, ()))
 for algorithm in ("ssar_recursive_double", "dsar_split_allgather"):
     CASES.append((f"plan/plan vs plain {algorithm}", plan_against_plain, (algorithm,)))
 CASES.append(("plan/dropped", dropped, ()))
+CASES.append(("plan/dropped, then a new plan", dropped_then_new_plan, ()))
 for mine, theirs in (("ssar_recursive_double", "dense"), ("dense", "ssar_split_allgather"),
                      ("ssar_split_allgather", "dsar_split_allgather"),
                      ("allgather", "ssar_recursive_double")):

@@ -1,6 +1,6 @@
 """sparcml.torch with PyTorch's and Horovod's habits, on any P: DistributedOptimizer as a
 torch.optim.Optimizer (LR schedulers, state dicts), gradient accumulation, add_param_group,
-Inf/NaN with GradScaler (every rank skips alike), half-precision parameters, Horovod's argument
+Inf/NaN with GradScaler (every rank skips alike) and without (NaN on every rank alike), half-precision parameters, Horovod's argument
 names; and the DDP communication hook (gloo process group beside MPI) against the optimizer.
 
 Run with ``python -m mpi4py``; rank 0 prints ``TORCH-ECOSYSTEM <n> OK``.
@@ -204,6 +204,27 @@ with warnings.catch_warnings():  # torch's notice that it will stop passing the 
     warnings.simplefilter("ignore", FutureWarning)
     scaled_run(False, Compression(), bad_rank=P - 1, plain=True)
     scaled_run(False, Compression(TopKCompressor(density=0.3)), bad_rank=0, plain=True)
+# without GradScaler: a NaN on one rank raises nothing; its bucket's averaged gradients are NaN
+# on every rank alike (the README's PyTorch section says so), and the next step is finite again
+for compression in (Compression(), Compression(TopKCompressor(density=0.3))):
+    model = make_model()
+    opt = wrap(model, compression=compression)
+    X, y = mine(0)
+    if rank == P - 1:
+        X = X.clone()
+        X[0, 0] = float("nan")
+    loss_of(model, X, y).backward()
+    opt.synchronize()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+    ok(np.isnan(grads).all(), "a NaN on one rank: every averaged gradient NaN on every rank")
+    ok(identical_everywhere(grads), "the NaN gradients differ between ranks")
+    opt.zero_grad()
+    loss_of(model, *mine(1)).backward()
+    opt.synchronize()
+    grads = torch.cat([p.grad.reshape(-1) for p in model.parameters()]).numpy()
+    ok(np.isfinite(grads).all() and identical_everywhere(grads), "the next step's gradients")
+    opt.zero_grad()
+    opt.remove_hooks()
 # clipping before synchronize(): the in-place change is detected on every rank
 model = make_model()
 opt = wrap(model)
