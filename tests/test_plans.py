@@ -309,69 +309,6 @@ def test_plain_allreduce_fast_path_is_bitwise_the_algorithm(P):
     assert f"FAST-PATH-CHECKED {P * (2 * 4 * 6 + 1)}" in proc.stdout, proc.stdout
 
 
-PLAN_RESULTS_OWNED = r"""
-import numpy as np
-from mpi4py import MPI
-import sparcml
-from sparcml._collectives.entry import allreduce_in
-from sparcml._collectives.plan_fast import _FRESH_ITEMS
-from sparcml._runtime.context import context_for
-
-comm = MPI.COMM_WORLD
-ctx = context_for(comm)
-checked = 0
-for dtype in (np.float32, np.float64):
-    for dim, nnz in ((1000, 10), (50_000, _FRESH_ITEMS // 2 - 1), (50_000, _FRESH_ITEMS),
-                     (2_000_000, 3000), (20_000, 9000)):
-        plan = sparcml.plan(dim, dtype, comm)
-        fast = plan._state(ctx).fast
-        kept = []
-        for call in range(3):
-            rng = np.random.default_rng([comm.rank, dim, nnz, call])
-            idx = np.sort(rng.choice(dim, nnz, replace=False))
-            vals = rng.standard_normal(nnz).astype(dtype)
-            vals[::7] *= -0.0
-            vec = sparcml.SparseVector(dim, idx, vals)
-            got = plan.allreduce(vec)
-            want = allreduce_in(ctx, vec, sent=[])  # the registry's algorithm
-            assert got.is_dense == want.is_dense, (dim, nnz)
-            assert got.values.tobytes() == want.values.tobytes(), (dim, nnz, dtype)
-            arrays = [got.values] if got.is_dense else [got.indices, got.values]
-            if not got.is_dense:
-                assert got.indices.tobytes() == want.indices.tobytes()
-                assert got.indices.shape == got.values.shape
-            for a in arrays:  # the user's own memory: no view of the plan's buffers
-                assert a.flags.owndata and a.flags.writeable and a.flags.c_contiguous
-                for b in [fast.send, fast.recv, *fast.bufs.values()]:
-                    assert not np.shares_memory(a, b)
-            kept.append((got, want))
-        for got, want in kept:  # later calls left the earlier results as they were
-            assert got.values.tobytes() == want.values.tobytes()
-        # the merge's compiled function serves the calls (no per-call typing)
-        assert callable(fast.merge), fast.merge
-        if comm.size == 2 and nnz * 2 >= _FRESH_ITEMS and not kept[-1][0].is_dense:
-            # the large sums were written into the results themselves, not into scratch
-            roles = ("i0", "v0", "i1", "v1")
-            assert all(fast.bufs.get(n) is None or fast.bufs[n].shape[0] < nnz
-                       for n in roles), {n: b.shape for n, b in fast.bufs.items()}
-        checked += 1
-total = comm.allreduce(checked)
-if comm.rank == 0:
-    print("PLAN-RESULTS-CHECKED", total)
-"""
-
-
-@pytest.mark.mpi
-@pytest.mark.parametrize("P", [2, 3])
-def test_plan_results_are_the_users_own_arrays_and_the_algorithms_bits(P):
-    """A plan's steady call returns fresh arrays the user owns (no view of its buffers, not
-    changed by later calls), bitwise the registry's algorithm, below and above the size from
-    which the last sum is written into the result itself; its merges run the kernel's
-    compiled function."""
-    proc = run_mpi(P, PLAN_RESULTS_OWNED, timeout=400)
-    assert f"PLAN-RESULTS-CHECKED {P * 10}" in proc.stdout, proc.stdout + proc.stderr
-
-
 TOPK_TWO_RANKS = """
 import numpy as np
 from mpi4py import MPI

@@ -184,7 +184,7 @@ class PlanCore:
             st = self.state(ctx)
         fast = st.fast
         try:
-            cur = fast.run(vec, stats, False, codec, out is None)
+            cur = fast.run(vec, stats, False, codec)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop, without its frame
             abort_job(ctx.comm, self._what, exc)
             raise
@@ -201,7 +201,7 @@ class PlanCore:
         if fast is None:  # (a simulated communicator: the registry's algorithm)
             return self.run(ctx, v, None, None, None, None, 0)  # (no quantizer: 0 unread)
         try:
-            cur = fast.run(v, None, False, self.codec, True)
+            cur = fast.run(v, None, False, self.codec)
         except BaseException as exc:  # noqa: BLE001 - as fail_stop, without its frame
             abort_job(ctx.comm, "plan." + self._what, exc)
             raise
@@ -226,7 +226,7 @@ class PlanCore:
         fast = st.fast
         if fast is not None:
             try:
-                cur = fast.run(v, stats, error is not None, self.codec, out is None)
+                cur = fast.run(v, stats, error is not None, self.codec)
             except BaseException as exc:  # noqa: BLE001 - as fail_stop, without its frame
                 abort_job(ctx.comm, "plan." + self._what, exc)
                 raise

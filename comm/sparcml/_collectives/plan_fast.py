@@ -13,9 +13,7 @@ it saves is Python and memory work:
   posted with that size and the header says what arrived), in the wire format of
   :mod:`sparcml._wire.codec` (the short header, raw indices);
 - sums alternate between two preallocated sets of buffers; nothing is allocated after the
-  first calls but the result (none with ``out=``), into which a large last sum is merged;
-- the merge kernel's compiled function is called without Numba's per-call typing (on this
-  object's own buffers only, whose types it was compiled for);
+  first calls but the result (none with ``out=``);
 - the header's error flag (:data:`sparcml._wire.header.ERROR_FLAG`) carries "some rank's
   input was bad" along the schedule: a rank sets it when its own input was bad or when a
   message it received carried it, so after the unfold every rank knows.
@@ -49,8 +47,6 @@ __all__ = ["FastRecursiveDoubling", "MAX_DENSE_BYTES", "fits"]
 MAX_DENSE_BYTES = 64 << 20  # dense vectors up to 64 MiB take the fast path (see above)
 _DENSE = 1
 _VALUES8 = 4
-_FRESH_ITEMS = 4096  # from this size a sparse result is merged into new arrays (run(fresh=True)):
-# shrinking them in place (about 1 us each) then costs less than copying them from scratch
 _OTHER_FORMS = 0x32  # 8-byte indices, an index code: forms the fast path does not write
 _ROLES = (("d0", "i0", "v0"), ("d1", "i1", "v1"))  # the scratch buffers' names, per role
 _WORDS = struct.Struct("=II")  # the short header's first two words (as the uint32 views)
@@ -72,8 +68,7 @@ class FastRecursiveDoubling:
     __slots__ = ("dim", "dtype", "idx_dtype", "s_idx", "s_val", "item", "entry", "rank", "size",
                  "steps", "send", "recv", "send_w", "recv_w", "send_i",
                  "send_v", "recv_i", "recv_v", "bufs", "raised", "seen", "vflag", "comm",
-                 "waiter", "copy_sends", "codec", "raw_counts", "recv_spec", "native", "walk",
-                 "merge", "last_add", "owned", "sent")
+                 "waiter", "copy_sends", "codec", "raw_counts", "recv_spec", "native", "walk")
 
     def __init__(self, ctx, dim: int, dtype):
         self.dim = dim
@@ -110,13 +105,6 @@ class FastRecursiveDoubling:
         self.raw_counts: dict = {}
         self.recv_spec = [self.recv, MPI.BYTE]  # every receive's (built once)
         self.native = isinstance(ctx.comm, MPI.Comm)  # MPI's (a simulated one has no Sendrecv)
-        self.sent = None  # the last sparse stream written into the send buffer (_encode)
-        self.owned = False  # the last run's stream is new arrays (run(fresh=True))
-        self.merge = None  # the merge kernel's compiled function (_compiled_merge), once known
-        # the step whose sum is the result (none after it replaces it; -1: none): run(fresh=True)
-        adds = [i for i, st in enumerate(self.walk) if st[0] in (ROUND, FOLD_RECV)]
-        self.last_add = adds[-1] if adds and not any(
-            st[0] == UNFOLD_RECV for st in self.walk[adds[-1]:]) else -1
 
     # ---- buffers -------------------------------------------------------------------------------
     def _buf(self, name: str, n: int, dtype) -> np.ndarray:
@@ -132,8 +120,7 @@ class FastRecursiveDoubling:
     # ---- messages ------------------------------------------------------------------------------
     def _encode(self, idx, val, n: int) -> int:
         """Write the stream (``idx`` None: dense; else ``idx`` and ``val`` hold exactly ``n``
-        items) into the send buffer; its size in bytes. A sparse stream's copy there is
-        :attr:`sent` (the same items, in this object's buffer: see :meth:`run`)."""
+        items) into the send buffer; its size in bytes."""
         flags = self.vflag | (ERROR_FLAG if (self.raised or self.seen) else 0)
         send = self.send
         if idx is None:
@@ -142,16 +129,13 @@ class FastRecursiveDoubling:
             end = SHORT_HEADER_SIZE + self.dim * self.s_val
         else:
             _WORDS.pack_into(send, 0, SHORT_MAGIC | flags << 16, n)
-            si = self.send_i[:n]
-            si[...] = idx
+            self.send_i[:n] = idx
             used = n * self.s_idx
             at = (used + 7) & ~7  # _pad8
             if at != used:  # the codec's zero padding: the same bytes on every run
                 send[SHORT_HEADER_SIZE + used:SHORT_HEADER_SIZE + at] = 0
             o = at // self.s_val
-            sv = self.send_v[o:o + n]
-            sv[...] = val
-            self.sent = (si, sv, n)
+            self.send_v[o:o + n] = val
             end = SHORT_HEADER_SIZE + at + n * self.s_val
         total = (end + 7) & ~7  # as the codec pads a message (and counts it): _pad8
         if total != end:
@@ -200,7 +184,6 @@ class FastRecursiveDoubling:
         if send:
             idx, val, n = stream
             codec = self.codec
-            self.sent = None
             if idx is None or codec is None or self.raw_counts.get(
                     (n, codec.code_indices, codec.link_costs)) or self._raw(n):
                 nbytes = self._encode(idx, val, n)
@@ -233,89 +216,38 @@ class FastRecursiveDoubling:
         return None
 
     # ---- sums ----------------------------------------------------------------------------------
-    def _add(self, a, b, role: int, typed: bool = True, fresh: bool = False):
+    def _add(self, a, b, role: int):
         """``a + b`` as :func:`sparcml._collectives.arith.add` computes it, into the buffers
-        of ``role`` (0 or 1): ``(indices or None, values, n)``. ``typed``: the four arrays of
-        ``a`` and ``b`` are this object's own (its buffers' Numba types, see
-        :meth:`_compiled_merge`). ``fresh``: the sum is the call's result: a dense one, or a
-        sparse one of at least :data:`_FRESH_ITEMS` items before the merge, is written into
-        new arrays that :meth:`result` hands over without a copy (:attr:`owned`); the same
-        kernels in the same order: the same bits."""
+        of ``role`` (0 or 1): ``(indices or None, values, n)``."""
         a_idx, a_val, a_n = a
         b_idx, b_val, b_n = b
         dim = self.dim
         d_name, i_name, v_name = _ROLES[role]
         if a_idx is None and b_idx is None:
-            if fresh:
-                out = np.empty(dim, self.dtype)
-                self.owned = True
-            else:
-                out = self._buf(d_name, dim, self.dtype)[:dim]
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             np.add(a_val, b_val, out=out)
             return None, out, dim
         if a_idx is None or b_idx is None:
             (d_val, s_idx, s_val) = (a_val, b_idx, b_val) if a_idx is None else \
                 (b_val, a_idx, a_val)
-            if fresh:
-                out = np.empty(dim, self.dtype)
-                self.owned = True
-            else:
-                out = self._buf(d_name, dim, self.dtype)[:dim]
+            out = self._buf(d_name, dim, self.dtype)[:dim]
             np.copyto(out, d_val)
             kernels.scatter_add(out, s_idx, s_val, 0)
             return None, out, dim
         size = a_n + b_n
-        fresh = fresh and size >= _FRESH_ITEMS
-        if fresh:
-            idx = np.empty(size, self.idx_dtype)
-            val = np.empty(size, self.dtype)
-        else:
-            bufs = self.bufs
-            idx = bufs.get(i_name)
-            val = bufs.get(v_name)
-            if idx is None or val is None or idx.shape[0] < size or val.shape[0] < size:
-                idx = self._buf(i_name, size, self.idx_dtype)
-                val = self._buf(v_name, size, self.dtype)
-        merge = self.merge
-        if merge and typed:
-            n = merge(a_idx, a_val, b_idx, b_val, idx, val)
-        else:
-            n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
-            if merge is None:
-                self.merge = self._compiled_merge()
+        bufs = self.bufs
+        idx = bufs.get(i_name)
+        val = bufs.get(v_name)
+        if idx is None or val is None or idx.shape[0] < size or val.shape[0] < size:
+            idx = self._buf(i_name, size, self.idx_dtype)
+            val = self._buf(v_name, size, self.dtype)
+        n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
         if n * self.item >= dim * self.entry:  # the switch rule (dense_rule)
-            if fresh:
-                out = np.zeros(dim, self.dtype)
-            else:
-                out = self._buf(d_name, dim, self.dtype)[:dim]
-                out.fill(0)
+            out = self._buf(d_name, dim, self.dtype)[:dim]
+            out.fill(0)
             kernels.scatter_add(out, idx[:n], val[:n], 0)
-            self.owned = fresh
             return None, out, dim
-        if fresh:
-            if n < size:  # shrunk in place (realloc, no copy): the result owns its n items
-                idx.resize(n, refcheck=False)
-                val.resize(n, refcheck=False)
-            self.owned = True
-            return idx, val, n
         return idx[:n], val[:n], n
-
-    def _compiled_merge(self):
-        """The compiled function that ``kernels.merge_add_into`` runs for arrays of this
-        object's index and value dtypes (1-d, C-contiguous, aligned, writeable: its own
-        buffers' Numba types), called without the dispatcher's per-call typing of its six
-        arguments (about 0.7 us); False where Numba does not expose it (then the dispatcher
-        serves every call). The arrays of a call's input are passed to it only when
-        :meth:`_normalized` found them of those types (else the dispatcher types them)."""
-        try:
-            from numba import typeof
-
-            i, v = self._buf("in_i", 0, self.idx_dtype), self._buf("in_v", 0, self.dtype)
-            kernels.merge_add_into(i[:0], v[:0], i[:0], v[:0], i, v)  # (compiled or loaded)
-            sig = (typeof(i), typeof(v)) * 3
-            return kernels.merge_add_into.overloads[sig].entry_point
-        except Exception:  # noqa: BLE001 - another Numba: the dispatcher
-            return False
 
     def _normalized(self, vec: SparseVector):
         """:func:`sparcml._collectives.arith.normalize` of the input, as a stream (a view of
@@ -338,49 +270,33 @@ class FastRecursiveDoubling:
         return vec.indices, vec.values, n
 
     # ---- the schedule --------------------------------------------------------------------------
-    def run(self, vec: SparseVector, stats, raised: bool, codec=None, fresh: bool = False):
+    def run(self, vec: SparseVector, stats, raised: bool, codec=None):
         """The sum of every rank's ``vec`` as a stream in this object's buffers (or ``vec``'s
         own arrays at P = 1); ``raised``: this rank's input was bad (``vec`` is a stand-in).
         ``codec``: the call's lossless :class:`~sparcml._wire.codec.Codec`, whose choice of
         index code the messages follow (None: raw indices always). Afterwards :attr:`seen`
         says whether any rank's was. The steps are the algorithm's
         (:func:`~sparcml._collectives.algorithms.recursive_doubling.schedule`); the sums of
-        the rounds alternate between the buffers of two roles, as the algorithm's scratch.
-        ``fresh``: the result will be returned as new arrays (:meth:`result` without ``out``):
-        the last sum is then written into new arrays, which :meth:`result` hands over without
-        a copy (:attr:`owned`; where the sum arrives by the unfold it is copied as before)."""
+        the rounds alternate between the buffers of two roles, as the algorithm's scratch."""
         self.raised, self.seen, self.codec = raised, False, codec
         cur = self._normalized(vec)
-        # the merge's compiled function (_compiled_merge) takes this object's buffers only:
-        # the input's own arrays go to the dispatcher, or their copy in the send buffer
-        typed = cur[1] is not vec.values
-        last = self.last_add if fresh else -1
-        self.owned = False
         exchange, add = self._exchange, self._add
-        for at, (kind, peer, tag, role, lower) in enumerate(self.walk):
+        for kind, peer, tag, role, lower in self.walk:
             if kind == ROUND:
                 other = exchange(cur, peer, tag, stats, True, True)
-                if not typed and self.sent is not None:  # (the same items, bit for bit)
-                    cur, typed = self.sent, True
-                cur = add(cur, other, role, typed, at == last) if lower else \
-                    add(other, cur, role, typed, at == last)
-                typed = True
+                cur = add(cur, other, role) if lower else add(other, cur, role)
             elif kind == FOLD_SEND or kind == UNFOLD_SEND:
                 exchange(cur, peer, tag, stats, True, False)
             elif kind == FOLD_RECV:
-                cur = add(exchange(None, peer, tag, stats, False, True), cur, role, typed,
-                          at == last)
-                typed = True
+                cur = add(exchange(None, peer, tag, stats, False, True), cur, role)
             else:
                 cur = exchange(None, peer, tag, stats, False, True)
-                typed = True
         self.seen = self.seen or self.raised
         return cur
 
     def result(self, cur, out: np.ndarray | None, fresh_from: SparseVector | None = None):
         """The user's result from the stream ``cur``: written densely into ``out``, else a
-        vector of fresh arrays (``fresh_from``: the input, for P = 1's no-alias rule; the
-        stream's own arrays where :meth:`run` wrote the sum into new ones, :attr:`owned`)."""
+        vector of fresh arrays (``fresh_from``: the input, for P = 1's no-alias rule)."""
         idx, val, n = cur
         if out is not None:
             if idx is None:
@@ -390,9 +306,6 @@ class FastRecursiveDoubling:
                 out.fill(0)
                 out[idx] = val
             return SparseVector.unchecked(self.dim, None, out)
-        if self.owned:
-            self.owned = False
-            return SparseVector.unchecked(self.dim, idx, val)
         if idx is None:
             return SparseVector.unchecked(self.dim, None, val.copy())
         return SparseVector.unchecked(self.dim, idx.copy(), val.copy())
