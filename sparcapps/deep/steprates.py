@@ -126,6 +126,8 @@ def _train_and_time(args, task, dist, params, selection) -> dict:
     clip = getattr(task, "clip", None)
     times = {k: [] for k in _PARTS}
     epoch, batches, i = 0, task.start_epoch(0), 0
+    if not batches:  # no step to time (nor, with fewer examples per rank, to charge)
+        return {k: [0.0] for k in _PARTS}
     for step in range(_WARMUP_STEPS + _TIMED_STEPS):
         if i == len(batches):
             epoch, i = epoch + 1, 0
@@ -200,7 +202,8 @@ def _measure(app: str, args, make_task) -> dict:
 def step_rates(app: str, args, make_task) -> dict:
     """Seconds of one step's parts on this machine for this run's model, batch and
     compression (``forward_backward``, ``flatten``, ``select``, ``synchronize``, ``update``;
-    see the module docstring): measured once (a second or two) and cached per configuration."""
+    see the module docstring): measured once (120 training steps: a second or two for the
+    digits models) and cached per configuration."""
     digest = hashlib.sha256(json.dumps(_config_key(app, args), sort_keys=True,
                                        default=str).encode()).hexdigest()[:16]
     # the version in the name: checkouts of another version (worktrees share the cache) keep
