@@ -26,8 +26,9 @@ gather (the hooks copy the gradients during backward), ``flatten`` the gather, d
 scatter, ``synchronize`` the call less the last bucket's share of the selection (that bucket is
 compressed inside it) and the scatter. Version 2 of the rates took the best of 5 timings of each
 part repeated alone (the selection on random gradients); on this machine that was below a
-training step's cost and moved by up to 1.8x between calibrations (BENCHMARKS.md, "The
-calibration").
+training step's cost. Both versions move by up to about 1.5-2x between calibrations a second
+apart on this VM, whose speed changes over spells of about a second (BENCHMARKS.md, "The
+calibration, version 3"): a user who recalibrates moves modeled step times by as much.
 """
 
 from __future__ import annotations
