@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
 import pytest
 
 from mpirun import REPO, run_mpi
@@ -179,37 +180,54 @@ def test_ranks_share_one_model_and_apply_each_update_once():
 
 
 def test_step_charge_holds_synchronizes_own_work():
-    """The calibration (sparcapps.deep.simranks.step_rates' measurement) times a real
-    DistributedOptimizer's synchronize() on this rank alone and charges what its other rates
-    do not hold (checks, copies, statistics, Python) before backward with them; it leaves the
-    model free of its hooks. ``--dense``: no Numba compilation, a fraction of a second."""
+    """The calibration (sparcapps.deep.steprates.step_rates' measurement) trains the run's own
+    task on this rank alone, warm-up then timed steps, on consecutive batches through a real
+    DistributedOptimizer (its hooks, its synchronize()) and the SGD at the run's learning rate,
+    and charges what its other rates do not hold (checks, copies, statistics, Python) before
+    backward with them; it leaves the model free of its hooks. ``--dense``: no Numba
+    compilation, a fraction of a second."""
     import torch
 
     import sparcml.torch as st
-    from sparcapps.deep import cnn, simranks
+    from sparcapps.deep import cnn, steprates
 
     args = cnn.build_parser().parse_args(["--batch-size", "8", "--dense"])
-    made = []
+    made, seen = [], []
 
     def make_task(a, comm):
-        made.append(cnn.make_task(a, comm))
-        return made[-1]
+        task = cnn.make_task(a, comm)
+        loss = task.loss
 
-    rates = simranks._measure("sparc-cnn", args, make_task)
-    assert set(rates) == set(simranks.RATE_NAMES) and "synchronize" in rates
+        def counted(batch):
+            seen.append(batch)
+            return loss(batch)
+
+        task.loss = counted
+        made.append((task, [p.detach().clone() for p in task.model.parameters()]))
+        return task
+
+    rates = steprates._measure("sparc-cnn", args, make_task)
+    assert set(rates) == set(steprates.RATE_NAMES) and "synchronize" in rates
     assert rates["synchronize"] > 0 and all(v >= 0 for v in rates.values()), rates
-    charge = simranks.StepCharge(rates)
+    # a training run: every step on the next batch of the epoch, the weights updated
+    steps = steprates._WARMUP_STEPS + steprates._TIMED_STEPS
+    task, before = made[-1]
+    batches = task.start_epoch(0)
+    assert len(batches) >= steps and len(seen) == steps
+    assert all(np.array_equal(b, batches[i]) for i, b in enumerate(seen))
+    assert not any(torch.equal(a, b) for a, b in zip(before, task.model.parameters()))
+    charge = steprates.StepCharge(rates)
     assert charge.before_backward == pytest.approx(
         rates["forward_backward"] + rates["flatten"] + rates["select"] + rates["synchronize"])
     assert charge.before_update == rates["update"]
-    assert simranks.StepCharge(rates, step_seconds=0.5).before_backward == 0.5
+    assert steprates.StepCharge(rates, step_seconds=0.5).before_backward == 0.5
     # what a real synchronize() holds of it (its own work, the last bucket's selection) is
     # counted in a simulated record's comm_seconds, as a measured record counts it
     fake = dict(rates, select=0.004, synchronize=0.008)
-    assert simranks.StepCharge(fake).inside_synchronize(0.25) == pytest.approx(0.009)
-    assert simranks.StepCharge(fake).inside_synchronize(1.0) == pytest.approx(0.012)
-    assert simranks.StepCharge(fake, step_seconds=0.5).inside_synchronize(1.0) == 0.0
+    assert steprates.StepCharge(fake).inside_synchronize(0.25) == pytest.approx(0.009)
+    assert steprates.StepCharge(fake).inside_synchronize(1.0) == pytest.approx(0.012)
+    assert steprates.StepCharge(fake, step_seconds=0.5).inside_synchronize(1.0) == 0.0
     # the calibration's optimizer let go of the parameters: a new one may take them
-    model = made[-1].model
+    model = task.model
     st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                             model.named_parameters()).remove_hooks()

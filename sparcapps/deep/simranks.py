@@ -31,8 +31,9 @@ step's local compute: forward and backward of its minibatch, the copies into and
 bucket buffers, the top-k selection and error feedback, and the rest of ``synchronize()``'s own
 work (its finiteness checks, the result's copy to dense and density count, the statistics, the
 Python around the kernels: the ``synchronize`` rate); before its update, the update. These are
-calibrated once per machine and configuration (:func:`step_rates`: the run's own model, batch
-and compression, best of several thread-CPU timings, cached by :func:`sparcml.sim.cached_rates`),
+calibrated once per machine and configuration (:func:`step_rates` in :mod:`.steprates`: the
+median step of a short training run of the run's own model, batch and compression on one rank,
+timed part by part on the thread's CPU clock, cached by :func:`sparcml.sim.cached_rates`),
 so the same run gives the same modeled seconds on a quiet and on a loaded machine; or
 ``--step-seconds S`` charges S per step instead (a GPU's measured step). ``--compute-scale``
 multiplies every compute figure. Communication is the simulator's: sparcml's real reductions on
@@ -46,26 +47,19 @@ weights, compared with a real run's.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import time
 
-import numpy as np
 from mpi4py import MPI
 
 from sparcml import sim
 from sparcml.sim import ReplicaDivergedError
 from sparcapps.simapp import SimPlan
 
-from .comm_options import compression_from_args
+from .steprates import RATES_VERSION, RATE_NAMES, StepCharge, step_rates
 
+# the modeled compute (:mod:`.steprates`), here too: what a simulated run charges
 __all__ = ["SharedStep", "shared_data", "build_model_once", "share_model", "step_rates",
-           "StepCharge", "estimate", "train_examples", "RATES_VERSION"]
-
-RATES_VERSION = 2
-RATE_NAMES = ("forward_backward", "flatten", "select", "synchronize", "update")
-_REPS = 5
+           "StepCharge", "estimate", "train_examples", "RATES_VERSION", "RATE_NAMES"]
 
 
 def shared_data(comm, key, load):
@@ -181,197 +175,6 @@ def _shared_params(params):
     import torch  # the [torch] extra: not at --help
 
     return [torch.nn.Parameter(p.detach(), requires_grad=p.requires_grad) for p in params]
-
-
-# -- modeled compute --------------------------------------------------------------------------
-
-def _config_key(app: str, args) -> dict:
-    """What the step's rates depend on (the calibration's cache key)."""
-    keys = ("dataset", "width", "depth", "batch_size", "bptt", "threads", "density",
-            "bits", "no_error_feedback", "bucket_mb", "topk_bucket_size", "global_topk",
-            "compressor", "momentum", "weight_decay", "clip", "algorithm")
-    if getattr(args, "compressor", None):
-        keys += ("threshold", "powersgd_rank", "shared_indices", "clip_norm",
-                 "compressor_momentum", "qsgd_norm", "topk_per_tensor", "error_feedback")
-    return {"app": app, "dense_baseline": bool(args.dense),
-            **{k: getattr(args, k, None) for k in keys}}
-
-
-def _best(fn, timer) -> float:
-    fn()  # warm: first-call allocations, Numba compilation
-    best = float("inf")
-    for _ in range(_REPS):
-        t0 = timer()
-        fn()
-        best = min(best, timer() - t0)
-    return best
-
-
-def _bucket_sizes(model, bucket_mb: float) -> list[int]:
-    """Values per bucket, as DistributedOptimizer cuts them (a parameter is never split)."""
-    limit = max(1, int(bucket_mb * 2**20))
-    sizes, cur, cur_bytes = [], 0, 0
-    for p in reversed([p for p in model.parameters() if p.requires_grad]):
-        nb = p.numel() * 4
-        if cur and cur_bytes + nb > limit:
-            sizes.append(cur)
-            cur, cur_bytes = 0, 0
-        cur += p.numel()
-        cur_bytes += nb
-    if cur:
-        sizes.append(cur)
-    return sizes
-
-
-def _measure(app: str, args, make_task) -> dict:
-    """One step's parts, in seconds, on this machine (see the module docstring)."""
-    import torch  # the [torch] extra: not at --help
-
-    torch.set_num_threads(args.threads)
-    timer = time.thread_time if args.threads == 1 else time.process_time
-    torch.manual_seed(args.seed)
-    task = make_task(args, MPI.COMM_SELF)
-    model = task.model
-    params = [p for p in model.parameters() if p.requires_grad]
-    batches = task.start_epoch(0)
-
-    def forward_backward():
-        for p in params:
-            p.grad = None
-        task.restore(None)
-        loss, _, _ = task.loss(batches[0])
-        loss.backward()
-
-    fb = _best(forward_backward, timer)
-    n = sum(p.numel() for p in params)
-    flat = np.zeros(n, np.float32)
-
-    def flatten():  # gather into the bucket buffer, scatter back, divide by P
-        host = torch.from_numpy(flat)
-        o = 0
-        for p in params:
-            host[o:o + p.numel()].copy_(p.grad.reshape(-1))
-            o += p.numel()
-        np.divide(flat, 2, out=flat)
-        o = 0
-        for p in params:
-            p.grad.copy_(host[o:o + p.numel()].view_as(p.grad))
-            o += p.numel()
-
-    fl = _best(flatten, timer)
-    select = 0.0
-    compression = compression_from_args(args).fresh(seed=args.seed)
-    if compression.lossy and not args.dense:
-        comp = compression.compressor
-        plain = callable(getattr(comp, "compress", None)) and not any(
-            hasattr(comp, a) for a in ("compress_in", "reduce_in"))
-        if plain:
-            rng = np.random.default_rng(0)
-            grads = [rng.standard_normal(s).astype(np.float32) for s in
-                     _bucket_sizes(model, args.bucket_mb)]
-
-            def compress():
-                for key, x in enumerate(grads):
-                    g = compression.memory.compensate(x, key)
-                    vec = comp.compress(g)
-                    compression.memory.update(g, key, vec)
-
-            select = _best(compress, timer)
-    opt = torch.optim.SGD(params, lr=1e-12, momentum=args.momentum,
-                          weight_decay=args.weight_decay)
-
-    def update():
-        opt.step()
-
-    up = _best(update, timer)
-    sync = _synchronize_rest(args, model, opt, forward_backward, timer, select,
-                             _bucket_sizes(model, args.bucket_mb))
-    return {"forward_backward": fb, "flatten": fl, "select": select, "synchronize": sync,
-            "update": up}
-
-
-def _synchronize_rest(args, model, opt, forward_backward, timer, select, sizes) -> float:
-    """What a real ``synchronize()`` of the run's DistributedOptimizer costs on this rank alone
-    (``COMM_SELF``: nothing sent) beyond the rates charged besides it: best of its timings
-    less the step's last bucket's share of ``select`` (that bucket is compressed inside it;
-    the earlier ones on the communication thread during backward) and the copy of the
-    averaged result back into the gradients (in ``flatten``). Its reduction runs on the
-    calling thread (the last bucket's), so ``timer`` sees its local work: the finiteness
-    checks, the result's copy to dense and density count, the statistics and the Python
-    around the kernels. The network's part is the simulator's (at P = 1: none)."""
-    import torch  # the [torch] extra: not at --help
-
-    import sparcml.torch as st
-
-    params = [p for p in model.parameters() if p.requires_grad]
-    n = sum(p.numel() for p in params)
-    host = torch.zeros(n)
-
-    def scatter():  # the copy of the averaged result into the gradients, as flatten's
-        o = 0
-        for p in params:
-            p.grad.copy_(host[o:o + p.numel()].view_as(p.grad))
-            o += p.numel()
-
-    dist = st.DistributedOptimizer(
-        opt, model.named_parameters(), compression=compression_from_args(args),
-        bucket_bytes=max(1, int(args.bucket_mb * 2**20)), comm=MPI.COMM_SELF, seed=args.seed)
-    try:
-        best = float("inf")
-        for rep in range(_REPS + 1):  # the first warms (Numba, first allocations)
-            forward_backward()  # the hooks take the gradients and launch the buckets
-            t0 = timer()
-            dist.synchronize()
-            if rep:
-                best = min(best, timer() - t0)
-        forward_backward()
-        scatter_seconds = _best(scatter, timer)
-    finally:
-        dist.remove_hooks()
-    last_share = sizes[-1] / max(1, sum(sizes)) if sizes else 0.0
-    return max(0.0, best - select * last_share - scatter_seconds)
-
-
-def step_rates(app: str, args, make_task) -> dict:
-    """Seconds of one step's parts on this machine for this run's model, batch and
-    compression (``forward_backward``, ``flatten``, ``select``, ``synchronize``, ``update``;
-    see :func:`_synchronize_rest`): measured once
-    (a few seconds) and cached per configuration."""
-    digest = hashlib.sha256(json.dumps(_config_key(app, args), sort_keys=True,
-                                       default=str).encode()).hexdigest()[:16]
-    # the version in the name: checkouts of another version (worktrees share the cache) keep
-    # their own file instead of measuring again over each other's
-    return sim.cached_rates(f"deep-step-v{RATES_VERSION}-{digest}",
-                            lambda: _measure(app, args, make_task),
-                            version=RATES_VERSION, names=RATE_NAMES)
-
-
-class StepCharge:
-    """What one simulated step charges its rank (seconds): ``before_backward`` (forward,
-    backward, the bucket copies, the selection, the rest of ``synchronize()``'s own work)
-    and ``before_update`` (the update); with
-    ``step_seconds`` (``--step-seconds``) that figure before backward and nothing else."""
-
-    def __init__(self, rates: dict | None, step_seconds: float | None = None):
-        if step_seconds is not None:
-            self.before_backward, self.before_update = float(step_seconds), 0.0
-        else:
-            self.before_backward = (rates["forward_backward"] + rates["flatten"]
-                                    + rates["select"] + rates["synchronize"])
-            self.before_update = rates["update"]
-        given = rates is None or step_seconds is not None
-        self.flatten = 0.0 if given else rates["flatten"]
-        self.select = 0.0 if given else rates["select"]
-        self.synchronize = 0.0 if given else rates["synchronize"]
-
-    def inside_synchronize(self, last_share: float) -> float:
-        """The part of ``before_backward`` that a real rank spends inside ``synchronize()``:
-        its own work and the selection of the step's last bucket (``last_share``: that
-        bucket's fraction of the gradient values), which it compresses and reduces there. A
-        simulated record counts it as communication time, as a measured one does; charged
-        before backward all the same (a charge while the communication thread runs would make
-        the clock's readings depend on timing)."""
-        return self.synchronize + self.select * last_share
 
 
 # -- the CLI side ------------------------------------------------------------------------------
