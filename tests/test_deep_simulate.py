@@ -231,3 +231,40 @@ def test_step_charge_holds_synchronizes_own_work():
     model = task.model
     st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                             model.named_parameters()).remove_hooks()
+
+
+def test_calibration_selects_on_the_optimizers_buckets(monkeypatch):
+    """The calibration times the selection on the DistributedOptimizer's own buckets: its
+    parameters in launch order, cut at its sizes (a copy of the cutting rule had drifted: at
+    ``--bucket-mb 0.01`` the CNN's six cuts against the optimizer's four)."""
+    import torch
+    from mpi4py import MPI
+
+    import sparcml.torch as st
+    from sparcapps.deep import cnn, steprates
+
+    args = cnn.build_parser().parse_args(["--batch-size", "8", "--bucket-mb", "0.01"])
+    seen = {}
+
+    def fake_train(a, task, dist, params, selection):
+        seen.update(model=task.model, params=params, sizes=selection.sizes,
+                    active=selection.active)
+        return {k: [1e-3] for k in steprates._PARTS}
+
+    monkeypatch.setattr(steprates, "_train_and_time", fake_train)
+    rates = steprates._measure("sparc-cnn", args, cnn.make_task)
+    assert set(rates) == set(steprates.RATE_NAMES)
+    model = seen["model"]
+    ref = st.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                  model.named_parameters(), bucket_bytes=int(0.01 * 2**20),
+                                  comm=MPI.COMM_SELF)
+    try:
+        buckets = ref.buckets
+    finally:
+        ref.remove_hooks()
+    assert seen["active"] and len(buckets) > 1
+    assert seen["sizes"] == [b["numel"] for b in buckets]
+    by_name = dict(model.named_parameters())
+    order = [by_name[n] for b in buckets for n in b["names"]]
+    assert [id(p) for p in seen["params"]] == [id(p) for p in order]
+    assert sum(seen["sizes"]) == sum(p.numel() for p in seen["params"])

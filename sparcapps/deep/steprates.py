@@ -24,11 +24,16 @@ its own residuals) before ``synchronize()``; after it the copy of the averaged g
 (``scatter``) and the division by P. Then ``forward_backward`` is forward and backward less the
 gather (the hooks copy the gradients during backward), ``flatten`` the gather, division and
 scatter, ``synchronize`` the call less the last bucket's share of the selection (that bucket is
-compressed inside it) and the scatter. Version 2 of the rates took the best of 5 timings of each
-part repeated alone (the selection on random gradients); on this machine that was below a
-training step's cost. Both versions move by up to about 1.5-2x between calibrations a second
-apart on this VM, whose speed changes over spells of about a second (BENCHMARKS.md, "The
-calibration, version 3"): a user who recalibrates moves modeled step times by as much.
+compressed inside it) and the scatter. The selection runs on the optimizer's own buckets (its
+parameters in launch order, cut at its sizes). Version 2 of the rates took the best of 5 timings
+of each part repeated alone (the selection on random gradients); on this machine that was below a
+training step's cost. Version 3 cut the selection with a copy of the optimizer's bucketing rule,
+which had drifted from it (the CNN at ``--bucket-mb 0.01``: six buckets of 2,570, 256, 131,072,
+32, 4,608 and 160 values against the optimizer's four of 2,826, 131,072, 4,640 and 160; at the
+default 4 MiB both make one), on a gradient in forward order. Versions 2 and 3 moved by up to
+about 1.5-2x between calibrations a second apart on this VM, whose speed changes over spells of
+about a second (BENCHMARKS.md, "The calibration, version 3"): a user who recalibrates moves
+modeled step times by as much.
 """
 
 from __future__ import annotations
@@ -44,9 +49,9 @@ from sparcml import sim
 
 from .comm_options import compression_from_args
 
-__all__ = ["RATES_VERSION", "RATE_NAMES", "step_rates", "StepCharge", "bucket_sizes"]
+__all__ = ["RATES_VERSION", "RATE_NAMES", "step_rates", "StepCharge"]
 
-RATES_VERSION = 3
+RATES_VERSION = 4
 RATE_NAMES = ("forward_backward", "flatten", "select", "synchronize", "update")
 _WARMUP_STEPS = 20
 _TIMED_STEPS = 100
@@ -65,26 +70,11 @@ def _config_key(app: str, args) -> dict:
             **{k: getattr(args, k, None) for k in keys}}
 
 
-def bucket_sizes(model, bucket_mb: float) -> list[int]:
-    """Values per bucket, as DistributedOptimizer cuts them (a parameter is never split)."""
-    limit = max(1, int(bucket_mb * 2**20))
-    sizes, cur, cur_bytes = [], 0, 0
-    for p in reversed([p for p in model.parameters() if p.requires_grad]):
-        nb = p.numel() * 4
-        if cur and cur_bytes + nb > limit:
-            sizes.append(cur)
-            cur, cur_bytes = 0, 0
-        cur += p.numel()
-        cur_bytes += nb
-    if cur:
-        sizes.append(cur)
-    return sizes
-
-
 class _Selection:
     """The run's selection (top-k and error feedback) in its own copy of the compression, on a
-    flat gradient cut into the run's buckets; nothing for the dense baseline or a compressor
-    that compresses inside its reduction (charged there, by the simulator)."""
+    flat gradient laid out in the optimizer's bucket order and cut at its buckets' sizes
+    (``sizes``, in launch order); nothing for the dense baseline or a compressor that
+    compresses inside its reduction (charged there, by the simulator)."""
 
     def __init__(self, args, sizes):
         self.compression = compression_from_args(args).fresh(seed=args.seed)
@@ -176,13 +166,17 @@ def _measure(app: str, args, make_task) -> dict:
     torch.manual_seed(args.seed)
     task = make_task(args, MPI.COMM_SELF)
     model = task.model
-    params = [p for p in model.parameters() if p.requires_grad]
-    sizes = bucket_sizes(model, args.bucket_mb)
-    opt = torch.optim.SGD(params, lr=args.lr, momentum=args.momentum,
-                          weight_decay=args.weight_decay)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=args.lr,
+                          momentum=args.momentum, weight_decay=args.weight_decay)
     dist = st.DistributedOptimizer(
         opt, model.named_parameters(), compression=compression_from_args(args),
         bucket_bytes=max(1, int(args.bucket_mb * 2**20)), comm=MPI.COMM_SELF, seed=args.seed)
+    # the selection on the optimizer's own buckets: the parameters in its launch order, cut
+    # at its sizes (a copy of its cutting rule drifted from it)
+    by_name = dict(model.named_parameters())
+    buckets = dist.buckets
+    params = [by_name[name] for b in buckets for name in b["names"]]
+    sizes = [b["numel"] for b in buckets]
     selection = _Selection(args, sizes)
     try:
         times = _train_and_time(args, task, dist, params, selection)
