@@ -7,8 +7,8 @@ every CLI that writes:
    :func:`sparcapps.cli_args.output_file` / :func:`~sparcapps.cli_args.output_dir` built on
    them) refuse, at parse time, a path that cannot be written: a file where a directory is
    needed (``-o FILE`` for a report directory, ``--output FILE/x.jsonl``), a directory where
-   a file is needed, a missing directory under a file, no write permission (the permission
-   bits, then a probe: an empty file made and removed in the directory, an existing file
+   a file is needed, a missing directory under a file, no write permission or a read-only
+   file system (said as such: the permission bits, then a probe: an empty file made and removed in the directory, an existing file
    opened for appending, since root is told yes by the bits where the kernel refuses). They
    leave nothing: ``--help`` and a refused command leave no trace.
 2. :func:`write_with_fallback`: when writing still fails at the end (the disk filled, the
@@ -57,6 +57,16 @@ def _probe_dir(directory: Path) -> OSError | None:
     return None
 
 
+def _refusal(path: Path, permission: str) -> str:
+    """Why ``path`` refuses writes that ``os.access`` denied: its file system mounted
+    read-only (where the permission bits may well allow it), else ``permission``."""
+    try:
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:  # pragma: no cover - vanished meanwhile: the bits' answer stands
+        read_only = False
+    return f"{path} is on a read-only file system" if read_only else permission
+
+
 def _check_creatable_under(path: Path, target: Path, what: str) -> None:
     """``target`` (missing) would be created under ``path``'s nearest existing ancestor."""
     anchor = _nearest_existing(target.parent if target.parent != target else target)
@@ -64,8 +74,8 @@ def _check_creatable_under(path: Path, target: Path, what: str) -> None:
         raise OutputPathError(f"cannot write {what} {path}: {anchor} is a file, not a "
                               f"directory")
     if not os.access(anchor, os.W_OK | os.X_OK):
-        raise OutputPathError(f"cannot write {what} {path}: no permission to create files "
-                              f"in {anchor}")
+        raise OutputPathError(f"cannot write {what} {path}: " + _refusal(
+            anchor, f"no permission to create files in {anchor}"))
     failed = _probe_dir(anchor)
     if failed is not None:
         raise OutputPathError(f"cannot write {what} {path}: cannot create files in {anchor} "
@@ -82,7 +92,8 @@ def check_output_file(path: str | os.PathLike, what: str = "output file") -> Pat
         raise OutputPathError(f"cannot write {what} {p}: it is a directory (give a file name)")
     if p.exists():
         if not os.access(p, os.W_OK):
-            raise OutputPathError(f"cannot write {what} {p}: no write permission")
+            raise OutputPathError(f"cannot write {what} {p}: "
+                                  + _refusal(p, "no write permission"))
         if p.is_file():  # opened for appending and closed: its content is untouched
             try:
                 os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
@@ -104,7 +115,8 @@ def check_output_dir(path: str | os.PathLike, what: str = "output directory") ->
         raise OutputPathError(f"cannot write {what} {p}: it is a file, not a directory")
     if p.is_dir():
         if not os.access(p, os.W_OK | os.X_OK):
-            raise OutputPathError(f"cannot write {what} {p}: no write permission")
+            raise OutputPathError(f"cannot write {what} {p}: "
+                                  + _refusal(p, "no write permission"))
         failed = _probe_dir(p)
         if failed is not None:
             raise OutputPathError(f"cannot write {what} {p}: {failed.strerror or failed}")

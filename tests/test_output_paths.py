@@ -63,6 +63,32 @@ CLIS = [
 ]
 
 
+
+def test_read_only_file_system_is_named_not_called_a_permission(tmp_path, monkeypatch):
+    """Where the kernel refuses writes because the file system is mounted read-only, the
+    message says so (the permission bits may allow it: "no permission" sent users to chmod);
+    on a writable file system a refusal still names the permission."""
+    import os
+    import types
+
+    import sparcapps.output_paths as op
+
+    existing = tmp_path / "old.jsonl"
+    existing.write_text("")
+    monkeypatch.setattr(op.os, "access", lambda *a, **k: False)
+    flags = {"f_flag": os.ST_RDONLY}
+    monkeypatch.setattr(op.os, "statvfs", lambda p: types.SimpleNamespace(**flags))
+    for check, path in ((check_output_file, tmp_path / "new.jsonl"),
+                        (check_output_file, existing), (check_output_dir, tmp_path),
+                        (check_output_dir, tmp_path / "newdir")):
+        with pytest.raises(OutputPathError, match="read-only file system"):
+            check(path)
+    flags["f_flag"] = 0
+    with pytest.raises(OutputPathError, match="no permission to create files"):
+        check_output_file(tmp_path / "new.jsonl")
+    with pytest.raises(OutputPathError, match="no write permission"):
+        check_output_file(existing)
+
 @pytest.mark.parametrize("module,argv,flag", CLIS)
 def test_every_cli_refuses_an_unwritable_output_before_working(module, argv, flag, tmp_path,
                                                                a_file, capsys):
