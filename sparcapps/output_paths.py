@@ -8,9 +8,10 @@ every CLI that writes:
    them) refuse, at parse time, a path that cannot be written: a file where a directory is
    needed (``-o FILE`` for a report directory, ``--output FILE/x.jsonl``), a directory where
    a file is needed, a missing directory under a file, no write permission or a read-only
-   file system (said as such: the permission bits, then a probe: an empty file made and removed in the directory, an existing file
-   opened for appending, since root is told yes by the bits where the kernel refuses). They
-   leave nothing: ``--help`` and a refused command leave no trace.
+   file system, each said as such (the permission bits, then a probe: an empty file made and
+   removed in the directory, an existing file opened for appending, since root is told yes by
+   the bits where the kernel refuses). They leave nothing: ``--help`` and a refused command
+   leave no trace.
 2. :func:`write_with_fallback`: when writing still fails at the end (the disk filled, the
    directory was removed or made read-only during the run), the result goes to a fallback
    file in the temporary directory and one line on stderr says where, instead of a traceback
