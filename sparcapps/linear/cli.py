@@ -3,7 +3,8 @@ regression or linear SVM data-parallel over sparcml.
 
 Launch with ``mpiexec -n P sparc-linear --data url.h5 --loss log ...`` (or under ``srun``).
 Each rank reads its shard of the training rows; every epoch prints (rank 0) and records the
-loss, train and test accuracy, compute and communication seconds, bytes sent and the density of
+loss (the objective: the epoch's mean data loss plus ``alpha / 2 * |w|^2``, printed with the data
+loss beside it), train and test accuracy, compute and communication seconds, bytes sent and the density of
 the summed gradient. ``--algorithm dense`` is the dense-communication baseline.
 
 Checkpoints: ``--checkpoint-every-steps N`` writes the training state every N *steps* (global
@@ -194,7 +195,10 @@ class _Monitor:
         record["eval_seconds"] = time.perf_counter() - t0
         bar = self._bar(engine)
         if self.rank == 0:
-            line = (f"epoch {record['epoch']}: loss {record['loss']:.4f}  train acc "
+            # "loss" is the objective (as SGDClassifier's tol watches it): the mean data loss
+            # plus alpha/2 |w|^2, both named
+            line = (f"epoch {record['epoch']}: loss {record['loss']:.4f} (data "
+                    f"{record['data_loss']:.4f} + L2)  train acc "
                     f"{record['train_accuracy']:.4f}  test acc "
                     f"{record.get('test_accuracy', float('nan')):.4f}  compute "
                     f"{record['compute_seconds']:.2f}s  comm {record['comm_seconds']:.2f}s  "
