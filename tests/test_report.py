@@ -259,7 +259,7 @@ def test_data_sizes_and_simulated_records(tmp_path):
     ``simulated``, ``network``) join the measured ones with their own markers up to P=1,024."""
     path = tmp_path / "r.jsonl"
     sim_env = {"command": ["sparc-bench", "--simulate", "2", "1024", "--network", "10gbit"],
-               "launcher": None}
+               "launcher": None, "mpi_library": None}  # a simulated run records no MPI
     for N in (1000, 4000):
         for P in (2, 4):
             append_record(path, _bench(P, 0.01, "dense", 1e-3 * P, N=N))
@@ -301,6 +301,8 @@ def test_data_sizes_and_simulated_records(tmp_path):
     rows = _table(md, "## Collectives")
     assert {r["source"] for r in rows} == {"measured", "simulated (10gbit)"}
     assert md.count("sparc-bench --simulate 2 1024 --network 10gbit") == 1
+    # the environment of simulated runs says why it names no MPI library, not an empty cell
+    assert "| mpi | none (simulated ranks in one process) |" in md
 
 
 def test_time_to_accuracy_against_dense(tmp_path):

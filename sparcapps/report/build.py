@@ -148,7 +148,9 @@ def _environment_section(doc: Doc, records) -> None:
         mpi = (env.get("mpi_library") or "").replace("\0", "").splitlines()
         desc = {"python": env.get("python"), "platform": env.get("platform"),
                 "cpu": f"{env.get('cpu')} ({env.get('cpus')} cpus)",
-                "mpi": mpi[0] if mpi else None, "git commit": (env.get("git_commit") or "")
+                "mpi": mpi[0] if mpi else ("none (simulated ranks in one process)"
+                                            if r.get("simulated") else "not recorded"),
+                "git commit": (env.get("git_commit") or "")
                 + (" (with uncommitted changes)" if env.get("git_dirty") else ""),
                 "packages": " ".join(f"{k}=={v}" for k, v in
                                      sorted((env.get("packages") or {}).items()))}
