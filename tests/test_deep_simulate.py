@@ -268,3 +268,25 @@ def test_calibration_selects_on_the_optimizers_buckets(monkeypatch):
     order = [by_name[n] for b in buckets for n in b["names"]]
     assert [id(p) for p in seen["params"]] == [id(p) for p in order]
     assert sum(seen["sizes"]) == sum(p.numel() for p in seen["params"])
+
+
+def test_calibration_is_announced_when_it_runs_not_when_cached(tmp_path, monkeypatch, capsys):
+    """The calibration (the first compiles the kernels: seconds before any estimate) says on
+    stderr that it runs and how long it took; a cached calibration says nothing."""
+    from sparcml.sim import _app_rates
+    from sparcapps.deep import cnn, steprates
+
+    monkeypatch.setenv("SPARCML_SIM_RATES", str(tmp_path / "rates.json"))
+    _app_rates._reset_for_tests()
+    fake = dict.fromkeys(steprates.RATE_NAMES, 1e-3)
+    calls = []
+    monkeypatch.setattr(steprates, "_measure", lambda *a: calls.append(a) or dict(fake))
+    args = cnn.build_parser().parse_args(["--batch-size", "8"])
+    assert steprates.step_rates("sparc-cnn", args, cnn.make_task) == fake
+    err = capsys.readouterr().err
+    assert "sparc-cnn --simulate: calibrating this machine's step" in err
+    assert "sparc-cnn --simulate: calibrated in " in err and len(calls) == 1
+    _app_rates._reset_for_tests()  # a new process: read from the file, nothing said
+    assert steprates.step_rates("sparc-cnn", args, cnn.make_task) == fake
+    assert capsys.readouterr().err == "" and len(calls) == 1
+    _app_rates._reset_for_tests()

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 import time
 
 import numpy as np
@@ -201,10 +202,22 @@ def step_rates(app: str, args, make_task) -> dict:
     digits models) and cached per configuration."""
     digest = hashlib.sha256(json.dumps(_config_key(app, args), sort_keys=True,
                                        default=str).encode()).hexdigest()[:16]
+
+    def measure() -> dict:
+        # said before it starts: the first calibration of a process compiles sparcml's
+        # kernels (5-35 s on this machine), a pause no estimate has covered yet
+        print(f"{app} --simulate: calibrating this machine's step ({_WARMUP_STEPS} + "
+              f"{_TIMED_STEPS} training steps on one rank; once per configuration, cached; "
+              f"the first in a process also compiles the kernels)", file=sys.stderr, flush=True)
+        start = time.perf_counter()
+        rates = _measure(app, args, make_task)
+        print(f"{app} --simulate: calibrated in {time.perf_counter() - start:.1f} s",
+              file=sys.stderr, flush=True)
+        return rates
+
     # the version in the name: checkouts of another version (worktrees share the cache) keep
     # their own file instead of measuring again over each other's
-    return sim.cached_rates(f"deep-step-v{RATES_VERSION}-{digest}",
-                            lambda: _measure(app, args, make_task),
+    return sim.cached_rates(f"deep-step-v{RATES_VERSION}-{digest}", measure,
                             version=RATES_VERSION, names=RATE_NAMES)
 
 
