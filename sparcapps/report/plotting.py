@@ -219,6 +219,9 @@ def plot_line(ax, xs, ys, dx_pt: float = 0.0, **kw):
     return line
 
 
+_LEGEND_SPARE_IN = 1.0  # legend height (in) a figure of 4.4 in holds beside its panels
+
+
 def outside_legend(fig, handles: list) -> None:
     """The legend below the panels, outside them (constrained layout makes room; the title
     stays alone above), in as many columns as the figure's width holds, long entries
@@ -230,6 +233,13 @@ def outside_legend(fig, handles: list) -> None:
     longest = max(len(line) for label in labels for line in label.split("\n"))
     entry_in = longest * 8 * 0.6 / 72 + 0.8  # text at 8 pt, handle and padding
     ncols = max(1, min(len(handles), int(fig.get_figwidth() / entry_in)))
+    # a legend taller than the panels can spare (many runs) grows the figure instead of
+    # collapsing the panels: each row as tall as its longest entry, 8 pt lines
+    rows = [labels[i:i + ncols] for i in range(0, len(labels), ncols)]
+    legend_in = sum(max(lb.count("\n") + 1 for lb in row) * 8 * 1.2 / 72 + 0.06
+                    for row in rows) + 0.2
+    if legend_in > _LEGEND_SPARE_IN:
+        fig.set_figheight(fig.get_figheight() + legend_in)
     fig.legend(handles=handles, labels=labels, loc="outside lower center", ncols=ncols,
                fontsize=8)
 
