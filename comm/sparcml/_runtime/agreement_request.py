@@ -52,7 +52,7 @@ class _Reduction:
     """One communicator's agreement reduction: its persistent request (None: the fallback)
     and the kept send and receive buffers."""
 
-    __slots__ = ("request", "send", "received", "__weakref__")
+    __slots__ = ("request", "send", "received")
 
     def __init__(self, request, send: np.ndarray, received: np.ndarray):
         self.request = request
