@@ -6,8 +6,9 @@ estimator and the CLIs all use it):
 - :func:`agree`: integer ``fields`` that must be equal on every rank, this rank's own
   validation error, and integers whose maximum is wanted, in one small ``Allreduce`` (max of
   each field and of its negation; on MPI-4 a persistent request per communicator, shared by
-  every agreement and plan identity check on it: :mod:`sparcml._runtime.agreement_request`). Only on failure is more exchanged (the messages, so that
-  every rank can say what went wrong where).
+  every agreement and plan identity check on it: :mod:`sparcml._runtime.agreement_request`).
+  Only on failure is more exchanged (the messages, so that every rank can say what went
+  wrong where).
 - :func:`raise_everywhere`: "did any rank fail?" for code that validates something else first
   (a data file, a checkpoint), and the first failing rank's error raised on every rank.
 - :func:`agree_on_lines`: a description (model structure, options) identical on every rank.
