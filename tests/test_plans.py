@@ -206,6 +206,10 @@ def test_one_bad_rank_raises_everywhere_through_a_plan(P, native):
     ran = case_report(proc.stdout, "PLAN-BAD-RANK")
     for algorithm in sparcml.ALGORITHMS:
         assert f"dim {algorithm} blocking" in ran and f"dim {algorithm} nonblocking" in ran
+    # issue 34: the agreements' persistent request per communicator, its fallback, its frees
+    assert "agreement/fallback, crossed and bad rank" in ran
+    assert "agreement/comm.Free after calls" in ran
+    assert "persistent request" not in proc.stderr, proc.stderr  # MPICH: one still allocated
 
 
 def test_recursive_doubling_has_one_schedule_that_pairs_every_message():

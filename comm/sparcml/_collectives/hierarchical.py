@@ -64,6 +64,7 @@ import numpy as np
 from mpi4py import MPI
 
 from . import arith
+from .._runtime.agreement_request import release
 from .._runtime.call_context import call_context
 from .._runtime.context import CommContext, TrafficStats, context_for
 from .._errors import InvalidArgumentError
@@ -129,6 +130,7 @@ class NodeLayout:
             self.slots.free()
         for sub in (self.node, self.leaders):
             if sub is not None and sub.comm != MPI.COMM_NULL and not MPI.Is_finalized():
+                release(sub.comm)  # a persistent agreement request, if one ran there
                 sub.comm.Free()
 
 

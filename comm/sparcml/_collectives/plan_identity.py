@@ -18,11 +18,9 @@ ranks' next sparcml call on the communicator, as a crossing.
 
 from __future__ import annotations
 
-import numpy as np
-from mpi4py import MPI
-
 from .._errors import RankMismatchError
 from .._runtime.agreement import agreed_maxima, agreement_array
+from .._runtime.agreement_request import reduce_max
 
 __all__ = ["PlanIdentity", "next_plan_id", "note_plan_id"]
 
@@ -45,32 +43,24 @@ class PlanIdentity:
     """The per-call crossing check of a plan (see the module docstring): ``check(ctx)``
     reduces the agreement array of the plan's identity and raises the same
     :class:`~sparcml.RankMismatchError` on every rank when some rank is in another call.
-    The array is sent from a read-only template into a receive buffer kept per context (a
-    plan may run on the blocking path's context and a communication thread's at once), so a
-    call allocates nothing but the received bytes' compare (its buffer specs are built once:
-    mpi4py reads no dtype per call)."""
+    The array is sent from a read-only template through the agreement's one reduction
+    (:func:`~sparcml._runtime.agreement_request.reduce_max`: the same request as every other
+    agreement on the communicator), received into the buffer that reduction keeps per
+    communicator (a plan may run on the blocking path's context and a communication thread's
+    at once: their communicators differ), so a call allocates nothing but the received
+    bytes' compare."""
 
-    __slots__ = ("names", "template", "head", "vals", "_received")
+    __slots__ = ("names", "template", "head", "vals")
 
     def __init__(self, label: str):
         self.names = (label,)
         both, self.vals, _ = agreement_array({label: 0}, {})
         both.setflags(write=False)
         self.template, self.head = both, both.tobytes()
-        self._received: dict = {}  # id(context) -> the receive buffer of its calls
 
     def check(self, ctx) -> None:
-        specs = self._received.get(id(ctx))
-        if specs is None:  # (the receive buffer and both buffer specs, built once)
-            got = np.empty_like(self.template)
-            specs = self._received[id(ctx)] = ([self.template, MPI.INT64_T],
-                                               [got, MPI.INT64_T], got)
-        send, receive, got = specs
         comm = ctx.comm
-        if ctx.waiter.yield_cpu:
-            ctx.waiter.wait(comm.Iallreduce(send, receive, MPI.MAX))
-        else:
-            comm.Allreduce(send, receive, MPI.MAX)
+        got = reduce_max(comm, self.template, ctx.waiter)
         if got.tobytes() != self.head:  # another call (or its failure) somewhere
             both = got.copy()
             agreed_maxima(comm, both, self.vals, self.names, {}, None, None)

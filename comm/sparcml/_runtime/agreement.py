@@ -5,8 +5,10 @@ estimator and the CLIs all use it):
 
 - :func:`agree`: integer ``fields`` that must be equal on every rank, this rank's own
   validation error, and integers whose maximum is wanted, in one small ``Allreduce`` (max of
-  each field and of its negation). Only on failure is more exchanged (the messages, so that
-  every rank can say what went wrong where).
+  each field and of its negation; on MPI-4 a persistent request per communicator, shared by
+  every agreement and plan identity check on it: :mod:`sparcml._runtime.agreement_request`).
+  Only on failure is more exchanged (the messages, so that every rank can say what went
+  wrong where).
 - :func:`raise_everywhere`: "did any rank fail?" for code that validates something else first
   (a data file, a checkpoint), and the first failing rank's error raised on every rank.
 - :func:`agree_on_lines`: a description (model structure, options) identical on every rank.
@@ -43,6 +45,7 @@ from mpi4py import MPI
 
 from .._errors import AgreementFieldError, InvalidArgumentError, RankMismatchError, SparcmlError
 from .._options import Options, option_fields, option_labels, resolve_options
+from .agreement_request import reduce_max
 
 __all__ = ["agree", "raise_everywhere", "agree_on_lines", "capture", "collective_errors",
            "as_sparcml_error", "agreed_call", "AgreedCall", "pack_fields", "VALUE_DTYPE_NAMES",
@@ -236,10 +239,7 @@ def agree(comm: MPI.Comm, fields: dict[str, int], local_error: BaseException | N
     names = tuple(fields)
     maxima = maxima or {}
     both, vals, local_error = agreement_array(fields, maxima, local_error)
-    if waiter is None:
-        comm.Allreduce(MPI.IN_PLACE, both, op=MPI.MAX)
-    else:
-        waiter.collective(comm, "Allreduce", MPI.IN_PLACE, both, MPI.MAX)
+    reduce_max(comm, both, waiter, out=both)
     return agreed_maxima(comm, both, vals, names, maxima, local_error, describe)
 
 
@@ -326,16 +326,13 @@ def agree_kept(comm, waiter, kept: tuple, wait_code: int, describe) -> np.ndarra
     caller): the reduced array (the maxima over ranks from :data:`MAXIMA_SLOT` on), or the
     same error raised on every rank when a rank's fields differ or a rank failed.
 
-    Collective over ``comm``, completed as ``waiter`` waits now (a blocking ``Allreduce``
-    when it spins, ``Iallreduce`` and its wait when it yields); afterwards ``waiter`` waits
+    Collective over ``comm``, completed as ``waiter`` waits now (the one reduction of
+    :func:`~sparcml._runtime.agreement_request.reduce_max`); afterwards ``waiter`` waits
     as ``wait_code`` (the agreed ``options.wait`` field) says. ``describe``: a function
     returning the fields' code names, called only when a field differs. The received array
     is the kept one: read it before the next call."""
     send, received, head, vals, names, maxima = kept
-    if waiter.yield_cpu:
-        waiter.wait(comm.Iallreduce(send, received, MPI.MAX))
-    else:
-        comm.Allreduce(send, received, MPI.MAX)
+    reduce_max(comm, send, waiter, out=received)
     if received[:MAXIMA_SLOT].tobytes() != head:  # some rank differs or failed
         agreed_maxima(comm, received.copy(), vals, names, maxima, None, describe)
     waiter.yield_cpu = bool(wait_code)  # waiter.use(options.wait): the policy just agreed

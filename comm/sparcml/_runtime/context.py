@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from mpi4py import MPI
 
+from .agreement_request import release
 from .progress import Waiter, wait_policy
 from .workspace import Workspace
 
@@ -158,6 +159,7 @@ def _delete(comm, keyval, ctx):  # called by MPI when the user's communicator is
             if ctx.engine is not None:
                 ctx.engine.close()  # its thread frees its own context's sub-communicators
             ctx.free_subcomms()
+            release(ctx.comm)  # its agreements' persistent request (MPICH holds the comm)
             ctx.comm.Free()
     except MPI.Exception:  # pragma: no cover - freeing during finalize
         pass

@@ -32,6 +32,7 @@ from typing import Any, Callable
 
 from mpi4py import MPI
 
+from .agreement_request import release
 from .context import CommContext, context_for, new_context
 from .._errors import SparcmlError
 from .progress import BACKGROUND_MAX_SLEEP_SECONDS, Waiter
@@ -112,6 +113,7 @@ class Engine:
             if item is None:
                 if not MPI.Is_finalized():
                     self.ctx.free_subcomms()
+                    release(self.ctx.comm)  # its agreements' persistent request
                 return
             request, fn, args = item
             with self._running:
