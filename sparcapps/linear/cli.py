@@ -3,9 +3,10 @@ regression or linear SVM data-parallel over sparcml.
 
 Launch with ``mpiexec -n P sparc-linear --data url.h5 --loss log ...`` (or under ``srun``).
 Each rank reads its shard of the training rows; every epoch prints (rank 0) and records the
-loss (the objective: the epoch's mean data loss plus ``alpha / 2 * |w|^2``, printed with the data
-loss beside it), train and test accuracy, compute and communication seconds, bytes sent and the density of
-the summed gradient. ``--algorithm dense`` is the dense-communication baseline.
+loss (the objective: the epoch's mean data loss plus ``alpha / 2 * |w|^2``, printed with the
+data loss beside it), train and test accuracy, compute and communication seconds, bytes sent
+and the density of the summed gradient. ``--algorithm dense`` is the dense-communication
+baseline.
 
 Checkpoints: ``--checkpoint-every-steps N`` writes the training state every N *steps* (global
 minibatch updates) to ``--checkpoint`` (atomically); ``--resume CKPT`` continues from one and

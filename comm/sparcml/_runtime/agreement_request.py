@@ -150,23 +150,22 @@ def reduce_max(comm, send: np.ndarray, waiter, out: np.ndarray | None = None) ->
     kept per communicator (read it before the next agreement on ``comm``). Collective; waited
     for as ``waiter`` waits now (None: blocking)."""
     reduction = _reduction(comm, send)
-    yields = waiter is not None and waiter.yield_cpu
     if reduction is None or reduction.request is None:
         if out is None:
             out = reduction.received if reduction is not None else np.empty_like(send)
         args = (MPI.IN_PLACE, out) if out is send else (send, out)
-        if yields:
-            waiter.wait(comm.Iallreduce(*args, MPI.MAX))
-        else:
+        if waiter is None:
             comm.Allreduce(*args, MPI.MAX)
+        else:
+            waiter.collective(comm, "Allreduce", *args, MPI.MAX)
         return out
     reduction.send[:] = send
     request = reduction.request
     request.Start()
-    if yields:
-        waiter.wait(request)
-    else:
+    if waiter is None:
         request.Wait()
+    else:
+        waiter.wait(request)  # Wait when it spins, its test loop when it yields
     if out is None:
         return reduction.received
     out[:] = reduction.received
