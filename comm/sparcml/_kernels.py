@@ -69,20 +69,27 @@ def merge_add_into(a_idx, a_val, b_idx, b_val, out_idx, out_val):
     # Branch-free: the next index is the smaller head; a head is consumed when it is <= the
     # other. -0.0 is the exact additive identity (x + -0.0 == x for every x, -0.0 included),
     # so adding it for the stream that does not hold the index changes nothing. Random
-    # interleavings make a branchy merge mispredict on every other item (2x slower).
-    neg_zero = -np.zeros(1, dtype=a_val.dtype)[0]
+    # interleavings make a branchy merge mispredict on every other item. The value is picked
+    # by indexing a two-slot array (slot 0: -0.0, slot 1: the head's value) with the
+    # comparison: written as ``va if take_a else neg_zero``, LLVM compiles the choice to a
+    # conditional jump, which mispredicts as often (at N = 16M, 0.1% density, 33.5k items:
+    # 250 us that way against 105 us this way, 170 us for the plainly branchy merge).
+    head_a = np.empty(2, dtype=a_val.dtype)
+    head_b = np.empty(2, dtype=b_val.dtype)
+    head_a[0] = -np.zeros(1, dtype=a_val.dtype)[0]
+    head_b[0] = -np.zeros(1, dtype=b_val.dtype)[0]
     i = 0
     j = 0
     n = 0
     while i < na and j < nb:
         ai = a_idx[i]
         bj = b_idx[j]
-        va = a_val[i]
-        vb = b_val[j]
+        head_a[1] = a_val[i]
+        head_b[1] = b_val[j]
         take_a = ai <= bj
         take_b = bj <= ai
         out_idx[n] = min(ai, bj)
-        out_val[n] = (va if take_a else neg_zero) + (vb if take_b else neg_zero)
+        out_val[n] = head_a[np.intp(take_a)] + head_b[np.intp(take_b)]
         i += take_a
         j += take_b
         n += 1
