@@ -48,4 +48,5 @@ exec "$venv/bin/python" -m pytest \
     tests/test_matrix.py::test_collectives_under_mpiexec tests/test_matrix.py::test_bad_input_under_mpiexec \
     tests/test_matrix.py::test_compression_under_mpiexec tests/test_matrix.py::test_topk_under_mpiexec \
     tests/test_matrix.py::test_node_aware_and_partitions_under_mpiexec \
+    tests/test_plans.py::test_one_bad_rank_raises_everywhere_through_a_plan \
     --deselect tests/test_bench.py::test_overlap_mode_times_comm_compute_and_both "$@"

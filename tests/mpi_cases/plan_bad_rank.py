@@ -96,9 +96,23 @@ from sparcml._runtime import agreement as _agreement  # noqa: E402
 from sparcml._runtime import agreement_request as _ar  # noqa: E402
 from sparcml._runtime.context import context_for  # noqa: E402
 
-PERSISTENT = MPI.Get_version() >= (4, 0) and hasattr(comm, "Allreduce_init")
+
+
+def _has_persistent_allreduce() -> bool:
+    """Whether this MPI makes an ``MPI_Allreduce_init`` (the library tries the same way: Open
+    MPI 5 has one while it reports MPI 3.1, so the version does not say)."""
+    try:
+        request = comm.Allreduce_init(np.zeros(1, np.int32), np.zeros(1, np.int32), MPI.MAX)
+    except (NotImplementedError, AttributeError, MPI.Exception):
+        return False
+    request.Free()
+    return True
+
+
+PERSISTENT = _has_persistent_allreduce()
 dense_in = np.linspace(-1, 1, 100).astype(np.float32) * (rank + 1)
-AGREEMENT_CASES = ["one request, every site", "comm.Free after calls", "fallback, same results",
+AGREEMENT_CASES = ["one request, every site", "comm.Free after calls",
+                   "comm.Free frees the thread's duplicate", "fallback, same results",
                    "fallback, crossed and bad rank", "agree on COMM_WORLD"]
 plan(*[f"agreement/{c}" for c in AGREEMENT_CASES])
 
@@ -144,6 +158,18 @@ c1.Free()
 assert red.request is None, "freeing the user's communicator left the agreement request"
 assert len(_ar._live) <= live - (1 if PERSISTENT else 0)
 done("agreement/comm.Free after calls")
+
+# the communication thread's own duplicate goes with the user's communicator (it was kept
+# until exit: MPI runs out of communicators after a few thousand)
+c4 = comm.Dup()
+sparcml.iallreduce(good, comm=c4).wait()
+engine = context_for(c4).engine
+thread_comm = engine.ctx.comm
+c4.Free()
+engine._thread.join(30)
+assert not engine._thread.is_alive(), "the communication thread did not stop"
+assert thread_comm == MPI.COMM_NULL, "the thread's duplicate was not freed"
+done("agreement/comm.Free frees the thread's duplicate")
 
 # the fallback (an MPI without persistent collectives): decided at a communicator's first
 # agreement, the same results, the same errors

@@ -114,6 +114,10 @@ class Engine:
                 if not MPI.Is_finalized():
                     self.ctx.free_subcomms()
                     release(self.ctx.comm)  # its agreements' persistent request
+                    # the thread's own duplicate (new_context in _engine): MPI has a few
+                    # thousand communicators, and a program that makes and frees communicators
+                    # with non-blocking calls on each would run out
+                    self.ctx.comm.Free()
                 return
             request, fn, args = item
             with self._running:
