@@ -35,6 +35,8 @@ ALLOWED = {
         "the kernel benchmark times the private merge kernels themselves",
     ("scripts/kernel_bench.py", "sparcml._runtime.workspace"):
         "the kernel benchmark times merge_add_into into the private Workspace",
+    ("scripts/cold_call.py", "sparcml._kernels"):
+        "its parts mode times one Numba kernel's dispatch cold and warm (a piece of a call)",
     ("scripts/packed_vs_parts.py", "sparcml._collectives"):
         "times the private per-message and packed folds and assembles side by side",
     ("scripts/packed_vs_parts.py", "sparcml._wire"):
