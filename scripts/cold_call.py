@@ -88,11 +88,11 @@ def parts():
     for _ in range(R):
         for name, f in pieces.items():
             scratch[:] += 1.0
-            for cold in (0, 1):
+            for slot in (0, 1):  # 0: right after the pass (cold), 1: right after that (warm)
                 comm.Barrier()
                 t = time.perf_counter()
                 f()
-                times[name][cold].append(time.perf_counter() - t)
+                times[name][slot].append(time.perf_counter() - t)
     persistent.Free()
     if rank == 0:
         for name, (cold, warm) in times.items():
