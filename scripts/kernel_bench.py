@@ -7,12 +7,17 @@ A developer's tool (it was ``sparc-bench --kernels``): it times sparcml's privat
 and workspace themselves, which no public call exposes alone. One process, no MPI. Prints one
 row per history and variant; ``--output`` appends one record (app ``sparc-bench-kernels``).
 
-Three ways to add, each timed in two allocation histories of the process, all interleaved
+Four ways to add, each timed in two allocation histories of the process, all interleaved
 repetition by repetition so that machine noise hits them alike:
 
 - ``alloc``: ``kernels.merge_add``, which allocates its output every call;
 - ``workspace``: ``kernels.merge_add_into`` into a :class:`sparcml._runtime.workspace.Workspace` pair,
   which is allocated once and reused;
+- ``branchy``: a plain two-pointer merge (``if``/``elif``/``else``, compiled here) into the same
+  workspace: the reference that shows the branch-free kernel's margin in the same run. The
+  kernel's loop is branch-free only if LLVM keeps its choices as loads or selects; once they
+  became jumps (BENCHMARKS "Comm core") and the kernel ran at 0.8x scipy unnoticed. The
+  script prints the kernel's speed against this one: at or below 1x, it has happened again;
 - ``scipy``: ``a + b`` of two prebuilt 1 x dim ``csr_matrix``.
 
 Histories: ``warm``: the call follows an untimed call of the same kind, so the allocator
@@ -34,6 +39,7 @@ import time
 
 import numpy as np
 import scipy.sparse as sp
+from numba import njit
 
 from sparcml import _kernels as kernels
 from sparcml._runtime.workspace import Workspace
@@ -42,7 +48,41 @@ from sparcapps.records import append_record, capture_environment, make_record, s
 __all__ = ["bench_merge_add", "HISTORIES", "VARIANTS", "main"]
 
 HISTORIES = ("warm", "fresh")
-VARIANTS = ("alloc", "workspace", "scipy")
+VARIANTS = ("alloc", "workspace", "branchy", "scipy")
+
+
+@njit(nogil=True)
+def _branchy_merge_into(a_idx, a_val, b_idx, b_val, out_idx, out_val):
+    """The two-pointer merge as first written: a branch per item (see ``branchy`` above)."""
+    na, nb = a_idx.shape[0], b_idx.shape[0]
+    i = j = n = 0
+    while i < na and j < nb:
+        ai, bj = a_idx[i], b_idx[j]
+        if ai < bj:
+            out_idx[n] = ai
+            out_val[n] = a_val[i]
+            i += 1
+        elif bj < ai:
+            out_idx[n] = bj
+            out_val[n] = b_val[j]
+            j += 1
+        else:
+            out_idx[n] = ai
+            out_val[n] = a_val[i] + b_val[j]
+            i += 1
+            j += 1
+        n += 1
+    while i < na:
+        out_idx[n] = a_idx[i]
+        out_val[n] = a_val[i]
+        i += 1
+        n += 1
+    while j < nb:
+        out_idx[n] = b_idx[j]
+        out_val[n] = b_val[j]
+        j += 1
+        n += 1
+    return n
 
 
 def _sorted_support(rng, dim, k):
@@ -94,11 +134,17 @@ def bench_merge_add(items: int = 1_000_000, dim: int = 16 * 2**20, reps: int = 1
         n = kernels.merge_add_into(a_idx, a_val, b_idx, b_val, idx, val)
         return idx[:n], val[:n]
 
+    def branchy():
+        idx, val = ws.pair("branchy", 2 * items, np.int32, np.float32)
+        n = _branchy_merge_into(a_idx, a_val, b_idx, b_val, idx, val)
+        return idx[:n], val[:n]
+
     run = {"alloc": lambda: kernels.merge_add(a_idx, a_val, b_idx, b_val),
            "workspace": into_workspace,
+           "branchy": branchy,
            "scipy": lambda: a + b}
     expected = run["scipy"]()  # the first calls compile or load the kernels from the cache
-    for name in ("alloc", "workspace"):
+    for name in ("alloc", "workspace", "branchy"):
         got_i, got_v = run[name]()
         if not (np.array_equal(expected.indices, got_i) and np.array_equal(expected.data, got_v)):
             raise AssertionError(f"merge_add ({name}) and scipy.sparse disagree")
@@ -143,7 +189,7 @@ def bench_merge_add(items: int = 1_000_000, dim: int = 16 * 2**20, reps: int = 1
 
 
 _LABEL = {"alloc": "merge_add (allocating)", "workspace": "merge_add_into (workspace)",
-          "scipy": "scipy.sparse a+b"}
+          "branchy": "branchy merge (workspace)", "scipy": "scipy.sparse a+b"}
 
 
 def print_table(r: dict) -> None:
@@ -158,6 +204,10 @@ def print_table(r: dict) -> None:
             print(f"  {h:8s} {_LABEL[v]:28s} {res[v]['median'] * 1e3:9.2f} "
                   f"{res['mitems_per_s'][v]:10.1f} {res['speedup'][v]:11.2f}x "
                   f"{'-' if faults is None else f'{faults:.0f}':>12s}")
+    warm = r["histories"]["warm"]
+    margin = warm["branchy"]["median"] / warm["workspace"]["median"]
+    print(f"  branch-free / branchy, warm: {margin:.2f}x"
+          + ("" if margin > 1 else "  <- the kernel's choices compile to jumps again"))
     print("  warm: the allocator reuses memory the previous call freed; fresh: it has returned "
           "its free memory\n  to the OS (malloc_trim) just before the call, so a new output "
           "is faulted in page by page")

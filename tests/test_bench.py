@@ -72,6 +72,8 @@ def test_kernel_benchmark_times_each_variant_in_each_history(tmp_path, capsys):
                               "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert printed.count("merge_add_into (workspace)") == len(expected)
+    assert printed.count("branchy merge (workspace)") == len(expected)
+    assert "branch-free / branchy, warm: " in printed  # the kernel's margin, in the same run
     rec = json.loads(out.read_text())
     assert rec["app"] == "sparc-bench-kernels" and "warm/workspace" in rec["timings"]
     assert rec["metrics"]["warm/workspace/speedup"] > 0
