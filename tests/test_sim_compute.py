@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -154,6 +155,27 @@ def test_rate_cache_ignores_corrupt_and_foreign_files(tmp_path, monkeypatch):
     assert _rates.kernel_rates(sim.run)["call"] == 3e-5 and len(calls) == 4
     assert not [p for p in path.parent.iterdir() if p.name != path.name]  # no temporary left
     _rates._reset_for_tests()
+
+
+def test_rate_cache_key_follows_the_kernels_source(tmp_path):
+    """A kernel's edit is a new rate: the key holds a digest of every ``*kernels.py`` of the
+    package (the version stays 0.1.0 across such edits), which moves with any of them."""
+    import shutil
+
+    package = Path(_rates.__file__).resolve().parent.parent
+    assert _rates.rates_key()["kernels"] == _rates.kernels_digest(str(package))
+    copy = tmp_path / "sparcml"
+    for path in package.rglob("*kernels.py"):
+        (copy / path.relative_to(package)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, copy / path.relative_to(package))
+    assert _rates.kernels_digest(str(copy)) == _rates.rates_key()["kernels"]
+    (copy / "_wire" / "packed_kernels.py").write_text(
+        (copy / "_wire" / "packed_kernels.py").read_text() + "\n# edited\n")
+    assert _rates.kernels_digest(str(copy)) != _rates.rates_key()["kernels"]
+    (copy / "extra_kernels.py").write_text("")  # a new kernel file counts too
+    edited = _rates.kernels_digest(str(copy))
+    (copy / "extra_kernels.py").unlink()
+    assert _rates.kernels_digest(str(copy)) != edited
 
 
 def test_rate_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):

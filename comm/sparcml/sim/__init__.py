@@ -41,7 +41,8 @@ Modeled time: each rank has a virtual clock.
   ``assemble``, ``encode``, ``decode``, the local sums of a simulated ``Allreduce``) is charged
   a calibrated rate times its exact work (entries, bytes), and each call into the communicator
   a calibrated Python cost (:mod:`sparcml.sim._rates`: measured once per process, cached in
-  ``~/.cache/sparcml/sim-kernel-rates.json``), times ``compute_scale``. The same run gives the
+  ``~/.cache/sparcml/sim-kernel-rates.json`` for this machine, these versions and this source
+  of the Numba kernels), times ``compute_scale``. The same run gives the
   same time on a quiet and on a loaded machine. Not charged: top-k's selection kernels and
   input validation.
 - Compute, ``compute="measured"``: the thread CPU time (``time.thread_time``) a rank spends

@@ -24,8 +24,9 @@ kernel          work                                                  via
 Each rate is measured once per process on first use, as the best of several timings of the
 plain kernel (thread CPU time, so a loaded machine lengthens the wall time of calibration but
 not the rates), and cached as JSON at :func:`sparcml._options.sim_rates_cache_path` with the
-machine and versions it was measured on; a file that does not parse, lacks a rate or was made
-on another machine or version is ignored and rewritten (atomically: a temporary file renamed).
+machine, versions and kernels' source it was measured on; a file that does not parse, lacks a
+rate or was made on another machine or version or with other kernels is ignored and rewritten
+(atomically: a temporary file renamed).
 ``call`` is calibrated from a small simulation under ``compute="measured"`` (tiny vectors at
 P = 4, so its compute is the Python per communicator call).
 
@@ -37,6 +38,8 @@ sparcml's calls (a ``Barrier``, a ``Send``: no ``call`` cost either). Those are 
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import math
 import os
@@ -45,10 +48,12 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 
-__all__ = ["KERNELS", "kernel_rates", "rates_key", "load_rates", "save_rates", "calibrate"]
+__all__ = ["KERNELS", "kernel_rates", "kernels_digest", "rates_key", "load_rates", "save_rates",
+           "calibrate"]
 
 KERNELS = ("add", "fold", "assemble", "encode", "decode", "encode_part", "decode_part",
            "coded_index", "dense_add", "op", "call")
@@ -60,8 +65,30 @@ _lock = threading.Lock()
 _rates: dict | None = None
 
 
+def kernels_digest(package_dir: str | None = None) -> str:
+    """A digest of the source of sparcml's Numba kernels (every ``*kernels.py`` under
+    ``package_dir``, default the installed package, whose digest is read once per process): a
+    cached rate was measured on the kernels of one digest. The package's version does not move
+    with a kernel's edit (``merge_add_into`` became 2.5x faster at version 0.1.0, and caches
+    kept the old ``add`` rate)."""
+    if package_dir is None:
+        return _installed_kernels_digest()
+    root = Path(package_dir)
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*kernels.py")):
+        digest.update(path.relative_to(root).as_posix().encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_kernels_digest() -> str:
+    return kernels_digest(str(Path(__file__).resolve().parent.parent))
+
+
 def rates_key() -> dict:
-    """What cached rates are valid for: this machine and the versions of what runs the kernels."""
+    """What cached rates are valid for: this machine, the versions of what runs the kernels,
+    and the kernels themselves (:func:`kernels_digest`)."""
     import numba
 
     import sparcml
@@ -69,7 +96,8 @@ def rates_key() -> dict:
     return {"format": FORMAT, "machine": platform.node(), "arch": platform.machine(),
             "processor": platform.processor(), "cores": os.cpu_count(),
             "python": sys.version.split()[0], "numpy": np.__version__,
-            "numba": numba.__version__, "sparcml": sparcml.__version__}
+            "numba": numba.__version__, "sparcml": sparcml.__version__,
+            "kernels": kernels_digest()}
 
 
 def load_rates(path) -> dict | None:
