@@ -76,8 +76,8 @@ def merge_add_into(a_idx, a_val, b_idx, b_val, out_idx, out_val):
     # 250 us that way against 105 us this way, 170 us for the plainly branchy merge).
     head_a = np.empty(2, dtype=a_val.dtype)
     head_b = np.empty(2, dtype=b_val.dtype)
-    head_a[0] = -np.zeros(1, dtype=a_val.dtype)[0]
-    head_b[0] = -np.zeros(1, dtype=b_val.dtype)[0]
+    head_a[0] = -0.0  # (cast to the values' dtype, the sign kept)
+    head_b[0] = -0.0
     i = 0
     j = 0
     n = 0
