@@ -30,9 +30,9 @@ dense = np.ones(1 << 24, np.float32)      # 64 MiB
 scratch = np.ones(1 << 24, np.float32)
 R = int(sys.argv[1]) if len(sys.argv) > 1 else 15
 
-P = sparcml.plan(N, np.float32, nnz=k) if sys.argv[2:3] != ["parts"] else None
-small = np.ones(k, np.float32)
 WHAT = sys.argv[2] if len(sys.argv) > 2 else "plain"
+P = sparcml.plan(N, np.float32, nnz=k) if WHAT != "parts" else None
+small = np.ones(k, np.float32)
 
 def timed():
     comm.Barrier()
