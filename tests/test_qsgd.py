@@ -7,6 +7,9 @@ import numpy as np
 import pytest
 
 import reference_kernels as ref
+from mpi4py import MPI
+
+import sparcml
 from sparcml._quant import kernels as quant_kernels
 from sparcml._errors import CompressionError, QuantizationError, SparcmlError, UnsupportedDtypeError
 from sparcml._quant.qsgd import QSGD
@@ -453,3 +456,27 @@ def test_public_decode_of_a_large_output_streams_the_same_values(bits, monkeypat
     q.decode(buf, n, dtype=np.float64, streaming=True)
     q.decode(q.encode(x[:1000]), 1000, streaming=True)
     assert calls == [1]
+
+
+_ONE_RANK_CALLS = {
+    "allreduce": lambda v, q, c: sparcml.allreduce(v, c, quantizer=q),
+    "iallreduce": lambda v, q, c: sparcml.iallreduce(v, c, quantizer=q).wait(),
+    "allgather": lambda v, q, c: sparcml.allgather(v, c, quantizer=q),
+    "reduce_scatter": lambda v, q, c: sparcml.reduce_scatter(v, c, quantizer=q,
+                                                             quantize_sparse=True),
+    "bcast": lambda v, q, c: sparcml.bcast(v, 0, c, quantizer=q),
+    "plan": lambda v, q, c: sparcml.plan(100, np.float32, c, quantizer=q).allreduce(v),
+}
+
+
+@pytest.mark.parametrize("call", sorted(_ONE_RANK_CALLS))
+def test_one_rank_refuses_what_qsgd_cannot_encode(call):
+    """At P = 1 nothing travels, but a value QSGD cannot encode raises as it does at P > 1
+    (tests/mpi_cases/one_bad_rank.py), so a program tried on one rank fails the same way on
+    many; the next call is unaffected."""
+    q = QSGD(4, seed=3)
+    bad = sparcml.SparseVector(100, np.array([1, 5]), np.array([1.0, np.nan], np.float32))
+    with pytest.raises(QuantizationError, match="non-finite"):
+        _ONE_RANK_CALLS[call](bad, q, MPI.COMM_SELF)
+    good = sparcml.SparseVector(100, np.array([1, 5]), np.ones(2, np.float32))
+    _ONE_RANK_CALLS[call](good, q, MPI.COMM_SELF)

@@ -228,7 +228,7 @@ def allreduce_in(ctx, vec, *, algorithm: str = DEFAULT_ALGORITHM, quantizer=None
         call.maxima["nnz"] = vec.nnz
         if out is not None:
             check_out(out, vec)
-        if quantizer is not None and ctx.size > 1:
+        if quantizer is not None:  # at P = 1 too: the same input raises at every P
             check_quantizable(vec)
             # one random seed common to all ranks (the maximum of their draws)
             call.maxima["seed"] = int(quantizer._rng.integers(0, 2**62))

@@ -41,7 +41,7 @@ def _checked(ctx, vec, check, quantizer, stats, options, *, quantized_values: bo
         vec = coerce_vector(vec, check=check)
         fields["dim"] = vec.dim
         fields["value dtype"] = vec.dtype.itemsize
-        if quantizer is not None and quantized_values and ctx.size > 1:
+        if quantizer is not None and quantized_values:
             check_quantizable(vec)
     return vec, stats, call.options
 

@@ -207,7 +207,7 @@ class AllreducePlan:
                 check_out(out, v)
             if stats is not None and type(stats) is not TrafficStats:
                 stats = check_stats(stats)
-            if self.quantizer is not None and ctx.size > 1:
+            if self.quantizer is not None:
                 check_quantizable(v)
         except Exception as exc:  # noqa: BLE001 - any error is this rank's, raised everywhere
             return self._zero, None, None, None, exc
