@@ -65,12 +65,28 @@ def _check_binary_file(path) -> None:
                              f"(labels -1/+1); convert with `sparc-data convert --task binary`")
 
 
+def _check_finite(path, X, where: str) -> None:
+    """InputDataError naming the first row of ``X`` (CSR) that holds a NaN or an infinity."""
+    if X.data.size == 0:
+        return
+    finite = np.isfinite(X.data)
+    if finite.all():
+        return
+    pos = int(np.argmin(finite))
+    row = int(np.searchsorted(X.indptr, pos, side="right")) - 1
+    raise InputDataError(
+        f"{path}: row {row} of {where} holds the value {X.data[pos]} (feature "
+        f"{int(X.indices[pos])}); the linear apps need finite values, as scikit-learn's fit "
+        f"does: fix or drop that row in the source (NaN and inf are stored as written by "
+        f"`sparc-data convert`)")
+
+
 def load_split(path, comm, *, test_fraction: float, split_seed: int):
     """Collective: this rank's ``(X_train, y_train, X_test, y_test)`` of ``path``.
 
     ``test_fraction == 0`` gives empty test parts. Labels are returned as stored; an
-    unreadable or foreign file, a non-binary task or labels other than -1/+1 raise the same
-    error on every rank.
+    unreadable or foreign file, a non-binary task, labels other than -1/+1 or a NaN or
+    infinite feature value raise the same error on every rank.
     """
     from sparcapps.data import load_shard  # scipy, h5py (the [apps] extra): not at --help
 
@@ -95,4 +111,6 @@ def load_split(path, comm, *, test_fraction: float, split_seed: int):
         if bad.size:
             raise NotBinaryError(f"{path}: labels must be -1/+1, found {bad[:5].tolist()} in "
                                  f"rank {rank}'s rows")
+        for split, X in (("training", Xtr), ("test", Xte)):
+            _check_finite(path, X, f"rank {rank}'s {split} rows")
     return Xtr, ytr, Xte, yte

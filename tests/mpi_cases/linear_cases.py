@@ -28,7 +28,7 @@ rank, P = comm.Get_rank(), comm.Get_size()
 GLOBAL_BATCH = 48
 ERRORS = ["exactly two values", *(["differ in feature count"] if P > 1 else []), "NaN",
           "inconsistent numbers of samples", "algorithm 'dense' cannot add quantized values",
-          "not a sparcml-csr file", "no such file", "needs a binary task",
+          "not a sparcml-csr file", "no such file", "needs a binary task", "need finite values",
           "n_features: checkpoint 5000, data 4000", "loss: checkpoint 'log', now 'hinge'",
           "resume state", "not a sparcml-linear-checkpoint file"]
 plan(*[f"{loss} {what}" for loss in ("log", "hinge")
@@ -193,6 +193,17 @@ if rank == 0:
 comm.Barrier()
 expect(NotBinaryError, "needs a binary task",
        lambda: load_split(tmp / "multi.h5", comm, test_fraction=0.0, split_seed=0))
+# an infinity in one row (as `sparc-data convert` stores "1e39"): it lands in one rank's
+# training or test rows, and every rank raises, as fit() does for such an X
+if rank == 0:
+    values = np.ones(40, np.float32)
+    values[27] = np.inf
+    with CsrWriter(tmp / "inf.h5", n_features=10) as w:
+        w.append(np.full(20, 2), np.tile([1, 4], 20), values, np.tile([-1.0, 1.0], 10))
+        w.commit(task="binary", index_base=0)
+comm.Barrier()
+expect(InputDataError, "need finite values",
+       lambda: load_split(tmp / "inf.h5", comm, test_fraction=0.25, split_seed=0))
 
 ckpt_est = make("log").fit(X, y)
 if rank == 0:
