@@ -1,7 +1,9 @@
 import os
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,27 @@ def pytest_runtest_makereport(item, call):
     outcome = yield
     if call.when == "call":
         item._call_report = outcome.get_result()  # for the guard's teardown
+
+
+def pytest_configure(config):
+    """Rates the suite calibrates (the simulator's kernels, the apps' steps) go to a folder of
+    its own, seeded with copies of the user's cached ones: a test run never writes the cache a
+    user's simulated study then charges its compute from (SPARCML_SIM_RATES=off is kept)."""
+    given = os.environ.get("SPARCML_SIM_RATES", "").strip()
+    if given.lower() in ("0", "off", "false", "no"):
+        return
+    if given and given.lower() not in ("1", "on", "true", "yes"):
+        user = Path(given).expanduser().parent  # as sparcml._options.sim_rates_cache_path
+    else:
+        user = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sparcml"
+    folder = tempfile.mkdtemp(prefix="sparcml-test-rates-")
+    for cached in user.glob("*-rates.json"):
+        shutil.copy2(cached, folder)
+    os.environ["SPARCML_SIM_RATES"] = os.path.join(folder, "sim-kernel-rates.json")
+    config._sparcml_rates_folder = folder
+
+
+def pytest_unconfigure(config):
+    folder = getattr(config, "_sparcml_rates_folder", None)
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -5,6 +5,7 @@ deterministic under machine load) or measured; the rate cache; ``sparc-bench --s
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,18 @@ def test_rate_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.delenv("SPARCML_SIM_RATES")
     assert sim_rates_cache_path() == str(tmp_path / "sparcml" / "sim-kernel-rates.json")
     _rates._reset_for_tests()
+
+
+def test_the_suite_calibrates_into_a_folder_of_its_own():
+    """conftest.py points every rate cache (kernels, app steps) at a folder of the run's own,
+    so rates measured under the suite's load never reach the cache a user's study reads."""
+    path = os.environ.get("SPARCML_SIM_RATES")
+    assert path is not None
+    folder = Path(path).parent
+    assert folder.name.startswith("sparcml-test-rates-") and folder.is_dir(), path
+    from sparcml.sim._app_rates import _path
+
+    assert Path(_path("linear-step")).parent == folder
 
 
 def test_calibrated_rates_are_positive_and_finite():
