@@ -118,8 +118,9 @@ def _check_text(text: str, chunk: int) -> None:
             assert X.shape == Xs.shape, (text, X.shape, Xs.shape)
         np.testing.assert_array_equal(X.indptr, Xs.indptr)
         np.testing.assert_array_equal(X.indices, Xs.indices)
-        np.testing.assert_array_equal(X.data, Xs.data.astype(np.float32))
-        np.testing.assert_array_equal(y, ys.astype(np.float32))
+        with np.errstate(over="ignore"):  # a mutated "1e39" is inf in both, as in the file
+            np.testing.assert_array_equal(X.data, Xs.data.astype(np.float32))
+            np.testing.assert_array_equal(y, ys.astype(np.float32))
 
 
 @settings(max_examples=60, **SETTINGS)
