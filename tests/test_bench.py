@@ -329,3 +329,21 @@ def test_a_case_is_predicted_with_its_own_index_coding():
             "ssar_recursive_double", P=4, N=N, k=k, K=4 * k, s_idx=4, s_val=4,
             options=case_options(case))
     assert predicted["raw"] != predicted["coded"], predicted
+
+
+@pytest.mark.mpi
+def test_cold_call_floor_in_c_builds_and_reports(tmp_path):
+    """``scripts/cold_call_floor.c`` (issue 34's cold call with no Python; BENCHMARKS "The cold
+    call") compiles with the MPI's own ``mpicc`` beside ``mpiexec`` and prints its line at P = 2;
+    it aborts if its merge or its agreement comes out wrong. The figures are not checked."""
+    from pathlib import Path
+
+    from mpirun import mpiexec_path
+
+    mpicc = Path(mpiexec_path()).with_name("mpicc")
+    binary = tmp_path / "cold_call_floor"
+    subprocess.run([str(mpicc), "-O2", "-Wall", "-Werror", "-o", str(binary),
+                    str(REPO / "scripts" / "cold_call_floor.c")], check=True, timeout=120)
+    out = run_mpi(2, args=[str(binary), "3"], timeout=120).stdout
+    assert "C floor, P = 2, N = 16777216, 16777 nonzeros: warm " in out, out
+    assert "cold / warm" in out and "(medians of 3)" in out, out
