@@ -22,7 +22,10 @@ Conventions the report (:mod:`sparcapps.report`) understands, all optional:
 
 - ``simulated`` (True) and ``network`` (the network spec): a record of ``sparc-bench
   --simulate``, computed from the cost model instead of measured; the report draws it beside
-  the measured records with its own marker.
+  the measured records with its own marker. ``compute`` says how a simulated rank's compute
+  was charged (``"model"``: calibrated rates, ``"measured"``: thread time, ``"given"``: a
+  fixed step time); with ``"model"``, ``sim_rates`` holds the rates charged and when they
+  were measured (:func:`sparcml.sim.rates_in_use`).
 - ``environment["submitted"]`` (``{"sweep": line, "sbatch": line}``) and
   ``environment["launcher"]`` (``"mpiexec"``, ``"srun"`` or None): the command that made the
   record at the level the user ran it; the report's rerun commands come from them.

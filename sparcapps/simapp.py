@@ -99,13 +99,16 @@ def check_simulate_arguments(parser, args) -> None:
 def mark_simulated(record: dict, comm, args) -> None:
     """Say in ``record`` that its run was simulated, on which network (its nodes and ranks
     per node), how compute was charged (``"given"``: ``--step-seconds``, ``"model"``:
-    calibrated rates), and that its seconds are virtual."""
+    calibrated rates, then listed with when they were measured in ``record["sim_rates"]``),
+    and that its seconds are virtual."""
     net, P = comm.network, int(comm.Get_size())
     record["simulated"] = True
     record["network"] = net.text
     record["nodes"] = net.node_of(P - 1) + 1
     record["ranks_per_node"] = P // record["nodes"] if P % record["nodes"] == 0 else None
     record["compute"] = "given" if args.step_seconds is not None else "model"
+    if record["compute"] == "model":  # the calibration the modeled seconds rest on
+        record["sim_rates"] = sim.rates_in_use()
     record["config"]["simulate"] = P
     record["metrics"]["time_kind"] = "modeled"
 

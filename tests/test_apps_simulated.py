@@ -48,6 +48,10 @@ def test_linear_apps_simulated_equal_mpiexec_bitwise(tmp_path, capsys):
             r, s = real[P], simulated[P]
             assert not r.get("simulated") and s["simulated"] is True
             assert s["network"].startswith("1x10gbit") and s["compute"] == "model"
+            # the calibration the modeled seconds rest on: the kernels' and the steps' rates
+            assert {"kernels", "linear-step"} <= set(s["sim_rates"]), s["sim_rates"]
+            assert all(v["measured"] and v["rates"] for v in s["sim_rates"].values())
+            assert "sim_rates" not in r
             assert s["metrics"]["weights_digest"] == r["metrics"]["weights_digest"], (name, P)
             assert s["bytes"] == r["bytes"], (name, P)
             assert len(s["metrics"]["epochs"]) == len(r["metrics"]["epochs"]) == 2

@@ -194,6 +194,35 @@ def test_rate_cache_off_reads_and_writes_nothing(tmp_path, monkeypatch):
     _rates._reset_for_tests()
 
 
+def test_rates_in_use_say_which_calibration_they_are(tmp_path, monkeypatch):
+    """What a simulated record carries (sparcml.sim.rates_in_use): the rates charged, when they
+    were measured (the cache file's time, kept across processes), and whether they came from
+    the cache."""
+    path = tmp_path / "rates.json"
+    monkeypatch.setenv("SPARCML_SIM_RATES", str(path))
+    monkeypatch.setattr(_rates, "calibrate", lambda run: _fake_rates(call=4e-5))
+    _rates._reset_for_tests()
+    assert "kernels" not in sim.rates_in_use()
+    rates = _rates.kernel_rates(sim.run)
+    used = sim.rates_in_use()["kernels"]
+    assert used["source"] == "calibrated" and used["rates"] == rates
+    assert used["measured"] == json.loads(path.read_text())["measured"] != ""
+    used["rates"]["call"] = 1.0  # a copy: the caller cannot change what was charged
+    assert sim.rates_in_use()["kernels"]["rates"]["call"] == 4e-5
+    stored = json.loads(path.read_text())
+    stored["measured"] = "2026-01-02T03:04:05Z"
+    path.write_text(json.dumps(stored))
+    _rates._reset_for_tests()
+    _rates.kernel_rates(sim.run)
+    again = sim.rates_in_use()["kernels"]
+    assert again == {"rates": rates, "measured": "2026-01-02T03:04:05Z", "source": "cache"}
+    monkeypatch.setenv("SPARCML_SIM_RATES", "off")
+    _rates._reset_for_tests()
+    _rates.kernel_rates(sim.run)
+    assert sim.rates_in_use()["kernels"]["source"] == "calibrated, not cached"
+    _rates._reset_for_tests()
+
+
 def test_the_suite_calibrates_into_a_folder_of_its_own():
     """conftest.py points every rate cache (kernels, app steps) at a folder of the run's own,
     so rates measured under the suite's load never reach the cache a user's study reads."""

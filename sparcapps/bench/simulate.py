@@ -532,6 +532,8 @@ class _SimulatedSweep:
                      "network_model": net.to_dict()})
         rec["simulated"] = True
         rec["compute"] = args.sim_compute
+        if args.sim_compute == "model":  # the calibration the modeled seconds rest on
+            rec["sim_rates"] = sim.rates_in_use()
         rec["network"] = net.text
         rec["nodes"] = -(-P // net.ppn)
         rec["ranks_per_node"] = min(P, net.ppn)

@@ -97,6 +97,7 @@ from ._model import network_cost_model, use_model
 from ._network import NetworkSpec, parse_network
 from ._probe import probe_network
 from ._app_rates import cached_rates
+from ._rates import rates_in_use
 from ._replicas import ReplicaDivergedError, Replicas, charge, clock
 from ._predict import Prediction, predicted_algorithms
 from ._runner import SimResult, SimulationError, run
@@ -143,5 +144,6 @@ def index_coding_link_costs(network, P: int, index_coding: str = "auto", *, mode
 
 __all__ = ["run", "SimResult", "SimulationError", "SimComm", "NetworkSpec", "parse_network",
            "network_cost_model", "use_model", "probe_network", "dense_allreduce_model",
-           "Replicas", "ReplicaDivergedError", "charge", "clock", "cached_rates", "predict",
+           "Replicas", "ReplicaDivergedError", "charge", "clock", "cached_rates", "rates_in_use",
+           "predict",
            "Prediction", "predicted_algorithms", "index_coding_link_costs"]

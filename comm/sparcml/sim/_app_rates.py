@@ -15,7 +15,7 @@ import os
 import threading
 
 from .._errors import InvalidArgumentError
-from ._rates import rates_key, save_rates
+from ._rates import measured_time, note_in_use, rates_key, save_rates
 
 __all__ = ["cached_rates"]
 
@@ -61,14 +61,24 @@ def cached_rates(name: str, measure, *, version: int = 1, names=None) -> dict:
             return _memo[name]
         path = _path(name)
         rates = _load(path, version, names) if path is not None else None
-        if rates is None:
+        if rates is not None:
+            note_in_use(name, rates, measured_time(path), "cache")
+        else:
             rates = {k: float(v) for k, v in measure().items()}
+            stamp = measured_time()
             if path is not None:
-                save_rates(path, rates, key={**rates_key(), "app_version": version})
+                save_rates(path, rates, key={**rates_key(), "app_version": version},
+                           measured=stamp)
+            note_in_use(name, rates, stamp,
+                        "calibrated" if path is not None else "calibrated, not cached")
         _memo[name] = rates
         return rates
 
 
 def _reset_for_tests() -> None:
+    from ._rates import _in_use
+
     with _lock:
+        for name in _memo:
+            _in_use.pop(name, None)
         _memo.clear()

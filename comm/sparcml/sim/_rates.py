@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["KERNELS", "kernel_rates", "kernels_digest", "rates_key", "load_rates", "save_rates",
-           "calibrate"]
+           "calibrate", "rates_in_use", "note_in_use", "measured_time"]
 
 KERNELS = ("add", "fold", "assemble", "encode", "decode", "encode_part", "decode_part",
            "coded_index", "dense_add", "op", "call")
@@ -63,6 +63,7 @@ LARGE = 1 << 22  # entries of the calibration's large size
 
 _lock = threading.Lock()
 _rates: dict | None = None
+_in_use: dict = {}  # name -> {"rates", "measured", "source"}: what this process charged from
 
 
 def kernels_digest(package_dir: str | None = None) -> str:
@@ -122,10 +123,39 @@ def load_rates(path) -> dict | None:
     return out
 
 
-def save_rates(path, rates: dict, key: dict | None = None) -> None:
+def measured_time(path=None) -> str:
+    """When the rates cached at ``path`` were measured (the file's ``"measured"``, ISO 8601
+    UTC), or now when ``path`` is None (rates measured in this process); "" when unreadable."""
+    if path is None:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    try:
+        with open(path, encoding="utf-8") as f:
+            stamp = json.load(f).get("measured", "")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return stamp if isinstance(stamp, str) else ""
+
+
+def note_in_use(name: str, rates: dict, measured: str, source: str) -> None:
+    """Record that this process charges modeled compute from ``rates`` (``source``: "cache",
+    "calibrated" or "calibrated, not cached"), for :func:`rates_in_use`."""
+    _in_use[name] = {"rates": dict(rates), "measured": measured, "source": source}
+
+
+def rates_in_use() -> dict:
+    """The calibrated rates this process has charged modeled compute from so far, by name
+    (``"kernels"``: the simulator's kernel rates; others: :func:`sparcml.sim.cached_rates`'
+    names): ``{"rates": {name: seconds per unit}, "measured": ISO 8601 UTC, "source": "cache"
+    | "calibrated" | "calibrated, not cached"}``. A simulated run's record carries it, so that
+    a modeled time says which calibration it rests on (a recalibration on the same machine
+    can move a memory-bound rate by a quarter)."""
+    return {name: {**entry, "rates": dict(entry["rates"])} for name, entry in _in_use.items()}
+
+
+def save_rates(path, rates: dict, key: dict | None = None, measured: str | None = None) -> None:
     """Write ``rates`` to ``path`` atomically (a temporary file in its folder, renamed), under
-    ``key`` (default :func:`rates_key`); an unwritable place is not an error (the rates are
-    measured again next process)."""
+    ``key`` (default :func:`rates_key`) and the time they were ``measured`` (default now); an
+    unwritable place is not an error (the rates are measured again next process)."""
     try:
         folder = os.path.dirname(path) or "."
         os.makedirs(folder, exist_ok=True)
@@ -133,8 +163,7 @@ def save_rates(path, rates: dict, key: dict | None = None) -> None:
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump({"key": rates_key() if key is None else key, "rates": rates,
-                           "measured": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
-                          f, indent=1)
+                           "measured": measured or measured_time()}, f, indent=1)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -157,10 +186,15 @@ def kernel_rates(run) -> dict:
 
         path = sim_rates_cache_path()
         rates = load_rates(path) if path is not None else None
-        if rates is None:
+        if rates is not None:
+            note_in_use("kernels", rates, measured_time(path), "cache")
+        else:
             rates = calibrate(run)
+            stamp = measured_time()
             if path is not None:
-                save_rates(path, rates)
+                save_rates(path, rates, measured=stamp)
+            note_in_use("kernels", rates, stamp,
+                        "calibrated" if path is not None else "calibrated, not cached")
         _rates = rates
         return rates
 
@@ -332,3 +366,4 @@ def _reset_for_tests() -> None:
     global _rates
     with _lock:
         _rates = None
+        _in_use.pop("kernels", None)
