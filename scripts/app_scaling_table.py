@@ -9,12 +9,14 @@ speedup (dense / sparse), both runs' final test accuracy, and the training secon
 the stated target (99% of the lowest best test accuracy the dense baseline reached at any P,
 per app and data set; "-" where a run did not reach it in its epochs). Where the dense
 baseline was modeled beside the sparse run (``sparc-linear --dense-model``: too large to
-simulate), its row says "(dense modeled)" and its accuracy is the sparse run's.
+simulate), its row says "(dense modeled)" and its accuracy is the sparse run's. Last, the
+calibrations the simulated rows' modeled compute rests on (``sim_rates``): modeled seconds
+compare only within one.
 """
 
 import sys
 
-from sparcapps.records import read_records
+from sparcapps.records import modeled_compute, read_records
 from sparcapps.report.training import scaling_points, training_runs
 
 
@@ -56,6 +58,9 @@ def main(argv):
                       f"{_fmt(s['to_target'], 's')} / {_fmt(dn and dn['to_target'], 's')} |")
         print(f"\n{app} on {dataset}: target test accuracy {d['target']:.4f} "
               f"(basis: {d['basis']})\n")
+    calibrations = sorted({modeled_compute(r) for r in records} - {None})
+    for line in calibrations:
+        print(f"simulated compute: {line}")
     return 0
 
 

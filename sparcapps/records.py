@@ -57,7 +57,7 @@ from sparcapps.output_paths import write_with_fallback
 
 __all__ = ["SCHEMA_VERSION", "STATUSES", "RecordError", "RecordProblem", "summarize",
            "make_record", "append_record", "capture_environment", "read_records",
-           "read_records_or_exit", "iter_record_files"]
+           "read_records_or_exit", "iter_record_files", "modeled_compute"]
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "failed")
@@ -273,6 +273,24 @@ def iter_record_files(paths: Iterable[str | os.PathLike]) -> list[Path]:
         else:
             raise RecordError(f"no such records file or directory: {p}")
     return out
+
+
+def modeled_compute(record: dict) -> str | None:
+    """How a simulated record's compute was charged, in words; for calibrated rates, when
+    each set of rates was measured (``sim_rates``), so that runs on different calibrations
+    stand apart. None for a measured record."""
+    if not record.get("simulated"):
+        return None
+    kind = record.get("compute")
+    if kind != "model":
+        return {"given": "a given time per step (--step-seconds)",
+                "measured": "thread CPU time, measured"}.get(kind, "not recorded")
+    rates = record.get("sim_rates")
+    if not isinstance(rates, dict) or not rates:
+        return "calibrated rates (when measured: not recorded)"
+    return "calibrated rates: " + "; ".join(
+        f"{name} measured {(entry or {}).get('measured') or '?'}"
+        for name, entry in sorted(rates.items()))
 
 
 def _check_record(obj: Any) -> str | None:

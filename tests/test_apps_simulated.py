@@ -115,6 +115,8 @@ def _scripts_read_the_records(tmp_path):
     rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| sparc-linear")]
     assert len(rows) == 6 and all(ln.count("x |") == 1 for ln in rows), out.stdout
     assert all("| ssar_recursive_double |" in ln for ln in rows), out.stdout
+    calibrations = [ln for ln in out.stdout.splitlines() if ln.startswith("simulated compute:")]
+    assert len(calibrations) == 1 and "kernels measured 20" in calibrations[0], out.stdout
 
 
 def _epoch_seconds(path: Path) -> list[tuple]:

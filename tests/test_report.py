@@ -266,10 +266,14 @@ def test_data_sizes_and_simulated_records(tmp_path):
             append_record(path, _bench(P, 0.01, "allgather", 5e-4 * P, N=N))
     for alg, t in (("dense", 4e-3), ("allgather", 2e-3)):  # weak scaling: N/P = 1,000
         append_record(path, _bench(2, 0.01, alg, t, N=2000))
+    calibrated = {"kernels": {"rates": {"add": 1.8e-9}, "measured": "2026-12-07T10:55:43Z",
+                              "source": "cache"}}
     for P in (1, 2, 4, 16, 256, 1024):
         for alg, t in (("dense", 1e-3 * P), ("allgather", 4e-4 * P)):
             rec = _bench(P, 0.01, alg, t, N=1000, env=sim_env)
-            rec.update(simulated=True, network="10gbit")
+            rec.update(simulated=True, network="10gbit", compute="model")
+            if P >= 256:  # the calibration its modeled seconds rest on
+                rec["sim_rates"] = calibrated
             append_record(path, rec)
     from sparcapps.report.build import build
 
@@ -303,6 +307,10 @@ def test_data_sizes_and_simulated_records(tmp_path):
     assert md.count("sparc-bench --simulate 2 1024 --network 10gbit") == 1
     # the environment of simulated runs says why it names no MPI library, not an empty cell
     assert "| mpi | none (simulated ranks in one process) |" in md
+    # and which calibration its modeled compute rests on: two calibrations, two environments
+    assert "| modeled compute | calibrated rates: kernels measured 2026-12-07T10:55:43Z |" in md
+    assert "| modeled compute | calibrated rates (when measured: not recorded) |" in md
+    assert md.count("| modeled compute |") == 2
 
 
 def test_time_to_accuracy_against_dense(tmp_path):

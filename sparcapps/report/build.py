@@ -8,7 +8,7 @@ import csv
 from pathlib import Path
 from typing import Sequence
 
-from sparcapps.records import RecordError, RecordProblem, read_records
+from sparcapps.records import RecordError, RecordProblem, modeled_compute, read_records
 
 from .commands import command_of
 from .doc import Doc
@@ -154,6 +154,8 @@ def _environment_section(doc: Doc, records) -> None:
                 + (" (with uncommitted changes)" if env.get("git_dirty") else ""),
                 "packages": " ".join(f"{k}=={v}" for k, v in
                                      sorted((env.get("packages") or {}).items()))}
+        if r.get("simulated"):  # modeled seconds compare only on one calibration
+            desc["modeled compute"] = modeled_compute(r)
         run = (r["_source"].rsplit(":", 1)[0], (env.get("slurm") or {}).get("SLURM_JOB_ID"),
                ",".join(sorted(set(env.get("hosts") or []))),
                env.get("emulated_network") or (f"simulated: {r.get('network')}"
