@@ -309,7 +309,7 @@ CANONICAL = {
 # headers that are labels or counts: their unit is what they name
 LABEL_COLUMNS = {"N", "P", "algorithm", "pattern", "config", "kernel", "history", "network",
                  "backend", "fastest", "auto ran", "name", "task", "rows", "features", "nnz",
-                 "nnz per row", "indices", "max index"}
+                 "nnz per row", "indices", "max index", "values"}
 _HEADER_UNIT = re.compile(r"\bms\b|\bs\b|\bus\b|\bB\b|KiB|MiB|GiB|bytes|/|\(x\)|%|\bshare\b|"
                           r"density")
 _FLAG_UNIT = re.compile(r"\b(seconds?|ms|milliseconds|minutes|us|MiB|GiB|KiB|MB|GB|bytes|"

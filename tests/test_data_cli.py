@@ -27,6 +27,7 @@ def test_synth_convert_info_list(tmp_path, capsys, monkeypatch):
     assert main(["info", str(tmp_path / "s.h5")]) == 0
     out = capsys.readouterr().out
     assert "n_rows        300" in out and "nnz per row" in out
+    assert "values        all finite" in out
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "url" in out and "3,231,961" in out and str(tmp_path / "home") in out
@@ -83,3 +84,22 @@ def test_data_bench_leaves_nothing_in_the_temp_dir(tmp_path, monkeypatch, capsys
     work = tmp_path / "work"
     assert bench(["--rows", "200", "--reps", "1", "--skip-sklearn", "--workdir", str(work)]) == 0
     assert [p.name for p in work.iterdir()] == ["url-like-200-s0.svm"]
+
+
+def test_info_counts_values_the_linear_apps_refuse(tmp_path, capsys):
+    """A NaN or an infinity in the data (as `convert` stores "nan" or "1e39") is counted, with
+    the first row that holds one, before a training run refuses the file."""
+    import numpy as np
+
+    from sparcapps.data import CsrWriter
+
+    values = np.ones(2 * 70_000, np.float32)  # rows past the 65,536-row block too
+    values[[11, 2 * 66_000 + 1, 2 * 69_000]] = [np.inf, np.nan, -np.inf]
+    with CsrWriter(tmp_path / "bad.h5", n_features=10) as w:
+        w.append(np.full(70_000, 2), np.tile([1, 4], 70_000), values,
+                 np.tile([-1.0, 1.0], 35_000))
+        w.commit(task="binary", index_base=0)
+    capsys.readouterr()
+    assert main(["info", str(tmp_path / "bad.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "values        3 NaN or infinite (the first in row 5)" in out, out

@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help=no_progress)
     _add_common(p)
 
-    p = sub.add_parser("info", help="statistics of an HDF5 file, every row checked "
+    p = sub.add_parser("info", help="statistics of an HDF5 file, every row and value checked "
                                     "(or a catalog entry)")
     p.add_argument("target", help="an .h5 file or a catalog name")
     _add_common(p)
@@ -272,8 +272,9 @@ def _cmd_info(args) -> int:
 
 
 def _scan_rows(f, target: Path, shape) -> tuple:
-    """Validate every row (blocks of rows, bounded memory; values not read):
-    (nnz per row, labels, largest index or -1)."""
+    """Validate every row (blocks of rows, bounded memory) and count its NaN and infinite
+    values: (nnz per row, labels, largest index or -1, non-finite values, the first row
+    holding one or -1)."""
     # numpy, and h5py (the [apps] extra): sparc-data --help, list and fetch run without them
     import numpy as np
 
@@ -281,6 +282,7 @@ def _scan_rows(f, target: Path, shape) -> tuple:
 
     counts = np.empty(shape.n_rows, dtype=np.int64)
     max_index = -1
+    nonfinite, first_row = 0, -1
     step = 1 << 16
     for a in range(0, shape.n_rows, step):
         b = min(a + step, shape.n_rows)
@@ -288,7 +290,13 @@ def _scan_rows(f, target: Path, shape) -> tuple:
         counts[a:b] = np.diff(ptr)
         if len(indices):
             max_index = max(max_index, int(indices.max()))
-    return counts, f["labels"][:], max_index
+        finite = np.isfinite(f["data"][int(ptr[0]):int(ptr[-1])])
+        bad = finite.size - int(np.count_nonzero(finite))
+        if bad and first_row < 0:
+            pos = int(ptr[0]) + int(np.argmin(finite))
+            first_row = a + int(np.searchsorted(ptr, pos, side="right")) - 1
+        nonfinite += bad
+    return counts, f["labels"][:], max_index, nonfinite, first_row
 
 
 def _print_file_info(target: Path) -> None:
@@ -302,11 +310,11 @@ def _print_file_info(target: Path) -> None:
     with open_csr(target) as (f, shape):
         attrs = {k: (v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
                  for k, v in f.attrs.items()}
-        counts, y, max_index = _scan_rows(f, target, shape)
+        counts, y, max_index, nonfinite, first_row = _scan_rows(f, target, shape)
         layout = (f"{f['indices'].dtype}, data {f['data'].dtype}, "
                   f"compression {f['indices'].compression}")
     print(f"{target}: {attrs['format']} v{attrs['format_version']}, "
-          f"{target.stat().st_size / 1e6:.1f} MB on disk, every row checked")
+          f"{target.stat().st_size / 1e6:.1f} MB on disk, every row and value checked")
     for k in ("n_rows", "n_features", "nnz", "task", "index_base", "source",
               "source_sha256", "generator", "seed"):
         if k in attrs:
@@ -319,6 +327,10 @@ def _print_file_info(target: Path) -> None:
               f"median {int(np.median(counts)):,}  max {counts.max():,}")
         print(f"  {'max index':<14}{max_index:,} (0-based)")
         print(f"  {'density':<14}{shape.nnz / (n * max(shape.n_features, 1)):.3g}")
+        print(f"  {'values':<14}" + ("all finite" if not nonfinite else
+                                      f"{nonfinite:,} NaN or infinite (the first in row "
+                                      f"{first_row:,}): sparc-linear and sparc-svm refuse "
+                                      f"such a file"))
         vals, cnt = np.unique(y, return_counts=True)
         if len(vals) <= 10:
             print("  labels        " + ", ".join(f"{v:g}: {c:,}" for v, c in zip(vals, cnt)))
