@@ -149,7 +149,8 @@ def rates_in_use() -> dict:
     | "calibrated" | "calibrated, not cached"}``. A simulated run's record carries it, so that
     a modeled time says which calibration it rests on (a recalibration on the same machine
     can move a memory-bound rate by a quarter)."""
-    return {name: {**entry, "rates": dict(entry["rates"])} for name, entry in _in_use.items()}
+    return {name: {**entry, "rates": dict(entry["rates"])}
+            for name, entry in list(_in_use.items())}  # a snapshot: rank threads may add
 
 
 def save_rates(path, rates: dict, key: dict | None = None, measured: str | None = None) -> None:
