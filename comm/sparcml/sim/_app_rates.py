@@ -15,7 +15,7 @@ import os
 import threading
 
 from .._errors import InvalidArgumentError
-from ._rates import measured_time, note_in_use, rates_key, save_rates
+from ._rates import cached_or_measured, forget_in_use, rates_key
 
 __all__ = ["cached_rates"]
 
@@ -60,25 +60,15 @@ def cached_rates(name: str, measure, *, version: int = 1, names=None) -> dict:
         if name in _memo:
             return _memo[name]
         path = _path(name)
-        rates = _load(path, version, names) if path is not None else None
-        if rates is not None:
-            note_in_use(name, rates, measured_time(path), "cache")
-        else:
-            rates = {k: float(v) for k, v in measure().items()}
-            stamp = measured_time()
-            if path is not None:
-                save_rates(path, rates, key={**rates_key(), "app_version": version},
-                           measured=stamp)
-            note_in_use(name, rates, stamp,
-                        "calibrated" if path is not None else "calibrated, not cached")
+        rates = cached_or_measured(
+            name, path, _load(path, version, names) if path is not None else None,
+            lambda: {k: float(v) for k, v in measure().items()},
+            key={**rates_key(), "app_version": version})
         _memo[name] = rates
         return rates
 
 
 def _reset_for_tests() -> None:
-    from ._rates import _in_use
-
     with _lock:
-        for name in _memo:
-            _in_use.pop(name, None)
+        forget_in_use(list(_memo))
         _memo.clear()

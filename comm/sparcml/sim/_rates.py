@@ -53,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["KERNELS", "kernel_rates", "kernels_digest", "rates_key", "load_rates", "save_rates",
-           "calibrate", "rates_in_use", "note_in_use", "measured_time"]
+           "calibrate", "rates_in_use", "cached_or_measured", "forget_in_use"]
 
 KERNELS = ("add", "fold", "assemble", "encode", "decode", "encode_part", "decode_part",
            "coded_index", "dense_add", "op", "call")
@@ -123,7 +123,7 @@ def load_rates(path) -> dict | None:
     return out
 
 
-def measured_time(path=None) -> str:
+def _measured_time(path=None) -> str:
     """When the rates cached at ``path`` were measured (the file's ``"measured"``, ISO 8601
     UTC), or now when ``path`` is None (rates measured in this process); "" when unreadable."""
     if path is None:
@@ -136,10 +136,26 @@ def measured_time(path=None) -> str:
     return stamp if isinstance(stamp, str) else ""
 
 
-def note_in_use(name: str, rates: dict, measured: str, source: str) -> None:
+def _note_in_use(name: str, rates: dict, measured: str, source: str) -> None:
     """Record that this process charges modeled compute from ``rates`` (``source``: "cache",
     "calibrated" or "calibrated, not cached"), for :func:`rates_in_use`."""
     _in_use[name] = {"rates": dict(rates), "measured": measured, "source": source}
+
+
+def cached_or_measured(name: str, path, cached: dict | None, measure, key: dict | None = None
+                       ) -> dict:
+    """``cached`` (the rates read from ``path``) when not None, else ``measure()``'s, written
+    to ``path`` under ``key`` (no file when ``path`` is None); either way noted under ``name``
+    for :func:`rates_in_use`, with when they were measured and where they came from."""
+    if cached is not None:
+        _note_in_use(name, cached, _measured_time(path), "cache")
+        return cached
+    rates = measure()
+    stamp = _measured_time()
+    if path is not None:
+        save_rates(path, rates, key=key, measured=stamp)
+    _note_in_use(name, rates, stamp, "calibrated" if path is not None else "calibrated, not cached")
+    return rates
 
 
 def rates_in_use() -> dict:
@@ -164,7 +180,7 @@ def save_rates(path, rates: dict, key: dict | None = None, measured: str | None 
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 json.dump({"key": rates_key() if key is None else key, "rates": rates,
-                           "measured": measured or measured_time()}, f, indent=1)
+                           "measured": measured or _measured_time()}, f, indent=1)
             os.replace(tmp, path)
         except BaseException:
             try:
@@ -186,18 +202,10 @@ def kernel_rates(run) -> dict:
         from .._options import sim_rates_cache_path
 
         path = sim_rates_cache_path()
-        rates = load_rates(path) if path is not None else None
-        if rates is not None:
-            note_in_use("kernels", rates, measured_time(path), "cache")
-        else:
-            rates = calibrate(run)
-            stamp = measured_time()
-            if path is not None:
-                save_rates(path, rates, measured=stamp)
-            note_in_use("kernels", rates, stamp,
-                        "calibrated" if path is not None else "calibrated, not cached")
-        _rates = rates
-        return rates
+        _rates = cached_or_measured("kernels", path,
+                                    load_rates(path) if path is not None else None,
+                                    lambda: calibrate(run))
+        return _rates
 
 
 def _best(fn, reps: int = 7) -> float:
@@ -363,8 +371,14 @@ def _calibrate_call(run) -> float:
     return max(best, 1e-7)
 
 
+def forget_in_use(names) -> None:
+    """Drop ``names`` from :func:`rates_in_use` (their processes' caches were reset)."""
+    for name in names:
+        _in_use.pop(name, None)
+
+
 def _reset_for_tests() -> None:
     global _rates
     with _lock:
         _rates = None
-        _in_use.pop("kernels", None)
+        forget_in_use(["kernels"])
